@@ -1,0 +1,92 @@
+"""The ``diagnoser`` command line.
+
+Subcommands live in their own modules and are imported only when invoked, so
+``diagnoser --help`` stays fast and never pulls in torch, textual or numpy. The table below
+is the single place that names them; its short help is shown by ``--help`` without importing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from diagnoser import __version__
+from diagnoser.errors import EXIT_INPUT, EXIT_INTERNAL, DiagnoserError
+
+# name -> ("module:attribute", short help shown by --help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bound": ("diagnoser.cli.bound_cmd:bound", "Per-rank decode bound for a pinned workload."),
+    "probe": ("diagnoser.cli.probe_cmd:probe", "Measure device, bandwidth, kernels, graphs, collectives, client gaps."),
+    "analyze": ("diagnoser.cli.analyze_cmd:analyze", "Turn profiler traces into a per-step critical-path budget."),
+    "diagnose": ("diagnoser.cli.diagnose_cmd:diagnose", "Run the rule base over a case file and rank hypotheses."),
+    "whatif": ("diagnoser.cli.whatif_cmd:whatif", "Amdahl, speculation and batching calculators."),
+    "rules": ("diagnoser.cli.rules_cmd:rules", "List, show and test the rules."),
+    "nsys": ("diagnoser.cli.nsys_cmd:nsys", "Drive Nsight Systems: profile, export, recipes."),
+    "schema": ("diagnoser.cli.schema_cmd:schema", "Print the JSON Schema of an input or output document."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        target, _ = COMMANDS[name]
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="diagnoser")
+def cli() -> None:
+    """Find out why a decode loop is slower than its bound.
+
+    Exit codes: 0 success, 1 internal error, 2 bad input or usage.
+    Set DIAGNOSER_DEBUG=1 to see a traceback for internal errors.
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI, turning every failure into one line on stderr and an exit code."""
+    try:
+        result = cli.main(args=argv, prog_name="diagnoser", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("diagnoser: aborted", err=True)
+        return EXIT_INPUT
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as err:
+        err.show()
+        return EXIT_INPUT
+    except DiagnoserError as err:
+        click.echo(f"diagnoser: error: {err}", err=True)
+        return err.exit_code
+    except KeyboardInterrupt:
+        click.echo("diagnoser: interrupted", err=True)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the last line of defence before a traceback
+        if os.environ.get("DIAGNOSER_DEBUG"):
+            raise
+        click.echo(
+            f"diagnoser: internal error: {type(err).__name__}: {err} (set DIAGNOSER_DEBUG=1 for a traceback)",
+            err=True,
+        )
+        return EXIT_INTERNAL
+    # In non-standalone mode click returns ctx.exit(code)'s code, or the command's own value.
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())

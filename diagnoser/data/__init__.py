@@ -1,0 +1,1 @@
+"""Data files: hardware and model presets, kernel-class patterns."""

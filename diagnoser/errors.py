@@ -1,0 +1,28 @@
+"""Errors that reach the user as one line and a documented exit code.
+
+Exit codes: 0 success, 1 internal error (a bug in diagnoser or a rule), 2 bad input or usage.
+Anything the user can fix (a missing file, a wrong schema, a missing tool) is an ``InputError``
+so the CLI prints one line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2
+
+
+class DiagnoserError(Exception):
+    """Base class; ``exit_code`` tells the CLI how to leave."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class InputError(DiagnoserError):
+    """The user's input (file, flag, environment) is wrong or unusable."""
+
+    exit_code = EXIT_INPUT
+
+
+class ToolMissingError(InputError):
+    """An external tool (nsys, a driver) the command needs is not available."""

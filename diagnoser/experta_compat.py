@@ -1,0 +1,43 @@
+"""The one place that imports experta.
+
+experta 1.9.4 pins frozendict 1.2, which subclasses ``collections.Mapping``; that alias left
+the stdlib in Python 3.10. Restoring the ``collections.abc`` names before the import keeps the
+stock pins (so a plain ``pip install`` resolves) and works on 3.10-3.13. Import experta from
+here only: anywhere else the alias may not be set yet.
+"""
+
+from __future__ import annotations
+
+import collections
+import collections.abc
+
+for _name in ("Mapping", "MutableMapping", "Sequence", "Iterable", "Hashable", "Callable"):
+    if not hasattr(collections, _name):
+        setattr(collections, _name, getattr(collections.abc, _name))
+
+# experta/__init__.py swallows ImportError, hiding a missing dependency behind a confusing
+# "cannot import name KnowledgeEngine"; importing the engine module first surfaces the real cause.
+import experta.engine  # noqa: E402,F401
+from experta import (  # noqa: E402
+    AND,
+    AS,
+    EXISTS,
+    FORALL,
+    MATCH,
+    NOT,
+    OR,
+    TEST,
+    DefFacts,
+    Fact,
+    Field,
+    KnowledgeEngine,
+    L,
+    P,
+    Rule,
+    W,
+)
+
+__all__ = [
+    "AND", "AS", "EXISTS", "FORALL", "MATCH", "NOT", "OR", "TEST",
+    "DefFacts", "Fact", "Field", "KnowledgeEngine", "L", "P", "Rule", "W",
+]

@@ -1,0 +1,64 @@
+"""The case file: one diagnosis's inputs in one versioned document.
+
+A case is the workload pin, optional figures someone already used for a bound (so the
+guards can check how they were made), and the observation table. ``diagnoser analyze --case``
+and ``diagnoser probe --json`` write parts of it; ``diagnoser diagnose`` reads it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from diagnoser.errors import InputError
+from diagnoser.models.observations import Observations
+from diagnoser.models.workload import Boundary, Workload, load_document, validation_message
+
+CASE_SCHEMA_VERSION = 1
+
+
+class BytesBasis(str, Enum):
+    """How a quoted bytes-per-step figure was obtained."""
+
+    active_parameters = "active_parameters"  # active params x bytes/param: not a traffic count
+    total_parameters = "total_parameters"
+    per_rank_estimate = "per_rank_estimate"  # what `diagnoser bound` computes
+    measured = "measured"  # a DRAM-byte counter (Nsight Compute, rocprof)
+
+
+class BoundInputs(BaseModel):
+    """A bound someone already computed (e.g. the spreadsheet's), to be checked, not trusted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bytes_per_step: float | None = Field(default=None, gt=0)
+    bytes_basis: BytesBasis | None = None
+    bandwidth_gbs: float | None = Field(default=None, gt=0)
+    bandwidth_is_summed_over_ranks: bool | None = None
+    predicted_tokens_per_s: float | None = Field(default=None, gt=0)
+    boundary: Boundary = Boundary.device_step
+
+
+class Case(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = Field(default=CASE_SCHEMA_VERSION, description="bumped on incompatible changes")
+    title: str = ""
+    workload: Workload | None = None
+    bound_inputs: BoundInputs | None = None
+    observations: Observations = Field(default_factory=Observations)
+
+
+def load_case(path: str | Path) -> Case:
+    data = load_document(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping at the top level")
+    version = data.get("schema_version", CASE_SCHEMA_VERSION)
+    if version != CASE_SCHEMA_VERSION:
+        raise InputError(f"{path}: case schema_version {version} not supported (this diagnoser reads {CASE_SCHEMA_VERSION})")
+    try:
+        return Case.model_validate(data)
+    except ValidationError as err:
+        raise InputError(validation_message(err, str(path))) from None

@@ -1,0 +1,55 @@
+"""Accelerator presets with datasheet numbers, and the measured-bandwidth override.
+
+Datasheet bandwidth is a ceiling that real kernels reach only in part (about 90% for a
+well-tuned stream copy); a bound built on it is optimistic, which is why a probe's measured
+figure replaces it when one is given.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnoser.errors import InputError
+from diagnoser.models.precision import COMPUTE_DTYPE, DType
+
+
+class Hardware(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    memory_bandwidth_gbs: float = Field(gt=0, description="HBM bandwidth per device, GB/s (1e9 bytes/s)")
+    memory_gib: float = Field(gt=0)
+    sm_count: int | None = Field(default=None, gt=0)
+    peak_tflops: dict[DType, float] = Field(description="dense tensor-core peak per dtype, TFLOP/s")
+    interconnect_gbs: float | None = Field(default=None, description="per-direction NVLink/xGMI bandwidth, GB/s")
+    source: str = ""
+    bandwidth_is_measured: bool = False
+
+    def peak_flops(self, dtype: DType) -> float:
+        """Peak FLOP/s for multiplying weights stored as ``dtype`` (falls back to bf16)."""
+        compute = COMPUTE_DTYPE[DType(dtype)]
+        tflops = self.peak_tflops.get(compute) or self.peak_tflops[DType.bf16]
+        return tflops * 1e12
+
+    def with_measured_bandwidth(self, gbs: float) -> "Hardware":
+        if gbs <= 0:
+            raise InputError(f"measured bandwidth must be positive, got {gbs} GB/s")
+        return self.model_copy(update={"memory_bandwidth_gbs": gbs, "bandwidth_is_measured": True})
+
+
+@lru_cache(maxsize=1)
+def hardware_presets() -> dict[str, Hardware]:
+    raw = json.loads(resources.files("diagnoser.data").joinpath("hardware.json").read_text())
+    return {key: Hardware.model_validate(value) for key, value in raw["presets"].items()}
+
+
+def hardware_preset(name: str) -> Hardware:
+    presets = hardware_presets()
+    key = name.lower()
+    if key not in presets:
+        raise InputError(f"unknown hardware preset {name!r}; known: {', '.join(sorted(presets))}")
+    return presets[key]

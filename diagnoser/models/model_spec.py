@@ -1,0 +1,217 @@
+"""Model architecture as the bound needs it, and import from a Hugging Face ``config.json``.
+
+Only the numbers that decide bytes moved per decode step are kept: layer shapes, attention
+kind (GQA/MHA or MLA), and the MoE layout. Everything else in a config is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from diagnoser.errors import InputError
+
+
+class MoESpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_experts: int = Field(gt=0, description="routed experts per MoE layer (E)")
+    top_k: int = Field(gt=0, description="routed experts chosen per token (k)")
+    expert_intermediate_size: int = Field(gt=0)
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_intermediate_size: int = Field(default=0, ge=0, description="width of each shared expert")
+    first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP (first_k_dense_replace)")
+    layer_frequency: int = Field(default=1, ge=1, description="every n-th layer (after the dense ones) is MoE")
+
+    @model_validator(mode="after")
+    def _k_within_e(self) -> "MoESpec":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        return self
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one compressed latent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    architecture: str = ""
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, description="dense MLP width")
+    attention_bias: bool = False
+    tie_word_embeddings: bool = False
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None
+    source: str = Field(default="", description="where these numbers came from")
+
+    @model_validator(mode="after")
+    def _heads_consistent(self) -> "ModelSpec":
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        if self.moe and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError("first_dense_layers exceeds num_layers")
+        return self
+
+    @property
+    def moe_layers(self) -> int:
+        if not self.moe:
+            return 0
+        rest = self.num_layers - self.moe.first_dense_layers
+        return rest // self.moe.layer_frequency
+
+    @property
+    def dense_mlp_layers(self) -> int:
+        return self.num_layers - self.moe_layers
+
+
+_ARCH_DENSE = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
+_ARCH_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"}
+_ARCH_MLA = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
+SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
+
+
+def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise InputError(f"{where}: missing required key {key!r}")
+    return cfg[key]
+
+
+def spec_from_hf_config(cfg: dict[str, Any], name: str | None = None, where: str = "config.json") -> ModelSpec:
+    """Build a ``ModelSpec`` from a parsed Hugging Face config dictionary."""
+    if not isinstance(cfg, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if archs else ""
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise InputError(f"{where}: architecture {arch or '(none)'!r} not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    hidden = _need(cfg, "hidden_size", where)
+    heads = _need(cfg, "num_attention_heads", where)
+    fields: dict[str, Any] = dict(
+        name=name or cfg.get("_name_or_path") or cfg.get("model_type") or arch,
+        architecture=arch,
+        hidden_size=hidden,
+        num_layers=_need(cfg, "num_hidden_layers", where),
+        vocab_size=_need(cfg, "vocab_size", where),
+        num_attention_heads=heads,
+        num_kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or hidden // heads,
+        intermediate_size=_need(cfg, "intermediate_size", where),
+        attention_bias=bool(cfg.get("attention_bias", arch.startswith("Qwen2"))),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        source=f"imported from {where}",
+    )
+    if arch == "MixtralForCausalLM":
+        fields["moe"] = MoESpec(
+            num_experts=_need(cfg, "num_local_experts", where),
+            top_k=_need(cfg, "num_experts_per_tok", where),
+            expert_intermediate_size=fields["intermediate_size"],
+        )
+    elif arch in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"):
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        fields["moe"] = MoESpec(
+            num_experts=_need(cfg, "num_experts", where),
+            top_k=_need(cfg, "num_experts_per_tok", where),
+            expert_intermediate_size=_need(cfg, "moe_intermediate_size", where),
+            num_shared_experts=1 if shared else 0,
+            shared_intermediate_size=shared,
+            layer_frequency=cfg.get("decoder_sparse_step") or 1,
+        )
+    elif arch in _ARCH_MLA:
+        nope = _need(cfg, "qk_nope_head_dim", where)
+        rope = _need(cfg, "qk_rope_head_dim", where)
+        fields["mla"] = MLASpec(
+            q_lora_rank=cfg.get("q_lora_rank"),
+            kv_lora_rank=_need(cfg, "kv_lora_rank", where),
+            qk_nope_head_dim=nope,
+            qk_rope_head_dim=rope,
+            v_head_dim=_need(cfg, "v_head_dim", where),
+        )
+        fields["head_dim"] = nope + rope
+        fields["num_kv_heads"] = heads  # MLA decompresses to one K/V head per query head
+        moe_inter = _need(cfg, "moe_intermediate_size", where)
+        fields["moe"] = MoESpec(
+            num_experts=_need(cfg, "n_routed_experts", where),
+            top_k=_need(cfg, "num_experts_per_tok", where),
+            expert_intermediate_size=moe_inter,
+            num_shared_experts=cfg.get("n_shared_experts") or 0,
+            shared_intermediate_size=moe_inter,
+            first_dense_layers=cfg.get("first_k_dense_replace") or 0,
+            layer_frequency=cfg.get("moe_layer_freq") or 1,
+        )
+    try:
+        return ModelSpec(**fields)
+    except ValidationError as err:
+        raise InputError(f"{where}: {_first_error(err)}") from None
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "value"
+    return f"{loc}: {first['msg']}"
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid JSON ({err})") from None
+    return spec_from_hf_config(cfg, where=str(path))
+
+
+@lru_cache(maxsize=1)
+def model_presets() -> dict[str, ModelSpec]:
+    raw = json.loads(resources.files("diagnoser.data").joinpath("models.json").read_text())
+    out = {}
+    for key, entry in raw["presets"].items():
+        out[key] = spec_from_hf_config(entry["config"], name=key, where=f"preset {key}").model_copy(
+            update={"source": entry["source"]}
+        )
+    return out
+
+
+def resolve_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
+    """A preset name, a path to a config.json, an inline HF config, or a spec."""
+    if isinstance(ref, ModelSpec):
+        return ref
+    if isinstance(ref, dict):
+        if "architectures" in ref:
+            return spec_from_hf_config(ref, where="inline model config")
+        try:
+            return ModelSpec.model_validate(ref)
+        except ValidationError as err:
+            raise InputError(f"model: {_first_error(err)}") from None
+    presets = model_presets()
+    if ref.lower() in presets:
+        return presets[ref.lower()]
+    path = Path(ref)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        return load_hf_config(path)
+    raise InputError(f"unknown model {ref!r}: not a preset ({', '.join(sorted(presets))}) nor a config.json path")

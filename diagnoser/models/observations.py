@@ -1,0 +1,187 @@
+"""Aggregated observations: what traces and probes established, in the form rules reason over.
+
+Rules never see raw events (a decode window has 10^5-10^6 of them and an experta join over
+events is quadratic). Extractors in ``diagnoser.trace`` and ``diagnoser.probes`` reduce events
+to these few facts. Every field is optional: a rule that needs a missing one reports which
+check to run instead of staying silent.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnoser.models.workload import Boundary
+
+
+class _Obs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepBudget(_Obs):
+    """Critical-path budget of one representative step on one rank, in non-overlapping parts."""
+
+    rank: int | None = Field(default=None, description="the rank whose step this is (the critical one)")
+    step_ms: float = Field(gt=0, description="measured wall time of the step")
+    device_ms: float = Field(default=0, ge=0, description="compute/memory kernels on the critical path")
+    exposed_comm_ms: float = Field(default=0, ge=0, description="communication not overlapped by compute")
+    launch_ms: float = Field(default=0, ge=0, description="GPU idle because the next launch was not yet issued")
+    queue_ms: float = Field(default=0, ge=0, description="launched work waiting behind other work on the stream")
+    host_ms: float = Field(default=0, ge=0, description="other exposed host work: syncs, D2H for sampling, CPU gaps")
+    source: str = Field(default="", description="trace or tool the budget came from")
+    summed_across_ranks: bool = Field(
+        default=False, description="true when parts were added over ranks (a mistake the guards catch)"
+    )
+    step_spread_ms: float | None = Field(default=None, ge=0, description="p90 - p10 of step times in the window")
+
+    @property
+    def parts_ms(self) -> float:
+        return self.device_ms + self.exposed_comm_ms + self.launch_ms + self.queue_ms + self.host_ms
+
+
+class KernelClassObs(_Obs):
+    """One kernel class (GEMM, fused MoE, attention, NCCL, ...) aggregated over the step."""
+
+    kernel_class: str = Field(description="e.g. moe, gemm, attention, communication, elementwise")
+    share_of_step: float = Field(ge=0, le=1, description="fraction of the step's device time")
+    count_per_step: float | None = Field(default=None, ge=0)
+    median_us: float | None = Field(default=None, ge=0)
+    grid_ctas: float | None = Field(default=None, ge=0, description="median CTAs per launch")
+    sm_count: int | None = Field(default=None, gt=0)
+    achieved_bw_fraction: float | None = Field(default=None, ge=0, description="achieved / peak memory bandwidth")
+    achieved_flops_fraction: float | None = Field(default=None, ge=0, description="achieved / peak FLOP/s")
+    tokens_per_expert: float | None = Field(default=None, ge=0, description="mean rows per expert GEMM (MoE only)")
+    tuned_config: bool | None = Field(default=None, description="fused-MoE kernel ran with a tuned config for this GPU")
+    backend: str | None = Field(default=None, description="kernel or backend name chosen (attention backend, quant path)")
+
+
+class GraphStatus(str, Enum):
+    none = "none"
+    partial = "partial"
+    full = "full"
+
+
+class GraphReplayObs(_Obs):
+    status: GraphStatus
+    kernel_launches_per_step: float | None = Field(default=None, ge=0)
+    graph_launches_per_step: float | None = Field(default=None, ge=0)
+    captured_batch_sizes: list[int] | None = None
+    live_batch_size: int | None = Field(default=None, ge=1)
+    launch_cost_us: float | None = Field(default=None, ge=0, description="measured host cost per kernel launch")
+    eager_step_ms: float | None = Field(default=None, gt=0, description="probe: eager step time")
+    graph_step_ms: float | None = Field(default=None, gt=0, description="probe: graph-replay step time")
+
+
+class CollectiveObs(_Obs):
+    """One collective (all-reduce, all-to-all, ...) per step, with arrival skew across ranks."""
+
+    op: str = Field(description="all_reduce, all_to_all, all_gather, reduce_scatter, ...")
+    implementation: str | None = Field(default=None, description="nccl, custom_allreduce, symm_mem, gloo")
+    calls_per_step: float | None = Field(default=None, ge=0)
+    interval_ms: float = Field(ge=0, description="median elapsed time per step of this collective, first arrival to end")
+    transfer_ms: float | None = Field(default=None, ge=0, description="time after the last participant arrived")
+    wait_ms: float | None = Field(default=None, ge=0, description="time waiting for the last participant")
+    late_rank: int | None = None
+    message_bytes: float | None = Field(default=None, ge=0)
+    effective_bandwidth_gbs: float | None = Field(default=None, ge=0)
+    group_size: int | None = Field(default=None, ge=1)
+    preceding_compute_ms: float | None = Field(default=None, ge=0, description="compute on the late rank before it arrived")
+
+
+class BoundaryTimings(_Obs):
+    """The same steps seen at the three clocks; the differences locate host and transport costs."""
+
+    device_step_ms: float | None = Field(default=None, gt=0)
+    server_emission_ms: float | None = Field(default=None, gt=0, description="median interval between server emissions")
+    client_receipt_ms: float | None = Field(default=None, gt=0, description="median inter-chunk interval at the client")
+    client_p99_ms: float | None = Field(default=None, gt=0)
+    client_p50_ms: float | None = Field(default=None, gt=0)
+    tokens_per_chunk: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0)
+    itl_growth_ms_per_1k_output: float | None = Field(
+        default=None, description="slope of inter-token interval against tokens already generated"
+    )
+
+
+class ContextPoint(_Obs):
+    context: int = Field(ge=0)
+    step_ms: float = Field(gt=0)
+
+
+class ProbeFacts(_Obs):
+    """Machine facts from ``diagnoser probe``."""
+
+    gpu_name: str | None = None
+    measured_bandwidth_gbs: float | None = Field(default=None, gt=0)
+    theoretical_bandwidth_gbs: float | None = Field(default=None, gt=0)
+    sm_clock_mhz: float | None = Field(default=None, ge=0)
+    max_sm_clock_mhz: float | None = Field(default=None, ge=0)
+    mem_clock_mhz: float | None = Field(default=None, ge=0)
+    max_mem_clock_mhz: float | None = Field(default=None, ge=0)
+    throttle_reasons: list[str] = Field(default_factory=list)
+    power_w: float | None = Field(default=None, ge=0)
+    power_limit_w: float | None = Field(default=None, ge=0)
+    temperature_c: float | None = None
+    nvlink_active_links: int | None = Field(default=None, ge=0)
+    pcie_generation: int | None = Field(default=None, ge=0)
+
+
+class SpeculationObs(_Obs):
+    draft_length: int = Field(ge=1, description="k drafted tokens per cycle")
+    acceptance: float | None = Field(default=None, ge=0, le=1, description="constant conditional acceptance a")
+    mean_accepted_per_cycle: float | None = Field(default=None, ge=0, description="measured emitted tokens per cycle")
+    draft_ms: float | None = Field(default=None, ge=0)
+    verify_ms: float | None = Field(default=None, ge=0)
+    other_ms: float | None = Field(default=None, ge=0)
+    ordinary_step_ms: float | None = Field(default=None, gt=0)
+    claimed_speedup: float | None = Field(default=None, gt=0, description="speed-up someone quoted, to be checked")
+    context: int | None = Field(default=None, ge=0)
+
+
+class ServerConfig(_Obs):
+    """Serving-engine settings that decide which costs exist at all."""
+
+    engine: str | None = Field(default=None, description="vllm, sglang, trt-llm, ...")
+    cuda_graphs: bool | None = None
+    cuda_graph_max_batch: int | None = Field(default=None, ge=0)
+    custom_allreduce: bool | None = None
+    interconnect: str | None = Field(default=None, description="nvlink, pcie, xgmi")
+    cpu_offload_gb: float | None = Field(default=None, ge=0)
+    sampling: str | None = Field(default=None, description="where and how sampling runs, e.g. 'gpu-sort', 'cpu', 'flashinfer'")
+    repetition_penalty: bool | None = None
+    chunked_prefill: bool | None = None
+    streaming_proxy: str | None = Field(default=None, description="proxy between server and client, if any")
+    attention_backend: str | None = None
+    quantization: str | None = None
+
+
+class HostObs(_Obs):
+    """Host-side facts between steps."""
+
+    gap_between_steps_ms: float | None = Field(default=None, ge=0, description="median GPU-idle time between steps")
+    scheduler_ms: float | None = Field(default=None, ge=0)
+    python_gil_busy_fraction: float | None = Field(default=None, ge=0, le=1)
+    prefill_interleaved: bool | None = None
+    itl_spike_ratio: float | None = Field(default=None, ge=0, description="p99 / p50 inter-token interval")
+
+
+class Observations(_Obs):
+    budget: StepBudget | None = None
+    rank_budgets: list[StepBudget] = Field(default_factory=list, description="the same step on every rank")
+    kernel_classes: list[KernelClassObs] = Field(default_factory=list)
+    graph: GraphReplayObs | None = None
+    collectives: list[CollectiveObs] = Field(default_factory=list)
+    boundaries: BoundaryTimings | None = None
+    context_sweep: list[ContextPoint] = Field(default_factory=list)
+    probe: ProbeFacts | None = None
+    speculation: SpeculationObs | None = None
+    server: ServerConfig | None = None
+    host: HostObs | None = None
+    kernel_sum_across_ranks_ms: float | None = Field(
+        default=None, ge=0, description="sum of kernel time over all ranks; NOT elapsed time"
+    )
+    claimed_step_ms: float | None = Field(
+        default=None, gt=0, description="a step time someone built by adding parts (checked against the measured step)"
+    )
+    bound_boundary: Boundary | None = Field(default=None, description="boundary the compared bound refers to")

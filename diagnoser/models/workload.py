@@ -1,0 +1,196 @@
+"""The workload pin: what exactly is being decoded, on what, and where the clock was read.
+
+Most "the server is 10x off" reports compare numbers that describe different work: another
+batch, another context, another precision, or a client-side rate against a device-side bound.
+Pinning these first is what makes every later number comparable.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from diagnoser.errors import InputError
+from diagnoser.models.precision import DType
+
+
+class Boundary(str, Enum):
+    """Where an observed time was measured; each later boundary adds work the bound ignores."""
+
+    device_step = "device_step"  # GPU time of one decode step (profiler, CUDA events)
+    server_emission = "server_emission"  # interval between tokens leaving the server
+    client_receipt = "client_receipt"  # interval between chunks arriving at the client
+
+
+class Precision(BaseModel):
+    """Storage format per component; experts may differ from attention (e.g. fp8 experts, bf16 attention)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: DType = DType.bf16
+    expert_weights: DType | None = Field(default=None, description="defaults to weights")
+    kv_cache: DType = DType.bf16
+    activations: DType = DType.bf16
+    lm_head: DType | None = Field(default=None, description="defaults to weights")
+
+    @property
+    def experts(self) -> DType:
+        return self.expert_weights or self.weights
+
+    @property
+    def head(self) -> DType:
+        return self.lm_head or self.weights
+
+
+class Layout(BaseModel):
+    """Parallel layout of one serving group.
+
+    ``tp`` shards attention and dense MLPs; ``dp`` > 1 means data-parallel attention (each
+    DP rank owns a share of the sequences and a full copy of the attention weights, sharded
+    by ``tp`` inside the rank); ``ep`` spreads routed experts over ``ep`` ranks, and each
+    expert is further sharded by ``expert_tp`` (default: ``tp`` when ``ep`` is 1, else 1).
+    ``pp`` splits layers into stages.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1, description="data-parallel attention ranks sharing one expert group")
+    expert_tp: int | None = Field(default=None, ge=1)
+
+    @property
+    def moe_tp(self) -> int:
+        if self.expert_tp is not None:
+            return self.expert_tp
+        return self.tp if self.ep == 1 else 1
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.dp * self.pp
+
+
+class Context(BaseModel):
+    """Context length of the sequences in the batch: one mean, or one value per sequence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean: float | None = Field(default=None, ge=0)
+    per_sequence: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "Context":
+        if (self.mean is None) == (self.per_sequence is None):
+            raise ValueError("give exactly one of 'mean' or 'per_sequence'")
+        if self.per_sequence is not None and any(c < 0 for c in self.per_sequence):
+            raise ValueError("context lengths must be >= 0")
+        return self
+
+
+class Observed(BaseModel):
+    """What was measured, and at which boundary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step_ms: float | None = Field(default=None, gt=0, description="time per decode step")
+    tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate emitted tokens/s over the group")
+    boundary: Boundary = Boundary.device_step
+
+    @model_validator(mode="after")
+    def _something(self) -> "Observed":
+        if self.step_ms is None and self.tokens_per_s is None:
+            raise ValueError("give step_ms or tokens_per_s")
+        return self
+
+
+class Workload(BaseModel):
+    """Everything the per-rank bound needs, plus the observation it is compared with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | dict[str, Any] = Field(description="preset name, path to config.json, or an inline config")
+    hardware: str = Field(default="h100-sxm", description="hardware preset")
+    measured_bandwidth_gbs: float | None = Field(default=None, gt=0, description="replaces the datasheet figure")
+    precision: Precision = Field(default_factory=Precision)
+    context: Context = Field(default_factory=lambda: Context(mean=0))
+    batch: int = Field(default=1, ge=1, description="sequences decoding together across the whole group")
+    tokens_per_step: float = Field(default=1.0, gt=0, description="tokens emitted per sequence per step")
+    query_tokens_per_step: int = Field(default=1, ge=1, description="tokens each sequence feeds the model per step (k+1 when verifying k drafts)")
+    layout: Layout = Field(default_factory=Layout)
+    expert_token_histogram: list[int] | list[list[int]] | None = Field(
+        default=None,
+        description="measured tokens per routed expert for one step: one list for every MoE layer, or one list per MoE layer",
+    )
+    other_state_bytes: dict[str, float] = Field(
+        default_factory=dict, description="named extra bytes each rank reads per step (indexer caches, SSM state, ...)"
+    )
+    observed: Observed | None = None
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)):
+            return {"mean": value}
+        if isinstance(value, list):
+            return {"per_sequence": value}
+        return value
+
+    @model_validator(mode="after")
+    def _context_matches_batch(self) -> "Workload":
+        per_seq = self.context.per_sequence
+        if per_seq is not None and len(per_seq) != self.batch:
+            raise ValueError(f"context.per_sequence has {len(per_seq)} entries but batch is {self.batch}")
+        if self.batch % self.layout.dp:
+            raise ValueError(f"batch {self.batch} does not split over dp={self.layout.dp} ranks; give a multiple")
+        return self
+
+    def context_lengths(self) -> list[float]:
+        if self.context.per_sequence is not None:
+            return [float(c) for c in self.context.per_sequence]
+        return [float(self.context.mean or 0.0)] * self.batch
+
+
+def validation_message(err: ValidationError, where: str) -> str:
+    """One line naming the first bad field, for the CLI."""
+    first = err.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"{where}: {loc}: {msg}{more}"
+
+
+def load_document(path: str | Path) -> Any:
+    """Read a JSON or YAML file, with one-line errors for the usual failures."""
+    import yaml  # local: only readers of YAML pay for it
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file") from None
+    if not text.strip():
+        raise InputError(f"{path}: file is empty")
+    try:
+        return yaml.safe_load(text)  # YAML is a superset of JSON
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(f"{path}: not valid JSON/YAML{at}") from None
+
+
+def load_workload(path: str | Path) -> Workload:
+    data = load_document(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping at the top level")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as err:
+        raise InputError(validation_message(err, str(path))) from None

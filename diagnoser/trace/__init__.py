@@ -1,0 +1,1 @@
+"""Trace ingest: profiler files -> one columnar trace model -> steps, budgets, observations."""

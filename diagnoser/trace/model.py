@@ -1,0 +1,77 @@
+"""One columnar model for every trace format.
+
+Each event kind is a table of numpy arrays (one array per column, one row per event), so
+the analyses are vectorised and a 10^6-event window costs megabytes, not a Python object
+per event. Times are int64 nanoseconds on the trace's own clock; ``RankTrace.clock_offset_ns``
+maps them onto the common clock used to align ranks. Names are interned: ``name`` columns
+hold int32 indices into ``RankTrace.strings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class RuntimeKind(IntEnum):
+    """What a host-side CUDA runtime/driver call does for the critical path."""
+
+    other = 0
+    kernel_launch = 1  # cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex)
+    graph_launch = 2  # cudaGraphLaunch
+    sync = 3  # cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize
+    memcpy = 4  # cudaMemcpy*, incl. D2H copies for sampling
+    memset = 5
+
+
+class CopyKind(IntEnum):
+    other = 0
+    h2d = 1
+    d2h = 2
+    d2d = 3
+    memset = 4
+
+
+@dataclass
+class Table:
+    """A set of equally long numpy columns."""
+
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.columns
+
+    def take(self, index: np.ndarray) -> "Table":
+        return Table({key: col[index] for key, col in self.columns.items()})
+
+
+# Column sets (readers fill what the format has; absent optional columns are omitted).
+# kernels:  start, end, name, device, stream, correlation, [grid, block, registers, shared_mem, graph_node]
+# copies:   start, end, kind (CopyKind), bytes, device, stream, correlation
+# runtime:  start, end, name, kind (RuntimeKind), pid, tid, correlation
+# ranges:   start, end, name, pid, tid, [depth]     (user annotations, NVTX, ProfilerStep#N)
+
+
+@dataclass
+class RankTrace:
+    """All events of one rank (one process driving one GPU)."""
+
+    source: str
+    rank: int
+    strings: list[str]
+    kernels: Table
+    copies: Table
+    runtime: Table
+    ranges: Table
+    clock_offset_ns: int = 0
+    device_sm_count: int | None = None
+    device_name: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the reader could not find ("no NVTX table")

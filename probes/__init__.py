@@ -1,0 +1,1 @@
+"""GPU and system probes (installed as ``diagnoser.probes``); they measure, never decide."""

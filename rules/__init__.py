@@ -1,0 +1,1 @@
+"""The rule base (installed as ``diagnoser.rules``)."""
