@@ -1,0 +1,71 @@
+"""Fold a probe report into a case file, so ``diagnose`` reasons over what was measured.
+
+Each probe module knows how its own facts map to observations (``to_observations``); this
+module only merges: a model already in the case is updated field by field (so the device
+probe and the bandwidth probe can both fill ``ProbeFacts``), and a list is replaced, because
+a fresh measurement supersedes an old one of the same kind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from diagnoser.errors import InputError
+from diagnoser.fileio import write_atomic
+from diagnoser.models.case import Case, load_case
+from diagnoser.models.observations import Observations
+from diagnoser.probes.registry import PROBES, probe_module
+from diagnoser.probes.report import ProbeReport
+
+
+def _merge_value(old: Any, new: Any) -> Any:
+    if isinstance(old, BaseModel) and isinstance(new, BaseModel) and type(old) is type(new):
+        return old.model_copy(update={f: getattr(new, f) for f in new.model_fields_set})
+    return new
+
+
+def merge_observations(obs: Observations, updates: dict[str, Any]) -> Observations:
+    """A copy of ``obs`` with ``updates`` applied, validated again as a whole."""
+    merged = obs.model_copy(update={key: _merge_value(getattr(obs, key), value) for key, value in updates.items()})
+    return Observations.model_validate(merged.model_dump(warnings=False))
+
+
+def observation_updates(report: ProbeReport) -> dict[str, Any]:
+    """Observation updates from every successful probe whose module can translate its facts."""
+    updates: dict[str, Any] = {}
+    for result in report.results:
+        if result.status != "ok" or result.name not in PROBES:
+            continue
+        translate = getattr(probe_module(result.name), "to_observations", None)
+        if translate is None:
+            continue
+        for key, value in translate(result.facts).items():
+            updates[key] = _merge_value(updates.get(key), value)
+    return updates
+
+
+def merge_report(case: Case, report: ProbeReport) -> Case:
+    observations = merge_observations(case.observations, observation_updates(report))
+    return case.model_copy(update={"observations": observations})
+
+
+def update_case_file(path: str | Path, report: ProbeReport) -> Case:
+    """Merge into the case at ``path`` (created when missing) and write it back atomically."""
+    path = Path(path)
+    case = load_case(path) if path.exists() else Case(title="probed")
+    try:
+        merged = Case.model_validate(merge_report(case, report).model_dump(mode="json"))
+    except ValidationError as err:
+        raise InputError(f"{path}: probe facts do not fit the case: {err.errors()[0]['msg']}") from None
+    data = merged.model_dump(mode="json", exclude_none=True)
+    if path.suffix.lower() == ".json":
+        import orjson
+
+        write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+    return merged
