@@ -75,12 +75,15 @@ class ModelSpec(BaseModel):
             raise ValueError("first_dense_layers exceeds num_layers")
         return self
 
+    def is_moe_layer(self, index: int) -> bool:
+        """Layer ``index`` (0-based) has routed experts: past the leading dense layers, every n-th."""
+        if not self.moe or index < self.moe.first_dense_layers:
+            return False
+        return (index + 1) % self.moe.layer_frequency == 0
+
     @property
     def moe_layers(self) -> int:
-        if not self.moe:
-            return 0
-        rest = self.num_layers - self.moe.first_dense_layers
-        return rest // self.moe.layer_frequency
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     @property
     def dense_mlp_layers(self) -> int:

@@ -1,0 +1,327 @@
+"""The per-rank decode bound for a pinned workload.
+
+A synchronized decode step is as slow as its slowest rank, so the floor is the maximum over
+ranks of (bytes that rank moves) / (bandwidth), summed over pipeline stages because one
+token's step passes every stage in turn. The compute floor is formed the same way from
+FLOPs over tensor-core peak. Both are optimistic: they assume perfect overlap and full
+bandwidth, and they leave out everything listed in ``EXCLUDED``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts
+from diagnoser.bound.floor import compare_with_observation
+from diagnoser.bound.traffic import (
+    attention_shard,
+    check_layout,
+    mlp_elements,
+    norm_elements,
+    split_sequences,
+    stage_layers,
+)
+from diagnoser.errors import InputError
+from diagnoser.models.hardware import Hardware, hardware_preset
+from diagnoser.models.model_spec import ModelSpec, resolve_model
+from diagnoser.models.precision import DType, bytes_per_element
+from diagnoser.models.workload import Boundary, Layout, Workload
+
+COUNTED = [
+    "attention weights (per-rank head shard; K/V projections replicated when TP > KV heads)",
+    "dense MLP weights of the non-MoE layers",
+    "shared-expert weights",
+    "routed-expert weights: only the expected union of experts the group's tokens touch on this rank",
+    "router weights",
+    "norm weights",
+    "embedding rows actually read (one per token)",
+    "LM head (vocabulary shard)",
+    "KV-cache reads for every sequence at its context, and the new token's KV write",
+    "named other state from the workload (other_state_bytes)",
+]
+
+EXCLUDED = [
+    "kernel launch and CUDA-graph replay overhead",
+    "host work: scheduling, batching, Python",
+    "communication (TP all-reduce, EP all-to-all, PP send/recv)",
+    "sampling and logits processing",
+    "detokenization and streaming transport",
+    "activation traffic between kernels and re-reads of weights or KV by split kernels",
+    "bandwidth efficiency below the figure used",
+]
+
+
+class RankEstimate(BaseModel):
+    rank: int
+    stage: int
+    components: dict[str, float]  # bytes per step
+    bytes_total: float
+    flops: float
+    memory_ms: float
+    compute_ms: float
+    routed_experts_touched_per_layer: float | None = None
+
+
+class ExpertUnion(BaseModel):
+    source: str  # "uniform routing" or "measured histogram"
+    group_tokens: float
+    local_experts: float
+    touched_per_layer_busiest_rank: float
+    touched_per_layer_if_active_params: float  # what "active parameters" implies: k per token... capped
+    all_local_experts: float
+
+
+class NaiveEstimate(BaseModel):
+    """The spreadsheet's figure: active parameters x bytes, split evenly over every GPU."""
+
+    active_parameters: float
+    bytes_total: float
+    bytes_per_rank: float
+    floor_ms: float
+    ratio_real_to_naive: float
+
+
+class BoundReport(BaseModel):
+    model: str
+    hardware: str
+    bandwidth_gbs: float
+    bandwidth_is_measured: bool
+    layout: Layout
+    batch: int
+    tokens_per_step: float
+    mean_context: float
+    per_rank: list[RankEstimate]
+    critical_rank: int
+    floor_ms: float
+    compute_floor_ms: float
+    step_floor_ms: float
+    ceiling_tokens_per_s: float
+    per_user_ceiling_tokens_per_s: float
+    observed_step_ms: float | None = None
+    observed_tokens_per_s: float | None = None
+    fraction_of_ceiling: float | None = None
+    unexplained_ms: float | None = None
+    boundary: Boundary = Boundary.device_step
+    expert_union: ExpertUnion | None = None
+    naive: NaiveEstimate
+    counts: list[str]
+    excludes: list[str]
+    sanity: list[str]
+
+
+def _histograms(workload: Workload, spec: ModelSpec) -> list[list[int]] | None:
+    hist = workload.expert_token_histogram
+    if hist is None:
+        return None
+    if not spec.moe:
+        raise InputError("expert_token_histogram given for a model without routed experts")
+    per_layer = hist if hist and isinstance(hist[0], list) else [hist] * spec.moe_layers
+    if len(per_layer) != spec.moe_layers:
+        raise InputError(f"expert_token_histogram has {len(per_layer)} layers; the model has {spec.moe_layers} MoE layers")
+    for row in per_layer:
+        if len(row) != spec.moe.num_experts or any(c < 0 for c in row):
+            raise InputError(f"expert_token_histogram rows need {spec.moe.num_experts} non-negative counts")
+    return per_layer  # type: ignore[return-value]
+
+
+def _rank_estimate(
+    spec: ModelSpec, workload: Workload, hw: Hardware, stage: int, layers: range, rank: int,
+    histograms: list[list[int]] | None,
+) -> RankEstimate:
+    layout, prec, q = workload.layout, workload.precision, workload.query_tokens_per_step
+    w, e, kvb, act, head = (bytes_per_element(x) for x in (prec.weights, prec.experts, prec.kv_cache, prec.activations, prec.head))
+    d, tp = spec.hidden_size, layout.tp
+    dp_index = rank // tp
+    sequences = split_sequences(workload.context_lengths(), layout.dp)[dp_index]
+    tokens = len(sequences) * q
+    moe_layer_ids = [i for i in layers if spec.is_moe_layer(i)]
+    n_moe, n_dense = len(moe_layer_ids), len(layers) - len(moe_layer_ids)
+    attn = attention_shard(spec, tp)
+    comp: dict[str, float] = {}
+    flops: dict[DType, float] = {}
+
+    def add_flops(dtype: DType, value: float) -> None:
+        flops[dtype] = flops.get(dtype, 0.0) + value
+
+    comp["attention_weights"] = attn.weight_elements * len(layers) * w
+    add_flops(prec.weights, 2 * tokens * attn.weight_elements * len(layers))
+    comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
+    add_flops(prec.weights, 2 * tokens * mlp_elements(d, spec.intermediate_size) / tp * n_dense)
+    context_tokens = sum(sequences)
+    comp["kv_cache_read"] = context_tokens * attn.kv_elements_per_token * len(layers) * kvb
+    comp["kv_cache_write"] = tokens * attn.kv_elements_per_token * len(layers) * kvb
+    add_flops(prec.activations, q * context_tokens * attn.score_flops_per_context_token * len(layers))
+    comp["norms"] = norm_elements(spec, len(layers)) * act
+    touched_per_layer = None
+    if spec.moe and n_moe:
+        m = spec.moe
+        shared = mlp_elements(d, m.shared_intermediate_size) * m.num_shared_experts / tp
+        comp["shared_experts"] = shared * n_moe * e
+        add_flops(prec.experts, 2 * tokens * shared * n_moe)
+        comp["router"] = d * m.num_experts * n_moe * w
+        expert = mlp_elements(d, m.expert_intermediate_size) / layout.moe_tp
+        spans_group = layout.ep * layout.moe_tp == layout.tp * layout.dp
+        ep_index = (rank if spans_group else rank % tp) // layout.moe_tp
+        group_tokens = (workload.batch * q) if spans_group else tokens
+        local = m.num_experts / layout.ep
+        if histograms is None:
+            touched_per_layer = expected_distinct_experts(m.num_experts, m.top_k, group_tokens, local)
+            touched = touched_per_layer * n_moe
+            routed_tokens = group_tokens * m.top_k / layout.ep * n_moe
+        else:
+            stage_hists = [histograms[spec_index] for spec_index, layer in enumerate(
+                i for i in range(spec.num_layers) if spec.is_moe_layer(i)) if layer in layers]
+            touched = sum(distinct_experts_per_rank(h, layout.ep)[ep_index] for h in stage_hists)
+            width = m.num_experts // layout.ep
+            routed_tokens = sum(sum(h[ep_index * width : (ep_index + 1) * width]) for h in stage_hists)
+            touched_per_layer = touched / n_moe
+        comp["routed_experts"] = touched * expert * e
+        add_flops(prec.experts, 2 * routed_tokens * expert)
+    if stage == 0:
+        comp["embedding_rows"] = tokens * d * w
+    if stage == layout.pp - 1:
+        comp["lm_head"] = spec.vocab_size * d / tp * head
+        add_flops(prec.head, 2 * tokens * spec.vocab_size * d / tp)
+    for name, value in workload.other_state_bytes.items():
+        comp[f"other:{name}"] = value
+    total = sum(comp.values())
+    compute_ms = sum(value / hw.peak_flops(dtype) for dtype, value in flops.items()) * 1e3
+    return RankEstimate(
+        rank=rank + stage * layout.tp * layout.dp,
+        stage=stage,
+        components=comp,
+        bytes_total=total,
+        flops=sum(flops.values()),
+        memory_ms=total / (hw.memory_bandwidth_gbs * 1e9) * 1e3,
+        compute_ms=compute_ms,
+        routed_experts_touched_per_layer=touched_per_layer,
+    )
+
+
+def active_parameters(spec: ModelSpec) -> float:
+    """Parameters one token uses: what a spreadsheet multiplies by bytes per parameter."""
+    attn = attention_shard(spec, 1).weight_elements * spec.num_layers
+    dense = mlp_elements(spec.hidden_size, spec.intermediate_size) * spec.dense_mlp_layers
+    moe = 0.0
+    if spec.moe:
+        m = spec.moe
+        per_layer = mlp_elements(spec.hidden_size, m.expert_intermediate_size) * m.top_k
+        per_layer += mlp_elements(spec.hidden_size, m.shared_intermediate_size) * m.num_shared_experts
+        moe = per_layer * spec.moe_layers
+    head = spec.vocab_size * spec.hidden_size
+    return attn + dense + moe + head
+
+
+def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Hardware:
+    hw = hardware or hardware_preset(workload.hardware)
+    if workload.measured_bandwidth_gbs:
+        hw = hw.with_measured_bandwidth(workload.measured_bandwidth_gbs)
+    return hw
+
+
+def compute_bound(workload: Workload, hardware: Hardware | None = None) -> BoundReport:
+    spec = resolve_model(workload.model)
+    hw = resolve_hardware(workload, hardware)
+    layout = workload.layout
+    check_layout(spec, layout)
+    histograms = _histograms(workload, spec)
+    ranks: list[RankEstimate] = []
+    floor = compute_floor = step_floor = 0.0
+    for stage, layers in enumerate(stage_layers(spec.num_layers, layout.pp)):
+        stage_ranks = [
+            _rank_estimate(spec, workload, hw, stage, layers, r, histograms) for r in range(layout.tp * layout.dp)
+        ]
+        ranks.extend(stage_ranks)
+        floor += max(r.memory_ms for r in stage_ranks)
+        compute_floor += max(r.compute_ms for r in stage_ranks)
+        step_floor += max(max(r.memory_ms, r.compute_ms) for r in stage_ranks)
+    critical = max(ranks, key=lambda r: (r.memory_ms, -r.rank))
+    observed = workload.observed
+    compared = compare_with_observation(
+        step_floor,
+        batch=workload.batch,
+        tokens_per_step=workload.tokens_per_step,
+        observed_step_ms=observed.step_ms if observed else None,
+        observed_tokens_per_s=observed.tokens_per_s if observed else None,
+        boundary=observed.boundary if observed else Boundary.device_step,
+    )
+    naive = _naive(spec, workload, hw, critical.bytes_total)
+    contexts = workload.context_lengths()
+    return BoundReport(
+        model=spec.name,
+        hardware=hw.name,
+        bandwidth_gbs=hw.memory_bandwidth_gbs,
+        bandwidth_is_measured=hw.bandwidth_is_measured,
+        layout=layout,
+        batch=workload.batch,
+        tokens_per_step=workload.tokens_per_step,
+        mean_context=sum(contexts) / len(contexts),
+        per_rank=ranks,
+        critical_rank=critical.rank,
+        floor_ms=floor,
+        compute_floor_ms=compute_floor,
+        step_floor_ms=step_floor,
+        ceiling_tokens_per_s=compared.ceiling_tokens_per_s,
+        per_user_ceiling_tokens_per_s=compared.per_user_ceiling_tokens_per_s,
+        observed_step_ms=compared.observed_step_ms,
+        observed_tokens_per_s=compared.observed_tokens_per_s,
+        fraction_of_ceiling=compared.fraction_of_ceiling,
+        unexplained_ms=compared.unexplained_ms,
+        boundary=compared.boundary,
+        expert_union=_union(spec, workload, critical, histograms),
+        naive=naive,
+        counts=COUNTED,
+        excludes=EXCLUDED,
+        sanity=_sanity(workload, hw, floor, compute_floor, naive, layout) + compared.sanity,
+    )
+
+
+def _union(spec: ModelSpec, workload: Workload, critical: RankEstimate, histograms) -> ExpertUnion | None:
+    if not spec.moe or critical.routed_experts_touched_per_layer is None:
+        return None
+    layout, m = workload.layout, spec.moe
+    spans_group = layout.ep * layout.moe_tp == layout.tp * layout.dp
+    tokens = workload.batch * workload.query_tokens_per_step / (1 if spans_group else layout.dp)
+    local = m.num_experts / layout.ep
+    return ExpertUnion(
+        source="measured histogram" if histograms else "uniform routing (an upper bound: skewed routing touches fewer)",
+        group_tokens=tokens,
+        local_experts=local,
+        touched_per_layer_busiest_rank=critical.routed_experts_touched_per_layer,
+        touched_per_layer_if_active_params=min(m.top_k, local),
+        all_local_experts=local,
+    )
+
+
+def _naive(spec: ModelSpec, workload: Workload, hw: Hardware, real_rank_bytes: float) -> NaiveEstimate:
+    params = active_parameters(spec)
+    total = params * bytes_per_element(workload.precision.weights)
+    per_rank = total / workload.layout.world_size
+    return NaiveEstimate(
+        active_parameters=params,
+        bytes_total=total,
+        bytes_per_rank=per_rank,
+        floor_ms=per_rank / (hw.memory_bandwidth_gbs * 1e9) * 1e3,
+        ratio_real_to_naive=real_rank_bytes / per_rank,
+    )
+
+
+def _sanity(workload: Workload, hw: Hardware, floor: float, compute_floor: float, naive: NaiveEstimate, layout: Layout) -> list[str]:
+    lines = []
+    if not hw.bandwidth_is_measured:
+        lines.append(
+            f"bandwidth is the datasheet {hw.memory_bandwidth_gbs:.0f} GB/s; tuned kernels reach roughly 85-92% of it: "
+            "run `diagnoser probe --only bandwidth` and pass measured_bandwidth_gbs"
+        )
+    if compute_floor > floor:
+        lines.append(f"compute, not memory, sets the floor at this batch ({compute_floor:.3g} ms vs {floor:.3g} ms)")
+    ratio = naive.ratio_real_to_naive
+    if abs(ratio - 1) > 0.1:
+        lines.append(
+            f"the busiest rank moves {ratio:.2f}x the bytes that 'active parameters x bytes / GPUs' suggests: "
+            "active parameters are an input to traffic, not a measure of it"
+        )
+    if layout.pp > 1:
+        lines.append(f"PP={layout.pp}: the floor sums the stages (one token passes them in turn); "
+                     "with micro-batches in flight the step interval can approach the slowest stage")
+    return lines

@@ -1,0 +1,102 @@
+"""Bytes and FLOPs one rank must handle in one decode step, component by component.
+
+Each function answers for one rank and one pipeline stage. Parameters are counted in
+elements and converted to bytes with the component's own storage format, so fp8 experts
+next to bf16 attention are charged correctly. Sharding follows the usual serving layouts:
+attention heads and dense MLPs split by TP (K/V projections and cache replicated once TP
+exceeds the KV heads), MLA's latent cache replicated on every TP rank, experts split by EP
+and then by the expert-TP degree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from diagnoser.errors import InputError
+from diagnoser.models.model_spec import ModelSpec
+from diagnoser.models.workload import Layout
+
+
+@dataclass(frozen=True)
+class AttentionShard:
+    """Per-rank attention parameters (elements) and KV-cache elements per cached token per layer."""
+
+    weight_elements: float
+    kv_elements_per_token: float
+    score_flops_per_context_token: float  # per query token per layer
+
+
+def check_layout(spec: ModelSpec, layout: Layout) -> None:
+    """Reject layouts no serving engine can run, with the reason in one line."""
+    heads, kv, tp = spec.num_attention_heads, spec.num_kv_heads, layout.tp
+    if heads % tp:
+        raise InputError(f"TP={tp} does not divide num_attention_heads={heads}")
+    if spec.mla is None and kv % tp and tp % kv:
+        raise InputError(f"TP={tp} and num_kv_heads={kv}: one must divide the other")
+    if spec.num_layers < layout.pp:
+        raise InputError(f"PP={layout.pp} exceeds num_layers={spec.num_layers}")
+    if spec.moe:
+        ranks = layout.tp * layout.dp
+        group = layout.ep * layout.moe_tp
+        if group not in (ranks, layout.tp):
+            raise InputError(
+                f"expert layout ep={layout.ep} x expert_tp={layout.moe_tp} must cover tp*dp={ranks} ranks "
+                f"(experts spread over the group) or tp={layout.tp} (experts inside each DP rank)"
+            )
+        if spec.moe.num_experts % layout.ep:
+            raise InputError(f"EP={layout.ep} does not divide num_experts={spec.moe.num_experts}")
+        if spec.moe.expert_intermediate_size % layout.moe_tp:
+            raise InputError(f"expert TP={layout.moe_tp} does not divide expert width {spec.moe.expert_intermediate_size}")
+
+
+def attention_shard(spec: ModelSpec, tp: int) -> AttentionShard:
+    d, heads = spec.hidden_size, spec.num_attention_heads // tp
+    if spec.mla is None:
+        hd = spec.head_dim
+        kv_heads = max(spec.num_kv_heads // tp, 1)  # replicated when TP > KV heads
+        weights = d * heads * hd * 2 + 2 * d * kv_heads * hd
+        if spec.attention_bias:
+            weights += (heads + 2 * kv_heads) * hd
+        return AttentionShard(weights, 2 * kv_heads * hd, 4 * heads * hd)
+    m = spec.mla
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    q = d * m.q_lora_rank + m.q_lora_rank * heads * qk if m.q_lora_rank else d * heads * qk
+    weights = (
+        q
+        + d * (m.kv_lora_rank + m.qk_rope_head_dim)  # latent down-projection, replicated
+        + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+        + heads * m.v_head_dim * d
+    )
+    latent = m.kv_lora_rank + m.qk_rope_head_dim  # one latent per token, not split by TP
+    # absorbed MLA decode: scores over (latent + rope) and values over the latent, per head
+    return AttentionShard(weights, latent, 2 * heads * (latent + m.kv_lora_rank))
+
+
+def norm_elements(spec: ModelSpec, layers: int) -> float:
+    per_layer = 2 * spec.hidden_size
+    if spec.mla is not None:
+        per_layer += (spec.mla.q_lora_rank or 0) + spec.mla.kv_lora_rank
+    return per_layer * layers
+
+
+def mlp_elements(hidden: int, width: int) -> float:
+    """Gated MLP (gate, up, down projections)."""
+    return 3.0 * hidden * width
+
+
+def stage_layers(num_layers: int, pp: int) -> list[range]:
+    """Contiguous layer ranges per pipeline stage, the earlier stages taking the remainder."""
+    base, extra = divmod(num_layers, pp)
+    out, start = [], 0
+    for stage in range(pp):
+        size = base + (1 if stage < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def split_sequences(contexts: list[float], parts: int) -> list[list[float]]:
+    """Sequences per DP rank, in contiguous equal chunks (batch is a multiple of ``parts``)."""
+    size = math.ceil(len(contexts) / parts)
+    return [contexts[i * size : (i + 1) * size] for i in range(parts)]
