@@ -52,12 +52,21 @@ class Table:
     def take(self, index: np.ndarray) -> "Table":
         return Table({key: col[index] for key, col in self.columns.items()})
 
+    @classmethod
+    def empty(cls, int_columns: tuple[str, ...]) -> "Table":
+        """A table with the given int64 columns and no rows, so analyses need no special case."""
+        return cls({name: np.zeros(0, dtype=np.int64) for name in int_columns})
+
 
 # Column sets (readers fill what the format has; absent optional columns are omitted).
 # kernels:  start, end, name, device, stream, correlation, [grid, block, registers, shared_mem, graph_node]
+#           grid = CTAs per launch (product of the three grid dimensions), block = threads per CTA;
+#           registers = per thread, shared_mem = bytes per CTA; absent values are -1.
 # copies:   start, end, kind (CopyKind), bytes, device, stream, correlation
 # runtime:  start, end, name, kind (RuntimeKind), pid, tid, correlation
-# ranges:   start, end, name, pid, tid, [depth]     (user annotations, NVTX, ProfilerStep#N)
+# ranges:   start, end, name, pid, tid, [depth]     (host-side user annotations, NVTX, ProfilerStep#N)
+# correlation joins a runtime call to the device work it launched; every kernel replayed by one
+# cudaGraphLaunch carries that launch's correlation. -1 means "no launching call recorded".
 
 
 @dataclass
