@@ -1,0 +1,69 @@
+"""Kernel classes from the versioned name-pattern table ``diagnoser/data/kernel_classes.json``.
+
+Vendors rename kernels (``ncclKernel_*`` became ``ncclDevKernel_*``; vLLM and PyTorch ship
+all-reduces that are not NCCL at all), and a regex buried in code silently misfiles them as
+compute. Keeping the patterns in a data file makes a new name a one-line, reviewable change.
+Classification runs once per distinct name, not per event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+COMMUNICATION = "communication"
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    name: str
+    implementation: str | None = None  # communication only: nccl, custom_allreduce, symm_mem
+    op: str | None = None  # communication only: all_reduce, all_gather, ...
+
+    @property
+    def is_communication(self) -> bool:
+        return self.name == COMMUNICATION
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    version: int
+    rules: tuple[tuple[re.Pattern[str], str, str | None], ...]
+    ops: tuple[tuple[re.Pattern[str], str], ...]
+    default: str
+
+    def classify(self, kernel_name: str) -> KernelClass:
+        for pattern, name, implementation in self.rules:
+            if pattern.search(kernel_name):
+                if name != COMMUNICATION:
+                    return KernelClass(name)
+                op = next((op for op_pattern, op in self.ops if op_pattern.search(kernel_name)), "other")
+                return KernelClass(name, implementation, op)
+        return KernelClass(self.default)
+
+
+@lru_cache(maxsize=1)
+def class_table() -> ClassTable:
+    raw = json.loads(resources.files("diagnoser.data").joinpath("kernel_classes.json").read_text())
+    rules = tuple((re.compile(r["pattern"], re.IGNORECASE), r["class"], r.get("implementation")) for r in raw["rules"])
+    ops = tuple((re.compile(o["pattern"], re.IGNORECASE), o["op"]) for o in raw["ops"])
+    return ClassTable(raw["version"], rules, ops, raw["default_class"])
+
+
+def classify_names(strings: list[str], name_ids: np.ndarray) -> tuple[list[KernelClass], np.ndarray]:
+    """Classes of the distinct names used, and per row the index into that list."""
+    table = class_table()
+    distinct, inverse = np.unique(name_ids, return_inverse=True)
+    classes = [table.classify(strings[int(i)]) for i in distinct]
+    return classes, inverse.reshape(-1)
+
+
+def communication_mask(strings: list[str], name_ids: np.ndarray) -> np.ndarray:
+    classes, index = classify_names(strings, name_ids)
+    flags = np.array([c.is_communication for c in classes], dtype=bool)
+    return flags[index] if len(index) else np.zeros(0, dtype=bool)

@@ -1,0 +1,73 @@
+"""Interval arithmetic on int64 nanosecond arrays.
+
+A step budget is a partition of elapsed time, so every figure must come from unions,
+intersections and differences of intervals, never from sums of durations (overlapping
+kernels on several streams would be counted twice). A "set" here is a pair ``(starts, ends)``
+of sorted, disjoint, non-abutting intervals, as returned by :func:`merge`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IntervalSet = tuple[np.ndarray, np.ndarray]
+
+EMPTY: IntervalSet = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
+    """Union of arbitrary intervals; touching intervals join (HTA's rule: new group only when start > running end)."""
+    if len(starts) == 0:
+        return EMPTY
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.int64)[order]
+    e = np.asarray(ends, dtype=np.int64)[order]
+    running_end = np.maximum.accumulate(e)
+    new_group = np.empty(len(s), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = s[1:] > running_end[:-1]
+    group_first = np.flatnonzero(new_group)
+    group_last = np.append(group_first[1:] - 1, len(s) - 1)
+    return s[group_first], running_end[group_last]
+
+
+def total(interval_set: IntervalSet) -> int:
+    starts, ends = interval_set
+    return int((ends - starts).sum())
+
+
+def _combine(a: IntervalSet, b: IntervalSet, keep_a_not_b: bool) -> IntervalSet:
+    """Sweep over both sets; keep where inside a and (inside b, or not inside b)."""
+    if len(a[0]) == 0:
+        return EMPTY
+    if len(b[0]) == 0:
+        return a if keep_a_not_b else EMPTY
+    points = np.concatenate([a[0], a[1], b[0], b[1]])
+    na, nb = len(a[0]), len(b[0])
+    delta_a = np.concatenate([np.ones(na, np.int64), -np.ones(na, np.int64), np.zeros(2 * nb, np.int64)])
+    delta_b = np.concatenate([np.zeros(2 * na, np.int64), np.ones(nb, np.int64), -np.ones(nb, np.int64)])
+    order = np.argsort(points, kind="stable")
+    points = points[order]
+    in_a = np.cumsum(delta_a[order]) > 0
+    in_b = np.cumsum(delta_b[order]) > 0
+    keep = in_a & (~in_b if keep_a_not_b else in_b)
+    seg_start, seg_end = points[:-1][keep[:-1]], points[1:][keep[:-1]]
+    nonempty = seg_end > seg_start
+    return merge(seg_start[nonempty], seg_end[nonempty])
+
+
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    return _combine(a, b, keep_a_not_b=False)
+
+
+def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    return _combine(a, b, keep_a_not_b=True)
+
+
+def union(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    return merge(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+
+
+def clip(interval_set: IntervalSet, lo: int, hi: int) -> IntervalSet:
+    """The part of a set inside [lo, hi)."""
+    return intersect(interval_set, (np.array([lo], np.int64), np.array([hi], np.int64)))

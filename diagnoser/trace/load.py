@@ -1,0 +1,76 @@
+"""One entry point for every trace format: ``load_traces(paths) -> list[RankTrace]``.
+
+The reader is chosen by content and suffix so users can pass whatever the profiler wrote:
+Kineto ``.json``/``.json.gz`` files or a directory of them (one per rank), an Nsight Systems
+``.sqlite`` export, or an ``.nsys-rep`` report (exported to SQLite first, by ``nsys``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnoser.errors import InputError
+from diagnoser.trace.model import RankTrace
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _kind(path: Path) -> str:
+    if path.is_dir():
+        return "dir"
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
+        return "nsys-rep"
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if head == _SQLITE_MAGIC:
+        return "sqlite"
+    return "kineto"
+
+
+def _kineto_files(directory: Path) -> list[Path]:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    if not files:
+        raise InputError(f"{directory}: no .json or .json.gz trace files in this directory")
+    return files
+
+
+def load_traces(paths: list[str | Path], workers: int | None = None) -> list[RankTrace]:
+    """All ranks from all inputs, sorted by rank; each rank must appear once."""
+    from diagnoser.trace.kineto import read_kineto_many
+
+    if not paths:
+        raise InputError("no trace given")
+    kineto: list[Path] = []
+    traces: list[RankTrace] = []
+    for raw in paths:
+        path = Path(raw)
+        kind = _kind(path)
+        if kind == "dir":
+            kineto.extend(_kineto_files(path))
+        elif kind == "kineto":
+            kineto.append(path)
+        else:
+            traces.extend(_read_nsys(path, kind))
+    if kineto:
+        traces.extend(read_kineto_many(kineto, workers))
+    ranks = [t.rank for t in traces]
+    if len(set(ranks)) != len(ranks):
+        raise InputError(f"{paths[0]}: the inputs hold rank {_first_duplicate(ranks)} more than once")
+    return sorted(traces, key=lambda t: t.rank)
+
+
+def _first_duplicate(values: list[int]) -> int:
+    seen: set[int] = set()
+    return next(v for v in values if v in seen or seen.add(v))  # type: ignore[func-returns-value]
+
+
+def _read_nsys(path: Path, kind: str) -> list[RankTrace]:
+    from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
+
+    if kind == "nsys-rep":
+        from diagnoser.trace.nsys_export import export_sqlite
+
+        path = export_sqlite(path)
+    return read_nsys_sqlite(path)
