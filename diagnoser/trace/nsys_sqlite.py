@@ -1,0 +1,595 @@
+"""Read an Nsight Systems SQLite export (``nsys export --type sqlite``) into ``RankTrace`` objects.
+
+The export schema drifts between nsys releases (3.16 for 2024.6 up to 3.25 for 2026.2): tables
+exist only when they have rows (unless exported with ``--lazy=false``) and columns get added.
+So every query is built from what ``PRAGMA table_info`` reports, absent optional columns are
+simply not filled, and what could not be read is listed in ``RankTrace.notes`` instead of
+failing. Only a missing ``CUPTI_ACTIVITY_KIND_KERNEL`` table is fatal: without kernels there is
+nothing to attribute.
+
+Ranks. One ``RankTrace`` per (process, GPU) pair that ran GPU work, numbered in the order of
+(physical GPU id, pid). The physical id comes from ``TARGET_INFO_CUDA_DEVICE`` when present,
+else the CUDA device id as the process saw it; with one GPU per process (torchrun, vLLM
+workers) this is the order of the GPUs, and with ``CUDA_VISIBLE_DEVICES`` set per rank (all
+processes see device 0) it is the order of the pids, which is the launch order of the ranks.
+
+Launches. CUPTI correlation ids are per process, so GPU work is joined to its runtime/driver
+call on (pid, correlationId). Runtime rows go to the rank whose GPU work they launched; rows
+that launched nothing (syncs, event calls) go to the process's first rank. The ``launch``
+column of kernels and copies is the row index of that call in the rank's runtime table (-1
+when it fell before the exported window).
+
+Columns added on top of ``diagnoser.trace.model``: kernels ``graph_node`` / ``graph_id``
+(-1 outside graphs) and ``whole_graph`` (a graph-mode ``GRAPH_TRACE`` row standing for a whole
+graph execution whose node kernels were not traced), kernels/copies ``launch``, runtime
+``sync_type`` (CUPTI sync record type, 0 when none), ranges ``domain`` (NVTX domain id).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from diagnoser.errors import InputError
+from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind, Table
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+NVTX = "NVTX_EVENTS"
+
+TESTED_SCHEMAS = ((3, 16), (3, 25))
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_PID_SQL = "(({col} >> 24) & 16777215)"
+_TID_SQL = "({col} & 16777215)"
+
+# NVTX event types that carry a duration: push/pop (59) and start/end (60) ranges.
+_NVTX_RANGE_TYPES = (59, 60)
+# CUPTI copyKind -> CopyKind; everything else (arrays, host-to-host) is "other".
+_COPY_KINDS = {1: CopyKind.h2d, 2: CopyKind.d2h, 8: CopyKind.d2d, 10: CopyKind.d2d,
+               11: CopyKind.h2d, 12: CopyKind.d2h, 13: CopyKind.d2d}
+
+# Runtime and driver API names, matched without nsys's "_v7000"-style version suffix.
+_RUNTIME_PATTERNS: tuple[tuple[RuntimeKind, re.Pattern[str]], ...] = (
+    (RuntimeKind.graph_launch, re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")),
+    (RuntimeKind.kernel_launch, re.compile(r"^(cudaLaunch(Kernel|CooperativeKernel)|cuLaunch(Kernel|CooperativeKernel)|cudaLaunchKernelExC)")),
+    (RuntimeKind.sync, re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize)")),
+    (RuntimeKind.memcpy, re.compile(r"^(cudaMemcpy|cuMemcpy)")),
+    (RuntimeKind.memset, re.compile(r"^(cudaMemset|cuMemset)")),
+)
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+def runtime_kind(name: str) -> RuntimeKind:
+    """What a CUDA runtime/driver call means for the critical path, from its name."""
+    bare = _VERSION_SUFFIX.sub("", name)
+    for kind, pattern in _RUNTIME_PATTERNS:
+        if pattern.match(bare):
+            return kind
+    return RuntimeKind.other
+
+
+@dataclass
+class _Schema:
+    """Tables and their columns as this export has them."""
+
+    columns: dict[str, set[str]]
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        cols = self.columns.get(table)
+        return cols is not None and (column is None or column in cols)
+
+    def first(self, table: str, *candidates: str) -> str | None:
+        return next((c for c in candidates if self.has(table, c)), None)
+
+
+@dataclass
+class _Strings:
+    """The export's StringIds, with inline NVTX texts appended, as one interned list."""
+
+    values: list[str]
+    lut: np.ndarray  # StringIds.id -> index into values (-1 when unknown)
+
+    def by_id(self, ids: np.ndarray) -> np.ndarray:
+        ids = ids.astype(np.int64)
+        inside = (ids >= 0) & (ids < len(self.lut))
+        out = np.full(len(ids), -1, dtype=np.int32)
+        out[inside] = self.lut[ids[inside]]
+        return out
+
+    def intern(self, texts: list[str]) -> np.ndarray:
+        """Indices for ``texts`` (inline strings), adding new values once each."""
+        if not texts:
+            return np.zeros(0, dtype=np.int32)
+        unique, inverse = np.unique(np.array(texts, dtype=object), return_inverse=True)
+        known = {value: index for index, value in enumerate(self.values)}
+        mapped = np.empty(len(unique), dtype=np.int32)
+        for i, value in enumerate(unique):
+            if value not in known:
+                known[value] = len(self.values)
+                self.values.append(value)
+            mapped[i] = known[value]
+        return mapped[inverse]
+
+    def add(self, value: str) -> int:
+        self.values.append(value)
+        return len(self.values) - 1
+
+
+def read_nsys_sqlite(path: str | Path) -> list[RankTrace]:
+    """All ranks (one per process and GPU) of one Nsight Systems SQLite export."""
+    path = Path(path)
+    with closing(_connect(path)) as db:
+        try:
+            return _read(db, path)
+        except sqlite3.DatabaseError as err:
+            raise InputError(f"{path}: unreadable SQLite export ({err})") from err
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    with open(path, "rb") as handle:
+        head = handle.read(len(_SQLITE_MAGIC))
+    if not head:
+        raise InputError(f"{path}: empty file")
+    if head != _SQLITE_MAGIC:
+        raise InputError(f"{path}: not an SQLite database (export the report with `nsys export --type sqlite`)")
+    # immutable: the input is never written and may sit on a read-only mount.
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+
+
+def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
+    schema = _read_schema(db)
+    if not schema.has(KERNEL):
+        raise InputError(f"{path}: no {KERNEL} table (nothing ran on a GPU in this export, or it is not an Nsight Systems export)")
+    notes = _schema_notes(db, schema)
+    strings = _read_strings(db, schema, notes)
+
+    kernels = _read_kernels(db, schema, strings, path)
+    graphs = _read_graph_trace(db, schema, strings, path)
+    copies = _read_copies(db, schema, path)
+    gpu_pid_known = schema.has(KERNEL, "globalPid")
+    if not gpu_pid_known:
+        notes.append(f"{KERNEL} has no globalPid column: ranks are told apart by device only")
+
+    physical = _physical_gpu(db, schema)
+    rank_keys = _rank_keys(kernels, graphs, copies, physical)
+    if not rank_keys:
+        raise InputError(f"{path}: {KERNEL} has no rows")
+
+    runtime = _read_runtime(db, schema, strings, path, notes)
+    ranges = _read_ranges(db, schema, strings, path, notes)
+    offset = _clock_offset(db, schema, notes)
+    devices = _device_info(db, schema)
+    notes.extend(_graph_notes(db, schema, kernels, graphs, runtime))
+
+    runtime_rank = _assign_runtime(runtime, rank_keys, [kernels, graphs, copies], physical, gpu_pid_known)
+    dropped = int(np.count_nonzero(runtime_rank < 0)) if runtime is not None else 0
+    if dropped:
+        notes.append(f"{dropped} runtime calls from processes without GPU work were left out")
+
+    traces = []
+    for rank, (gpu, pid, device) in enumerate(rank_keys):
+        rank_kernels = _concat(
+            _select(kernels, pid, device),
+            _select(graphs, pid, device),
+        )
+        rank_copies = _select(copies, pid, device)
+        rank_runtime = runtime.take(np.flatnonzero(runtime_rank == rank)) if runtime is not None else _empty_runtime()
+        rank_ranges = _ranges_of(ranges, pid)
+        rank_notes = list(notes)
+        _link_launches(rank_kernels, rank_runtime, "kernels", rank_notes)
+        _link_launches(rank_copies, rank_runtime, "copies", rank_notes)
+        name, sm_count = devices.get(gpu, devices.get(None, (None, None)))
+        traces.append(
+            RankTrace(
+                source=f"{path} (pid {pid}, device {device})" if pid >= 0 else f"{path} (device {device})",
+                rank=rank,
+                strings=list(strings.values),
+                kernels=rank_kernels,
+                copies=rank_copies,
+                runtime=rank_runtime,
+                ranges=rank_ranges,
+                clock_offset_ns=offset,
+                device_sm_count=sm_count,
+                device_name=name,
+                notes=rank_notes,
+            )
+        )
+    return traces
+
+
+# --- schema -------------------------------------------------------------------------------
+
+
+def _read_schema(db: sqlite3.Connection) -> _Schema:
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return _Schema({t: {row[1] for row in db.execute(f'PRAGMA table_info("{t}")')} for t in tables})
+
+
+def _meta(db: sqlite3.Connection, schema: _Schema, table: str) -> dict[str, str]:
+    if not schema.has(table, "name") or not schema.has(table, "value"):
+        return {}
+    return {str(name): str(value) for name, value in db.execute(f"SELECT name, value FROM {table}")}
+
+
+def _schema_notes(db: sqlite3.Connection, schema: _Schema) -> list[str]:
+    notes = []
+    version = _meta(db, schema, "META_DATA_EXPORT").get("EXPORT_SCHEMA_VERSION")
+    if version is None:
+        notes.append("no export schema version recorded (META_DATA_EXPORT missing): read as the newest known schema")
+    else:
+        parts = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+        if len(parts) == 2 and not TESTED_SCHEMAS[0] <= parts <= TESTED_SCHEMAS[1]:
+            low, high = (".".join(map(str, v)) for v in TESTED_SCHEMAS)
+            notes.append(f"export schema {version} is outside the tested range {low}-{high}")
+    for table, meaning in (
+        (RUNTIME, "launch calls, syncs and host gaps cannot be attributed"),
+        (MEMCPY, "no memory copies recorded"),
+        (NVTX, "no NVTX ranges: steps cannot be segmented by a named range"),
+        ("TARGET_INFO_GPU", "GPU name and SM count unknown"),
+    ):
+        if not schema.has(table):
+            notes.append(f"no {table} table: {meaning}")
+    return notes
+
+
+def _read_strings(db: sqlite3.Connection, schema: _Schema, notes: list[str]) -> _Strings:
+    if not schema.has("StringIds", "id"):
+        notes.append("no StringIds table: names shown as numbers")
+        return _Strings([], np.full(0, -1, dtype=np.int32))
+    rows = db.execute("SELECT id, value FROM StringIds ORDER BY id").fetchall()
+    ids = np.array([r[0] for r in rows], dtype=np.int64)
+    lut = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int32)
+    lut[ids] = np.arange(len(ids), dtype=np.int32)
+    return _Strings([str(r[1]) for r in rows], lut)
+
+
+# --- GPU activity ---------------------------------------------------------------------------
+
+
+def _int_columns(db: sqlite3.Connection, sql: str, names: list[str]) -> dict[str, np.ndarray]:
+    """Run ``sql`` (integer columns only, NULLs already coalesced) into one numpy column each."""
+    rows = db.execute(sql).fetchall()
+    data = np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
+    return {name: data[:, i] for i, name in enumerate(names)}
+
+
+def _opt(schema: _Schema, table: str, column: str, default: int = -1) -> str:
+    return f"COALESCE({column}, {default})" if schema.has(table, column) else str(default)
+
+
+def _graph_ref(schema: _Schema, table: str, column: str) -> str:
+    """CUPTI writes 0 (or NULL in sparse exports) for work outside any graph; we use -1."""
+    return f"COALESCE(NULLIF({column}, 0), -1)" if schema.has(table, column) else "-1"
+
+
+def _pid_expr(schema: _Schema, table: str) -> str:
+    return f"COALESCE({_PID_SQL.format(col='globalPid')}, -1)" if schema.has(table, "globalPid") else "-1"
+
+
+def _check_durations(cols: dict[str, np.ndarray], table: str, path: Path) -> None:
+    bad = int(np.count_nonzero(cols["end"] < cols["start"]))
+    if bad:
+        raise InputError(f"{path}: {bad} rows of {table} end before they start (negative duration)")
+
+
+def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
+    order = np.argsort(cols["start"], kind="stable")
+    return Table({key: value[order] for key, value in cols.items()})
+
+
+def _read_kernels(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path) -> Table:
+    name_cols = [c for c in ("demangledName", "shortName", "mangledName") if schema.has(KERNEL, c)]
+    name_expr = f"COALESCE({', '.join(name_cols)}, -1)" if name_cols else "-1"
+    fields = {
+        "start": "start", "end": '"end"', "device": _opt(schema, KERNEL, "deviceId", 0),
+        "stream": _opt(schema, KERNEL, "streamId"), "correlation": _opt(schema, KERNEL, "correlationId"),
+        "pid": _pid_expr(schema, KERNEL), "name_id": name_expr,
+        "graph_node": _graph_ref(schema, KERNEL, "graphNodeId"), "graph_id": _graph_ref(schema, KERNEL, "graphId"),
+    }
+    dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+    has_dims = all(schema.has(KERNEL, d) for d in dims)
+    if has_dims:
+        fields.update({d: _opt(schema, KERNEL, d, 1) for d in dims})
+    if schema.has(KERNEL, "registersPerThread"):
+        fields["registers"] = _opt(schema, KERNEL, "registersPerThread", 0)
+    shared = [c for c in ("staticSharedMemory", "dynamicSharedMemory") if schema.has(KERNEL, c)]
+    if shared:
+        fields["shared_mem"] = " + ".join(f"COALESCE({c}, 0)" for c in shared)
+    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {KERNEL}", list(fields))
+    _check_durations(cols, KERNEL, path)
+    cols["name"] = strings.by_id(cols.pop("name_id"))
+    if has_dims:
+        cols["grid"] = np.stack([cols.pop(d) for d in dims[:3]], axis=1)
+        cols["block"] = np.stack([cols.pop(d) for d in dims[3:]], axis=1)
+    cols["whole_graph"] = np.zeros(len(cols["start"]), dtype=bool)
+    return _sorted_table(cols)
+
+
+def _read_graph_trace(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path) -> Table | None:
+    """Graph-mode captures record each graph execution as one row: it stands in for its kernels."""
+    if not schema.has(GRAPH_TRACE):
+        return None
+    fields = {
+        "start": "start", "end": '"end"', "device": _opt(schema, GRAPH_TRACE, "deviceId", 0),
+        "stream": _opt(schema, GRAPH_TRACE, "streamId"), "correlation": _opt(schema, GRAPH_TRACE, "correlationId"),
+        "pid": _pid_expr(schema, GRAPH_TRACE), "graph_id": _opt(schema, GRAPH_TRACE, "graphId"),
+    }
+    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {GRAPH_TRACE}", list(fields))
+    _check_durations(cols, GRAPH_TRACE, path)
+    graph_ids = np.unique(cols["graph_id"])
+    names = {int(g): strings.add(f"CUDA graph {int(g)} (whole graph; nodes not traced)") for g in graph_ids}
+    cols["name"] = np.array([names[int(g)] for g in cols["graph_id"]], dtype=np.int32) if len(graph_ids) else np.zeros(0, np.int32)
+    cols["graph_node"] = np.full(len(cols["start"]), -1, dtype=np.int64)
+    cols["whole_graph"] = np.ones(len(cols["start"]), dtype=bool)
+    return _sorted_table(cols)
+
+
+def _read_copies(db: sqlite3.Connection, schema: _Schema, path: Path) -> Table:
+    parts = []
+    for table, is_memset in ((MEMCPY, False), (MEMSET, True)):
+        if not schema.has(table):
+            continue
+        fields = {
+            "start": "start", "end": '"end"', "device": _opt(schema, table, "deviceId", 0),
+            "stream": _opt(schema, table, "streamId"), "correlation": _opt(schema, table, "correlationId"),
+            "pid": _pid_expr(schema, table), "bytes": _opt(schema, table, "bytes", 0),
+            "cupti_kind": "-1" if is_memset else _opt(schema, table, "copyKind", 0),
+        }
+        cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {table}", list(fields))
+        _check_durations(cols, table, path)
+        parts.append(cols)
+    if not parts:
+        return _sorted_table({k: np.zeros(0, np.int64) for k in ("start", "end", "device", "stream", "correlation", "pid", "bytes", "kind")})
+    cols = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    cupti = cols.pop("cupti_kind")
+    kind = np.full(len(cupti), int(CopyKind.other), dtype=np.int8)
+    for code, ours in _COPY_KINDS.items():
+        kind[cupti == code] = int(ours)
+    kind[cupti == -1] = int(CopyKind.memset)
+    cols["kind"] = kind
+    return _sorted_table(cols)
+
+
+# --- ranks ----------------------------------------------------------------------------------
+
+
+def _physical_gpu(db: sqlite3.Connection, schema: _Schema) -> dict[tuple[int, int], int]:
+    """(pid, CUDA device id as the process saw it) -> physical GPU id, where nsys recorded it."""
+    table = "TARGET_INFO_CUDA_DEVICE"
+    if not all(schema.has(table, c) for c in ("gpuId", "cudaId", "pid")):
+        return {}
+    return {(int(pid), int(cuda)): int(gpu) for gpu, cuda, pid in db.execute(f"SELECT gpuId, cudaId, pid FROM {table}")}
+
+
+def _rank_keys(kernels: Table, graphs: Table | None, copies: Table, physical: dict) -> list[tuple[int, int, int]]:
+    """Sorted (physical GPU, pid, device) triples of everything that ran GPU work."""
+    pairs: set[tuple[int, int]] = set()
+    for table in (kernels, graphs, copies):
+        if table is not None and len(table):
+            pairs.update(zip(table["pid"].tolist(), table["device"].tolist()))
+    return sorted((physical.get((pid, dev), dev), pid, dev) for pid, dev in pairs)
+
+
+def _select(table: Table | None, pid: int, device: int) -> Table | None:
+    if table is None:
+        return None
+    return table.take(np.flatnonzero((table["pid"] == pid) & (table["device"] == device)))
+
+
+def _concat(kernels: Table, graphs: Table | None) -> Table:
+    if graphs is None or not len(graphs):
+        return kernels
+    cols = {}
+    for key, col in kernels.columns.items():
+        if key in graphs:
+            cols[key] = np.concatenate([col, graphs[key].astype(col.dtype)])
+        else:  # launch geometry and resources are per node; a whole-graph row has none
+            fill = np.full((len(graphs),) + col.shape[1:], -1, dtype=col.dtype)
+            cols[key] = np.concatenate([col, fill])
+    return _sorted_table(cols)
+
+
+# --- host side ------------------------------------------------------------------------------
+
+
+def _empty_runtime() -> Table:
+    cols = {k: np.zeros(0, np.int64) for k in ("start", "end", "pid", "tid", "correlation", "sync_type")}
+    cols.update(name=np.zeros(0, np.int32), kind=np.zeros(0, np.int8))
+    return Table(cols)
+
+
+def _read_runtime(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, notes: list[str]) -> Table | None:
+    if not schema.has(RUNTIME):
+        return None
+    tid_col = "globalTid" if schema.has(RUNTIME, "globalTid") else None
+    fields = {
+        "start": "start", "end": '"end"',
+        "pid": f"COALESCE({_PID_SQL.format(col=tid_col)}, -1)" if tid_col else "-1",
+        "tid": f"COALESCE({_TID_SQL.format(col=tid_col)}, -1)" if tid_col else "-1",
+        "correlation": _opt(schema, RUNTIME, "correlationId"),
+        "name_id": _opt(schema, RUNTIME, "nameId"),
+    }
+    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {RUNTIME}", list(fields))
+    _check_durations(cols, RUNTIME, path)
+    cols["name"] = strings.by_id(cols.pop("name_id"))
+    cols["kind"] = _classify(cols["name"], strings.values)
+    cols["sync_type"] = _sync_types(db, schema, cols)
+    if not schema.has(SYNC):
+        notes.append(f"no {SYNC} table: sync waits known only from API names")
+    return _sorted_table(cols)
+
+
+def _classify(names: np.ndarray, values: list[str]) -> np.ndarray:
+    """Classify each distinct name once, then broadcast to the rows."""
+    unique, inverse = np.unique(names, return_inverse=True)
+    kinds = np.array([int(runtime_kind(values[i])) if i >= 0 else 0 for i in unique], dtype=np.int8)
+    return kinds[inverse] if len(names) else np.zeros(0, np.int8)
+
+
+def _sync_types(db: sqlite3.Connection, schema: _Schema, runtime: dict[str, np.ndarray]) -> np.ndarray:
+    """CUPTI's sync record type per runtime call (1 event, 2 stream-wait-event, 3 stream, 4 context)."""
+    out = np.zeros(len(runtime["start"]), dtype=np.int64)
+    if not schema.has(SYNC) or not schema.has(SYNC, "correlationId"):
+        return out
+    type_col = schema.first(SYNC, "syncType", "deprecatedSyncType")
+    sql = f"SELECT {_pid_expr(schema, SYNC)}, correlationId, {f'COALESCE({type_col}, 0)' if type_col else '0'} FROM {SYNC}"
+    sync = _int_columns(db, sql, ["pid", "correlation", "type"])
+    keys = _join_key(sync["pid"], sync["correlation"], schema.has(SYNC, "globalPid"))
+    mine = _join_key(runtime["pid"], runtime["correlation"], schema.has(SYNC, "globalPid"))
+    index = _lookup(keys, mine)
+    out[index >= 0] = sync["type"][index[index >= 0]]
+    return out
+
+
+def _join_key(pid: np.ndarray, correlation: np.ndarray, use_pid: bool) -> np.ndarray:
+    """Correlation ids repeat across processes; (pid, id) is unique."""
+    return (pid.astype(np.int64) << 32) + correlation if use_pid else correlation.astype(np.int64)
+
+
+def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Index of each query in ``keys`` (first occurrence), -1 when absent."""
+    if not len(keys):
+        return np.full(len(queries), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    pos = np.clip(np.searchsorted(ordered, queries), 0, len(ordered) - 1)
+    return np.where(ordered[pos] == queries, order[pos], -1)
+
+
+def _assign_runtime(runtime: Table | None, rank_keys: list, gpu_tables: list, physical: dict, pid_known: bool) -> np.ndarray:
+    """Rank of each runtime row: the rank of the GPU work it launched, else its process's first rank."""
+    if runtime is None:
+        return np.zeros(0, dtype=np.int64)
+    rank_of = {(pid, dev): rank for rank, (_, pid, dev) in enumerate(rank_keys)}
+    keys, ranks = [], []
+    for table in gpu_tables:
+        if table is None or not len(table):
+            continue
+        rank_col = np.array([rank_of[(p, d)] for p, d in zip(table["pid"].tolist(), table["device"].tolist())], dtype=np.int64)
+        keys.append(_join_key(table["pid"], table["correlation"], pid_known))
+        ranks.append(rank_col)
+    all_keys, all_ranks = np.concatenate(keys), np.concatenate(ranks)
+    hit = _lookup(all_keys, _join_key(runtime["pid"], runtime["correlation"], pid_known))
+    first_rank: dict[int, int] = {}
+    for rank, (_, pid, _) in enumerate(rank_keys):
+        first_rank.setdefault(pid, rank)
+    if pid_known:
+        fallback = np.array([first_rank.get(p, -1) for p in runtime["pid"].tolist()], dtype=np.int64)
+    else:
+        fallback = np.zeros(len(runtime), dtype=np.int64)
+    return np.where(hit >= 0, all_ranks[np.maximum(hit, 0)], fallback)
+
+
+def _link_launches(table: Table, runtime: Table, what: str, notes: list[str]) -> None:
+    """Add the ``launch`` column: row of the launching call in this rank's runtime table."""
+    launch = _lookup(runtime["correlation"], table["correlation"]) if len(runtime) else np.full(len(table), -1, np.int64)
+    table.columns["launch"] = launch
+    missing = int(np.count_nonzero(launch < 0))
+    if missing and len(runtime):
+        notes.append(f"{missing} of {len(table)} {what} have no launch call in the export (launched before its window)")
+
+
+def _read_ranges(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, notes: list[str]) -> Table:
+    if not schema.has(NVTX):
+        return _empty_ranges()
+    text = "text" if schema.has(NVTX, "text") else "NULL"
+    text_id = _opt(schema, NVTX, "textId")
+    types = ", ".join(map(str, _NVTX_RANGE_TYPES))
+    where = f"WHERE eventType IN ({types})" if schema.has(NVTX, "eventType") else ""
+    rows = db.execute(
+        f'SELECT start, "end", COALESCE(globalTid, -1), {text_id}, {_opt(schema, NVTX, "domainId", 0)}, {text} FROM {NVTX} {where}'
+    ).fetchall()
+    open_ended = [r for r in rows if r[1] is None]
+    rows = [r for r in rows if r[1] is not None]
+    if open_ended:
+        notes.append(f"{len(open_ended)} NVTX ranges were still open at the end of the export and were left out")
+    if not rows:
+        return _empty_ranges()
+    ints = np.array([r[:5] for r in rows], dtype=np.int64)
+    cols = {"start": ints[:, 0], "end": ints[:, 1]}
+    _check_durations(cols, NVTX, path)
+    gtid = ints[:, 2]
+    cols["pid"] = np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1)
+    cols["tid"] = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
+    cols["domain"] = ints[:, 4]
+    # Registered strings live in textId with text NULL (NCCL's ranges are all like that).
+    name = strings.by_id(ints[:, 3])
+    inline = np.flatnonzero(np.array([r[5] is not None for r in rows]))
+    if len(inline):
+        name[inline] = strings.intern([str(rows[i][5]) for i in inline])
+    cols["name"] = name
+    return _sorted_table(cols)
+
+
+def _empty_ranges() -> Table:
+    cols = {k: np.zeros(0, np.int64) for k in ("start", "end", "pid", "tid", "domain")}
+    cols["name"] = np.zeros(0, np.int32)
+    return Table(cols)
+
+
+def _ranges_of(ranges: Table, pid: int) -> Table:
+    """NVTX ranges are per process; a process driving two GPUs contributes them to both."""
+    if pid < 0:
+        return ranges.take(np.arange(len(ranges)))
+    return ranges.take(np.flatnonzero(ranges["pid"] == pid))
+
+
+# --- session and devices -------------------------------------------------------------------
+
+
+def _clock_offset(db: sqlite3.Connection, schema: _Schema, notes: list[str]) -> int:
+    """Offset that puts this report's session clock on UTC, so separate reports (one per rank) align."""
+    export = _meta(db, schema, "META_DATA_EXPORT")
+    if export.get("EXPORT_PARAM_TIME_NORMALIZE", "").lower() == "true":
+        return 0
+    table = "TARGET_INFO_SESSION_START_TIME"
+    if schema.has(table, "utcEpochNs"):
+        row = db.execute(f"SELECT * FROM {table} LIMIT 1").fetchone()
+        values = dict(zip([d[0] for d in db.execute(f"SELECT * FROM {table} LIMIT 0").description], row or ()))
+        session_start = values.get("systemClockNs")
+        if session_start is None and schema.has("ANALYSIS_DETAILS", "startTime"):
+            found = db.execute("SELECT startTime FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
+            session_start = found[0] if found else None
+        if values.get("utcEpochNs") is not None and session_start is not None:
+            return int(values["utcEpochNs"]) - int(session_start)
+    notes.append("no session start time: this report's clock cannot be aligned with other reports")
+    return 0
+
+
+def _device_info(db: sqlite3.Connection, schema: _Schema) -> dict[int | None, tuple[str | None, int | None]]:
+    """GPU id -> (name, SM count); key None holds the only GPU when the export has just one."""
+    info: dict[int | None, tuple[str | None, int | None]] = {}
+    if schema.has("TARGET_INFO_GPU", "id"):
+        name = "name" if schema.has("TARGET_INFO_GPU", "name") else "NULL"
+        sms = "smCount" if schema.has("TARGET_INFO_GPU", "smCount") else "NULL"
+        for gpu, gpu_name, sm in db.execute(f"SELECT id, {name}, {sms} FROM TARGET_INFO_GPU"):
+            info[int(gpu)] = (gpu_name, int(sm) if sm is not None else None)
+    if len(info) == 1:
+        info[None] = next(iter(info.values()))
+    return info
+
+
+def _graph_notes(db: sqlite3.Connection, schema: _Schema, kernels: Table, graphs: Table | None, runtime: Table | None) -> list[str]:
+    """Warn when graph replays happened but their kernels are not in the export."""
+    mode = _meta(db, schema, "META_DATA_CAPTURE").get("CUDA_GRAPH_TRACE_OPTIONS:MODE")
+    launches = 0 if runtime is None else int(np.count_nonzero(runtime["kind"] == int(RuntimeKind.graph_launch)))
+    node_kernels = int(np.count_nonzero(kernels["graph_node"] >= 0))
+    whole = 0 if graphs is None else len(graphs)
+    if launches and not node_kernels:
+        detail = f"{whole} graph executions recorded as whole-graph rows" if whole else "their kernels are missing"
+        return [f"{launches} CUDA graph launches but no per-node kernels ({detail}); capture with --cuda-graph-trace=node to see them"]
+    if mode and mode.lower() == "graph" and not launches:
+        return ["captured with --cuda-graph-trace=graph: any CUDA graph replay would show no per-node kernels"]
+    return []

@@ -1,0 +1,272 @@
+"""The Nsight Systems SQLite reader on real exports and on hand-built schema variants."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diagnoser.errors import InputError
+from diagnoser.trace.model import CopyKind, RuntimeKind
+from diagnoser.trace.nsys_sqlite import read_nsys_sqlite, runtime_kind
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+NSYS_AI = SHARED / "data" / "nsys" / "nsys-ai"
+GLOBAL = 1 << 24  # pid field of globalTid / globalPid
+
+
+def real(name: str) -> Path:
+    path = NSYS_AI / name
+    if not path.is_file():
+        pytest.skip(f"shared data absent: {path}")
+    return path
+
+
+def names(trace, table: str) -> list[str]:
+    return [trace.strings[i] for i in getattr(trace, table)["name"]]
+
+
+# --- real exports ---------------------------------------------------------------------------
+
+
+def test_two_gpu_training_export_gives_one_rank_per_gpu_with_joined_launches():
+    ranks = read_nsys_sqlite(real("mfu_2gpu_before.sqlite"))
+    assert [r.rank for r in ranks] == [0, 1]
+    # Row counts checked with sqlite3 by hand: KERNEL 4010 = 1993 (pid 144, dev 0) + 2017 (pid 145, dev 1).
+    assert [len(r.kernels) for r in ranks] == [1993, 2017]
+    assert "pid 144, device 0" in ranks[0].source and "pid 145, device 1" in ranks[1].source
+    # nsys.md: the (pid, correlationId) join matches 3986 of 4010 kernels; 24 launched before the window.
+    unmatched = sum(int(np.count_nonzero(r.kernels["launch"] < 0)) for r in ranks)
+    assert unmatched == 4010 - 3986
+    for r in ranks:
+        k = r.kernels
+        assert np.all(np.diff(k["start"]) >= 0)
+        hit = np.flatnonzero(k["launch"] >= 0)
+        call = k["launch"][hit]
+        assert np.all(r.runtime["correlation"][call] == k["correlation"][hit])
+        # A launch call starts before its kernel does; the kernel runs on the launcher's process.
+        assert np.all(r.runtime["start"][call] <= k["start"][hit])
+        assert set(r.runtime["pid"].tolist()) == {int(k["pid"][0])}
+        kinds = set(r.runtime["kind"][call].tolist())
+        assert kinds <= {int(RuntimeKind.kernel_launch)}
+        assert r.device_sm_count is None and any("TARGET_INFO_GPU" in n for n in r.notes)
+
+
+def test_nccl_kernels_and_registered_nvtx_names_are_read_on_both_gpus():
+    ranks = read_nsys_sqlite(real("mfu_2gpu_before.sqlite"))
+    total = 0
+    for r in ranks:
+        nccl = [i for i, n in enumerate(names(r, "kernels")) if n.startswith("ncclDevKernel_SendRecv")]
+        assert nccl, f"rank {r.rank} has no NCCL kernel"
+        total += len(nccl)
+        durations = r.kernels["end"][nccl] - r.kernels["start"][nccl]
+        assert np.all(durations > 0)
+        # NCCL's NVTX ranges use registered strings (textId, text NULL) in domain 1.
+        range_names = set(names(r, "ranges"))
+        assert {"ncclSend", "ncclRecv", "ncclGroupStart"} <= range_names
+        assert set(r.ranges["domain"].tolist()) == {0, 1}
+    assert total == 66  # 66 ncclDevKernel_SendRecv rows in KERNEL
+
+
+def test_sync_records_and_copy_kinds_are_joined():
+    r = read_nsys_sqlite(real("mfu_2gpu_before.sqlite"))[0]
+    api = names(r, "runtime")
+    syncs = [i for i, n in enumerate(api) if n.startswith("cudaStreamSynchronize")]
+    assert syncs and all(r.runtime["kind"][i] == RuntimeKind.sync for i in syncs)
+    assert all(r.runtime["sync_type"][i] == 3 for i in syncs)  # CUPTI stream synchronize
+    waits = [i for i, n in enumerate(api) if n.startswith("cudaStreamWaitEvent")]
+    assert waits and all(r.runtime["sync_type"][i] == 2 for i in waits)
+    kinds = set(r.copies["kind"].tolist())
+    assert {int(CopyKind.h2d), int(CopyKind.d2d), int(CopyKind.memset)} <= kinds
+
+
+def test_ranks_share_one_session_clock_mapped_to_utc():
+    ranks = read_nsys_sqlite(real("mfu_2gpu_before.sqlite"))
+    # TARGET_INFO_SESSION_START_TIME: utcEpochNs 1779782330176752435, systemClockNs 28254349605.
+    assert {r.clock_offset_ns for r in ranks} == {1779782330176752435 - 28254349605}
+
+
+def test_minimal_synthetic_export_loads_with_notes_of_what_is_missing():
+    (r,) = read_nsys_sqlite(real("healthy_1pct.sqlite"))
+    assert len(r.kernels) == 400 and len(r.runtime) == 400 and len(r.ranges) == 0
+    assert r.device_name == "NVIDIA H100 80GB HBM3"
+    assert set(names(r, "kernels")) == {
+        "void cutlass::gemm_nn_128x128<float>(float*, float*)",
+        "void at::native::elementwise_add<float>(float*, float*)",
+    }
+    assert r.kernels["grid"][0].tolist() == [128, 1, 1] and r.kernels["block"][0].tolist() == [256, 1, 1]
+    assert np.all(r.kernels["launch"] >= 0)
+    joined = " | ".join(r.notes)
+    for missing in ("NVTX_EVENTS", "globalPid", "session start", "SYNCHRONIZATION"):
+        assert missing in joined
+
+
+# --- hand-built schema variants -------------------------------------------------------------
+
+KERNEL_316 = (
+    "start INT, end INT, deviceId INT, contextId INT, streamId INT, correlationId INT, globalPid INT, "
+    "demangledName INT, shortName INT, registersPerThread INT, gridX INT, gridY INT, gridZ INT, "
+    "blockX INT, blockY INT, blockZ INT, staticSharedMemory INT, dynamicSharedMemory INT, graphNodeId INT"
+)
+
+
+def build(path: Path, *, kernel_ddl: str | None = KERNEL_316, extra: str = "") -> Path:
+    """An export in the shape of schema 3.16 (no graphId), two processes on two GPUs."""
+    db = sqlite3.connect(path)
+    db.executescript(
+        f"""
+        CREATE TABLE META_DATA_EXPORT(name TEXT, value TEXT);
+        INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.16.1');
+        CREATE TABLE StringIds(id INT, value TEXT);
+        INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel_v7000'), (2, 'gemm'), (3, 'cudaStreamSynchronize_v3020'),
+            (4, 'ncclAllReduce'), (5, 'cudaGraphLaunch_v10000'), (6, 'ncclDevKernel_AllReduce_Sum_bf16_RING_LL');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME(start INT, end INT, eventClass INT, globalTid INT, correlationId INT, nameId INT);
+        CREATE TABLE TARGET_INFO_GPU(id INT, name TEXT, smCount INT);
+        INSERT INTO TARGET_INFO_GPU VALUES (0, 'GPU-A', 132), (1, 'GPU-B', 114);
+        CREATE TABLE TARGET_INFO_SESSION_START_TIME(utcEpochNs INT, utcTime TEXT);
+        INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (5000000000, 'x');
+        CREATE TABLE ANALYSIS_DETAILS(startTime INT);
+        INSERT INTO ANALYSIS_DETAILS VALUES (1000);
+        CREATE TABLE NVTX_EVENTS(start INT, end INT, eventType INT, text TEXT, globalTid INT, textId INT, domainId INT);
+        {extra}
+        """
+    )
+    if kernel_ddl:
+        db.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL({kernel_ddl})")
+        # Both processes use correlation id 7: only (pid, id) tells the launches apart.
+        rows = [
+            (100, 200, 0, 1, 7, 7, 10 * GLOBAL, 2, 2, 32, 4, 1, 1, 128, 1, 1, 1024, 0, 0),
+            (300, 340, 1, 1, 7, 7, 11 * GLOBAL, 6, 6, 64, 8, 1, 1, 512, 1, 1, 0, 4096, 0),
+        ]
+        db.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * 19)})", rows)
+    db.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?)",
+        [
+            (50, 60, 0, 10 * GLOBAL + 3, 7, 1),  # pid 10 launches its gemm
+            (250, 270, 0, 11 * GLOBAL + 4, 7, 1),  # pid 11 launches its NCCL kernel
+            (400, 900, 0, 11 * GLOBAL + 4, 8, 3),  # pid 11 waits on its stream
+            (10, 20, 0, 99 * GLOBAL + 1, 1, 1),  # a process with no GPU work
+        ],
+    )
+    db.executemany(
+        "INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?)",
+        [
+            (40, 210, 59, "decode_step", 10 * GLOBAL + 3, None, 0),
+            (240, 360, 59, None, 11 * GLOBAL + 4, 4, 1),  # registered string
+            (245, None, 59, "never closed", 11 * GLOBAL + 4, None, 0),
+            (30, None, 34, "a mark", 10 * GLOBAL + 3, None, 0),
+        ],
+    )
+    db.commit()
+    db.close()
+    return path
+
+
+def test_correlation_ids_are_joined_per_process(tmp_path):
+    r0, r1 = read_nsys_sqlite(build(tmp_path / "old.sqlite"))
+    assert (r0.device_name, r0.device_sm_count, r1.device_name, r1.device_sm_count) == ("GPU-A", 132, "GPU-B", 114)
+    assert [r0.runtime["start"][i] for i in r0.kernels["launch"]] == [50]
+    assert [r1.runtime["start"][i] for i in r1.kernels["launch"]] == [250]
+    # The sync launched nothing: it stays with its process's rank; pid 99 ran no GPU work.
+    assert r1.runtime["kind"].tolist() == [RuntimeKind.kernel_launch, RuntimeKind.sync]
+    assert any("1 runtime calls from processes without GPU work" in n for n in r0.notes)
+    assert r0.kernels["registers"].tolist() == [32] and r1.kernels["shared_mem"].tolist() == [4096]
+    assert r0.kernels["graph_node"].tolist() == [-1]
+
+
+def test_nvtx_text_and_text_id_ranges_marks_and_open_ranges(tmp_path):
+    r0, r1 = read_nsys_sqlite(build(tmp_path / "old.sqlite"))
+    assert names(r0, "ranges") == ["decode_step"] and names(r1, "ranges") == ["ncclAllReduce"]
+    assert r1.ranges["domain"].tolist() == [1]
+    assert any("1 NVTX ranges were still open" in n for n in r0.notes)
+
+
+def test_session_start_falls_back_to_analysis_details_on_old_schemas(tmp_path):
+    r0, _ = read_nsys_sqlite(build(tmp_path / "old.sqlite"))
+    assert r0.clock_offset_ns == 5000000000 - 1000
+
+
+def test_physical_gpu_ids_order_the_ranks(tmp_path):
+    extra = """
+        CREATE TABLE TARGET_INFO_CUDA_DEVICE(gpuId INT, cudaId INT, pid INT, numMultiprocessors INT);
+        INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (1, 0, 10, 114), (0, 1, 11, 132);
+    """
+    r0, r1 = read_nsys_sqlite(build(tmp_path / "swapped.sqlite", extra=extra))
+    # pid 11 drives physical GPU 0, so it is rank 0 even though its CUDA device id is 1.
+    assert int(r0.kernels["pid"][0]) == 11 and int(r1.kernels["pid"][0]) == 10
+    assert r0.device_name == "GPU-A"
+
+
+def test_graph_mode_rows_stand_in_for_their_kernels(tmp_path):
+    extra = f"""
+        CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE(start INT, end INT, deviceId INT, streamId INT,
+            correlationId INT, globalPid INT, graphId INT, graphExecId INT);
+        INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (1000, 1500, 0, 7, 20, {10 * GLOBAL}, 3, 4);
+        INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (900, 950, 0, {10 * GLOBAL + 3}, 20, 5);
+    """
+    r0, _ = read_nsys_sqlite(build(tmp_path / "graph.sqlite", extra=extra))
+    assert r0.kernels["whole_graph"].tolist() == [False, True]
+    assert names(r0, "kernels")[1].startswith("CUDA graph 3")
+    assert r0.kernels["grid"][1].tolist() == [-1, -1, -1]
+    launch = r0.kernels["launch"][1]
+    assert r0.runtime["kind"][launch] == RuntimeKind.graph_launch
+    assert any("1 CUDA graph launches but no per-node kernels" in n for n in r0.notes)
+
+
+def test_runtime_names_are_classified_without_version_suffixes():
+    assert runtime_kind("cudaLaunchKernel_v7000") is RuntimeKind.kernel_launch
+    assert runtime_kind("cudaLaunchKernelExC_v11060") is RuntimeKind.kernel_launch
+    assert runtime_kind("cuLaunchKernelEx") is RuntimeKind.kernel_launch
+    assert runtime_kind("cudaGraphLaunch_v10000") is RuntimeKind.graph_launch
+    assert runtime_kind("cudaEventSynchronize_v3020") is RuntimeKind.sync
+    assert runtime_kind("cudaMemcpyAsync_v3020") is RuntimeKind.memcpy
+    assert runtime_kind("cudaMemsetAsync_v3020") is RuntimeKind.memset
+    assert runtime_kind("cudaEventQuery_v3020") is RuntimeKind.other
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_export_without_kernel_table_is_an_input_error(tmp_path):
+    path = build(tmp_path / "nokernel.sqlite", kernel_ddl=None)
+    with pytest.raises(InputError, match=r"nokernel\.sqlite: no CUPTI_ACTIVITY_KIND_KERNEL table"):
+        read_nsys_sqlite(path)
+
+
+def test_negative_kernel_duration_is_an_input_error(tmp_path):
+    path = build(tmp_path / "neg.sqlite")
+    db = sqlite3.connect(path)
+    db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 5 WHERE deviceId = 1')
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match=r"neg\.sqlite: 1 rows of CUPTI_ACTIVITY_KIND_KERNEL end before they start"):
+        read_nsys_sqlite(path)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [(b"", "empty file"), (b'{"traceEvents": []}', "not an SQLite database")],
+)
+def test_empty_or_foreign_files_are_input_errors(tmp_path, content, problem):
+    path = tmp_path / "bad.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=problem):
+        read_nsys_sqlite(path)
+
+
+def test_truncated_export_is_an_input_error(tmp_path):
+    whole = build(tmp_path / "whole.sqlite").read_bytes()
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(whole[: len(whole) // 3])
+    with pytest.raises(InputError, match=r"cut\.sqlite: "):
+        read_nsys_sqlite(cut)
+
+
+def test_reading_never_modifies_the_export(tmp_path):
+    path = build(tmp_path / "keep.sqlite")
+    before = path.read_bytes(), path.stat().st_mtime_ns
+    read_nsys_sqlite(path)
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.sqlite"]
