@@ -1,0 +1,112 @@
+"""Collectives probe: real torchrun + gloo ranks, and the timeline arithmetic by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from diagnoser.errors import InputError
+from diagnoser.models.observations import CollectiveObs
+from diagnoser.probes import collectives
+from diagnoser.probes.base import ProbeContext, ProbeSkipped
+from diagnoser.probes.collective_timeline import CallRecord, bus_bandwidth_gbs, summarise
+
+MS = 1_000_000  # ns
+
+
+def rec(rank, iteration, arrival_ms, departure_ms, compute_ms, op="all_reduce", size=1024):
+    return CallRecord(
+        rank=rank,
+        op=op,
+        message_bytes=size,
+        iteration=iteration,
+        arrival_ns=int(arrival_ms * MS),
+        departure_ns=int(departure_ms * MS),
+        compute_ns=int(compute_ms * MS),
+    )
+
+
+def test_timeline_splits_wait_from_transfer_by_hand():
+    # Three ranks. Iteration 0: arrivals 0, 2, 10 ms; all leave at 11 ms (rank 2 late by 8 ms
+    # over rank 1, transfer 1 ms). Iteration 1: arrivals 20, 21, 26; departures 27, 27, 28.
+    records = [
+        rec(0, 0, 0, 11, 1), rec(1, 0, 2, 11, 3), rec(2, 0, 10, 11, 9),
+        rec(0, 1, 20, 27, 2), rec(1, 1, 21, 27, 4), rec(2, 1, 26, 28, 12),
+    ]  # fmt: skip
+    (s,) = summarise(records, group_size=3)
+    assert s.iterations == 2 and s.late_rank == 2 and s.late_fraction == 1.0
+    # intervals: 11 - 0 = 11 and 28 - 20 = 8 -> median 9.5
+    assert s.interval_ms == pytest.approx(9.5)
+    # transfer per iteration = median over ranks of departure - last arrival: 1 and median(1,1,2)=1
+    assert s.transfer_ms == pytest.approx(1.0)
+    # wait = last - first: 10 and 6 -> median 8
+    assert s.wait_ms == pytest.approx(8.0)
+    # rank 2 alone held the call up by 10-2 = 8 and 26-21 = 5 ms -> median 6.5, mean 6.5
+    assert s.late_by_ms == pytest.approx(6.5)
+    assert s.hold_up_ms == pytest.approx([0.0, 0.0, 6.5])
+    # rank 0 waited 10 and 6 -> 8; rank 1 waited 8 and 5 -> 6.5; rank 2 never waited
+    assert s.mean_wait_ms == pytest.approx([8.0, 6.5, 0.0])
+    # late rank's prior work: median(9, 12) = 10.5; others: median(1, 3, 2, 4) = 2.5
+    assert s.preceding_compute_ms == pytest.approx(10.5)
+    assert s.extra_compute_ms == pytest.approx(8.0)
+    # bus bandwidth: 1024 B * 2*(3-1)/3 over 1 ms = 1.365 MB/s
+    assert s.bus_bandwidth_gbs == pytest.approx(1024 * 4 / 3 / 1e-3 / 1e9)
+
+
+def test_timeline_drops_iterations_missing_a_rank():
+    records = [rec(0, 0, 0, 5, 0), rec(1, 0, 3, 5, 3), rec(0, 1, 10, 12, 5)]
+    (s,) = summarise(records, group_size=2)
+    assert s.iterations == 1 and s.late_rank == 1 and s.wait_ms == pytest.approx(3.0)
+
+
+def test_bus_bandwidth_conventions():
+    assert bus_bandwidth_gbs("all_to_all", 8_000_000, 4, 1.0) == pytest.approx(8e6 * 0.75 / 1e-3 / 1e9)
+    assert bus_bandwidth_gbs("broadcast", 1000, 2, 1.0) is None
+    assert bus_bandwidth_gbs("all_reduce", 1000, 2, 0.0) is None
+
+
+def test_message_sizes_follow_decode_shapes():
+    # batch x hidden x 2 bytes (bf16): 8 x 7168 x 2 = 114688
+    assert collectives.message_sizes({"hidden": 7168, "batch_sizes": [1, 8]}) == [14336, 114688]
+    assert collectives.message_sizes({"message_bytes": [4096]}) == [4096]
+    with pytest.raises(InputError, match="message size"):
+        collectives.message_sizes({"message_bytes": [0]})
+
+
+def test_bad_options_are_input_errors(tmp_path):
+    with pytest.raises(InputError, match="delay_rank 5"):
+        collectives.torchrun_command(tmp_path, "gloo", 2, [1024], {"delay_rank": 5}, 10)
+    with pytest.raises(InputError, match="unknown op"):
+        collectives.torchrun_command(tmp_path, "gloo", 2, [1024], {"collective_ops": ["broadcast"]}, 10)
+
+
+def test_single_rank_is_skipped():
+    with pytest.raises(ProbeSkipped, match="at least 2 ranks"):
+        collectives.run(ProbeContext(options={"ranks": 1}))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_gloo_ranks_attribute_injected_delay_to_rank_1():
+    ctx = ProbeContext(
+        device="cpu",
+        timeout_s=120,
+        options={"ranks": 2, "delay_rank": 1, "delay_ms": 20, "collective_iterations": 8, "batch_sizes": [8], "hidden": 4096},
+    )
+    facts = collectives.run(ctx)
+    assert facts["backend"] == "gloo" and facts["world_size"] == 2
+    assert facts["injected_delay"] == {"rank": 1, "ms": 20.0}
+    assert facts["late_rank"] == 1
+    assert {c["op"] for c in facts["collectives"]} == {"all_reduce", "all_to_all"}
+    for item in facts["collectives"]:
+        assert item["message_bytes"] == 8 * 4096 * 2
+        assert item["late_rank"] == 1
+        assert item["late_by_ms"] == pytest.approx(20.0, rel=0.2)
+        assert item["hold_up_ms"][1] == pytest.approx(20.0, rel=0.2)
+        assert item["hold_up_ms"][0] < 2.0
+        assert item["mean_wait_ms"][0] == pytest.approx(20.0, rel=0.2)
+        assert item["extra_compute_ms"] == pytest.approx(20.0, rel=0.2)
+        assert item["interval_ms"] >= item["wait_ms"] + item["transfer_ms"] * 0.5
+    (obs,) = [o for o in collectives.to_observations(facts)["collectives"] if o.op == "all_reduce"]
+    assert isinstance(obs, CollectiveObs) and obs.late_rank == 1 and obs.implementation == "gloo"
+    assert obs.wait_ms == pytest.approx(20.0, rel=0.2)
