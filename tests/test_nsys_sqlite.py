@@ -28,6 +28,13 @@ def names(trace, table: str) -> list[str]:
     return [trace.strings[i] for i in getattr(trace, table)["name"]]
 
 
+def launch_rows(trace) -> np.ndarray:
+    """Row of each kernel's launching call in the rank's runtime table (-1 when absent)."""
+    calls = {int(c): i for i, c in enumerate(trace.runtime["correlation"])}
+    assert len(calls) == len(trace.runtime), "correlation ids must be unique within a rank"
+    return np.array([calls.get(int(c), -1) for c in trace.kernels["correlation"]], dtype=np.int64)
+
+
 # --- real exports ---------------------------------------------------------------------------
 
 
@@ -38,14 +45,18 @@ def test_two_gpu_training_export_gives_one_rank_per_gpu_with_joined_launches():
     assert [len(r.kernels) for r in ranks] == [1993, 2017]
     assert "pid 144, device 0" in ranks[0].source and "pid 145, device 1" in ranks[1].source
     # nsys.md: the (pid, correlationId) join matches 3986 of 4010 kernels; 24 launched before the window.
-    unmatched = sum(int(np.count_nonzero(r.kernels["launch"] < 0)) for r in ranks)
+    unmatched = sum(int(np.count_nonzero(launch_rows(r) < 0)) for r in ranks)
     assert unmatched == 4010 - 3986
+    assert [n for n in ranks[0].notes if "launch call" in n] == [
+        "12 of 1993 kernels have no launch call in the export (launched before its window)",
+        "4 of 643 copies have no launch call in the export (launched before its window)",
+    ]
     for r in ranks:
         k = r.kernels
         assert np.all(np.diff(k["start"]) >= 0)
-        hit = np.flatnonzero(k["launch"] >= 0)
-        call = k["launch"][hit]
-        assert np.all(r.runtime["correlation"][call] == k["correlation"][hit])
+        launch = launch_rows(r)
+        hit = np.flatnonzero(launch >= 0)
+        call = launch[hit]
         # A launch call starts before its kernel does; the kernel runs on the launcher's process.
         assert np.all(r.runtime["start"][call] <= k["start"][hit])
         assert set(r.runtime["pid"].tolist()) == {int(k["pid"][0])}
@@ -96,8 +107,8 @@ def test_minimal_synthetic_export_loads_with_notes_of_what_is_missing():
         "void cutlass::gemm_nn_128x128<float>(float*, float*)",
         "void at::native::elementwise_add<float>(float*, float*)",
     }
-    assert r.kernels["grid"][0].tolist() == [128, 1, 1] and r.kernels["block"][0].tolist() == [256, 1, 1]
-    assert np.all(r.kernels["launch"] >= 0)
+    assert r.kernels["grid"][0] == 128 and r.kernels["block"][0] == 256
+    assert np.all(launch_rows(r) >= 0)
     joined = " | ".join(r.notes)
     for missing in ("NVTX_EVENTS", "globalPid", "session start", "SYNCHRONIZATION"):
         assert missing in joined
@@ -167,8 +178,10 @@ def build(path: Path, *, kernel_ddl: str | None = KERNEL_316, extra: str = "") -
 def test_correlation_ids_are_joined_per_process(tmp_path):
     r0, r1 = read_nsys_sqlite(build(tmp_path / "old.sqlite"))
     assert (r0.device_name, r0.device_sm_count, r1.device_name, r1.device_sm_count) == ("GPU-A", 132, "GPU-B", 114)
-    assert [r0.runtime["start"][i] for i in r0.kernels["launch"]] == [50]
-    assert [r1.runtime["start"][i] for i in r1.kernels["launch"]] == [250]
+    assert [r0.runtime["start"][i] for i in launch_rows(r0)] == [50]
+    assert [r1.runtime["start"][i] for i in launch_rows(r1)] == [250]
+    # Launch geometry is CTAs per launch and threads per CTA: gridX*gridY*gridZ, blockX*blockY*blockZ.
+    assert r1.kernels["grid"].tolist() == [8] and r1.kernels["block"].tolist() == [512]
     # The sync launched nothing: it stays with its process's rank; pid 99 ran no GPU work.
     assert r1.runtime["kind"].tolist() == [RuntimeKind.kernel_launch, RuntimeKind.sync]
     assert any("1 runtime calls from processes without GPU work" in n for n in r0.notes)
@@ -209,8 +222,8 @@ def test_graph_mode_rows_stand_in_for_their_kernels(tmp_path):
     r0, _ = read_nsys_sqlite(build(tmp_path / "graph.sqlite", extra=extra))
     assert r0.kernels["whole_graph"].tolist() == [False, True]
     assert names(r0, "kernels")[1].startswith("CUDA graph 3")
-    assert r0.kernels["grid"][1].tolist() == [-1, -1, -1]
-    launch = r0.kernels["launch"][1]
+    assert r0.kernels["grid"][1] == -1 and r0.kernels["registers"][1] == -1
+    launch = launch_rows(r0)[1]
     assert r0.runtime["kind"][launch] == RuntimeKind.graph_launch
     assert any("1 CUDA graph launches but no per-node kernels" in n for n in r0.notes)
 

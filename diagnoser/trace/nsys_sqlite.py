@@ -15,13 +15,12 @@ processes see device 0) it is the order of the pids, which is the launch order o
 
 Launches. CUPTI correlation ids are per process, so GPU work is joined to its runtime/driver
 call on (pid, correlationId). Runtime rows go to the rank whose GPU work they launched; rows
-that launched nothing (syncs, event calls) go to the process's first rank. The ``launch``
-column of kernels and copies is the row index of that call in the rank's runtime table (-1
-when it fell before the exported window).
+that launched nothing (syncs, event calls) go to the process's first rank. Within one rank
+correlation ids are then unique, so analyses join launches on ``correlation`` alone.
 
 Columns added on top of ``diagnoser.trace.model``: kernels ``graph_node`` / ``graph_id``
 (-1 outside graphs) and ``whole_graph`` (a graph-mode ``GRAPH_TRACE`` row standing for a whole
-graph execution whose node kernels were not traced), kernels/copies ``launch``, runtime
+graph execution whose node kernels were not traced), ``pid`` on kernels and copies, runtime
 ``sync_type`` (CUPTI sync record type, 0 when none), ranges ``domain`` (NVTX domain id).
 """
 
@@ -188,8 +187,8 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
         rank_runtime = runtime.take(np.flatnonzero(runtime_rank == rank)) if runtime is not None else _empty_runtime()
         rank_ranges = _ranges_of(ranges, pid)
         rank_notes = list(notes)
-        _link_launches(rank_kernels, rank_runtime, "kernels", rank_notes)
-        _link_launches(rank_copies, rank_runtime, "copies", rank_notes)
+        _note_unlaunched(rank_kernels, rank_runtime, "kernels", rank_notes)
+        _note_unlaunched(rank_copies, rank_runtime, "copies", rank_notes)
         name, sm_count = devices.get(gpu, devices.get(None, (None, None)))
         traces.append(
             RankTrace(
@@ -310,9 +309,9 @@ def _read_kernels(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
     cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {KERNEL}", list(fields))
     _check_durations(cols, KERNEL, path)
     cols["name"] = strings.by_id(cols.pop("name_id"))
-    if has_dims:
-        cols["grid"] = np.stack([cols.pop(d) for d in dims[:3]], axis=1)
-        cols["block"] = np.stack([cols.pop(d) for d in dims[3:]], axis=1)
+    if has_dims:  # the model wants CTAs per launch and threads per CTA
+        cols["grid"] = np.prod(np.stack([cols.pop(d) for d in dims[:3]]), axis=0)
+        cols["block"] = np.prod(np.stack([cols.pop(d) for d in dims[3:]]), axis=0)
     cols["whole_graph"] = np.zeros(len(cols["start"]), dtype=bool)
     return _sorted_table(cols)
 
@@ -396,7 +395,7 @@ def _concat(kernels: Table, graphs: Table | None) -> Table:
         if key in graphs:
             cols[key] = np.concatenate([col, graphs[key].astype(col.dtype)])
         else:  # launch geometry and resources are per node; a whole-graph row has none
-            fill = np.full((len(graphs),) + col.shape[1:], -1, dtype=col.dtype)
+            fill = np.full(len(graphs), -1, dtype=col.dtype)
             cols[key] = np.concatenate([col, fill])
     return _sorted_table(cols)
 
@@ -492,12 +491,12 @@ def _assign_runtime(runtime: Table | None, rank_keys: list, gpu_tables: list, ph
     return np.where(hit >= 0, all_ranks[np.maximum(hit, 0)], fallback)
 
 
-def _link_launches(table: Table, runtime: Table, what: str, notes: list[str]) -> None:
-    """Add the ``launch`` column: row of the launching call in this rank's runtime table."""
-    launch = _lookup(runtime["correlation"], table["correlation"]) if len(runtime) else np.full(len(table), -1, np.int64)
-    table.columns["launch"] = launch
-    missing = int(np.count_nonzero(launch < 0))
-    if missing and len(runtime):
+def _note_unlaunched(table: Table, runtime: Table, what: str, notes: list[str]) -> None:
+    """Say how much GPU work has no launching call: it was issued before the exported window."""
+    if not len(runtime):
+        return
+    missing = int(np.count_nonzero(_lookup(runtime["correlation"], table["correlation"]) < 0))
+    if missing:
         notes.append(f"{missing} of {len(table)} {what} have no launch call in the export (launched before its window)")
 
 
