@@ -1,0 +1,207 @@
+"""From ranks' traces to one analysis: steps, the per-rank budget, the critical rank, collectives.
+
+    analyze_traces(traces, step_range=None) -> Analysis
+
+Format-agnostic: it takes ``RankTrace`` objects, whichever reader filled them. Ranks are put
+on a common clock (each trace's ``clock_offset_ns``); steps are matched across ranks by name
+when names are unique (``ProfilerStep#551``), else by order. A synchronized step is limited by
+its slowest rank: ranks that wait for a late peer show the wait as communication, so the
+critical rank is the one with the most time outside exposed communication. The representative
+step is the one whose critical-rank time is the median.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from diagnoser.trace import intervals as iv
+from diagnoser.trace.breakdown import comm_comp_overlap, temporal_breakdown
+from diagnoser.trace.budget import PARTS, budget_parts, host_blocking, step_window
+from diagnoser.trace.collectives import match_collectives, rank_collectives
+from diagnoser.trace.graphs import graph_replay
+from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
+from diagnoser.trace.model import RankTrace
+from diagnoser.trace.ops import IS_KERNEL, DeviceOps, device_ops
+from diagnoser.trace.steps import Segmentation, segment_steps
+
+
+class HtaView(BaseModel):
+    """HTA's temporal breakdown of the step's own device work (for cross-checking, µs)."""
+
+    span_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    comm_comp_overlap: float | None = Field(description="fraction of communication time overlapped by compute")
+
+
+class RankStep(BaseModel):
+    rank: int
+    step: str
+    key: str
+    window_start_ns: int = Field(description="on the common clock")
+    window_ns: int
+    parts_ns: dict[str, int] = Field(description="non-overlapping parts; they sum to window_ns")
+    segments: dict[str, list[tuple[int, int]]] = Field(default_factory=dict, exclude=True)
+    kernels: int
+    graph_status: str
+    graph_launches: int
+    kernel_launches: int
+    graph_kernels: int
+    hta: HtaView
+
+
+class StepSummary(BaseModel):
+    key: str
+    ranks: list[int]
+    critical_rank: int
+    step_ms: float = Field(description="window of the critical rank")
+
+
+class CollectiveRow(BaseModel):
+    step: str
+    op: str
+    implementation: str
+    ordinal: int
+    ranks: list[int]
+    interval_us: float
+    wait_us: float = Field(description="first to last arrival")
+    transfer_us: float = Field(description="last arrival to median departure")
+    late_rank: int
+    late_rank_compute_us: float
+
+
+class Analysis(BaseModel):
+    sources: list[str]
+    ranks: list[int]
+    method: str
+    steps: list[StepSummary]
+    rank_steps: list[RankStep]
+    representative: str | None
+    median_step_ms: float | None
+    step_spread_ms: float | None = Field(description="p90 - p10 of critical-rank step times")
+    kernel_table: list[KernelClassRow] = Field(description="critical rank, all steps")
+    collectives: list[CollectiveRow]
+    kernel_sum_across_ranks_ms: float = Field(description="sum of kernel durations over ranks and steps: NOT elapsed time")
+    unassigned_ops: dict[int, int] = Field(description="per rank: device ops that belong to no step")
+    notes: list[str]
+
+    def budget(self, rank: int | None = None, key: str | None = None) -> RankStep | None:
+        key = key or self.representative
+        if rank is None:
+            rank = next((s.critical_rank for s in self.steps if s.key == key), None)
+        return next((r for r in self.rank_steps if r.key == key and r.rank == rank), None)
+
+
+def _keys(seg: Segmentation) -> list[str]:
+    names = [s.name for s in seg.steps]
+    return names if len(set(names)) == len(names) else [f"#{s.ordinal}" for s in seg.steps]
+
+
+def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet) -> RankStep | None:
+    step = seg.steps[i]
+    window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None)
+    if window is None:
+        return None
+    lo, hi, tail = window
+    parts = budget_parts(ops, blocking, lo, hi, tail)
+    hta = temporal_breakdown(ops, step.ops)
+    replay = graph_replay(trace, ops, step)
+    return RankStep(
+        rank=trace.rank,
+        step=step.name,
+        key=key,
+        window_start_ns=lo + trace.clock_offset_ns,
+        window_ns=hi - lo,
+        parts_ns={p: iv.total(parts[p]) for p in PARTS},
+        segments={p: list(zip(parts[p][0].tolist(), parts[p][1].tolist())) for p in PARTS},
+        kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
+        graph_status=replay.status.value,
+        graph_launches=replay.graph_launches,
+        kernel_launches=replay.kernel_launches,
+        graph_kernels=replay.graph_kernels,
+        hta=HtaView(
+            span_us=hta.span_ns / 1000,
+            idle_us=hta.idle_ns / 1000,
+            compute_us=hta.compute_ns / 1000,
+            non_compute_us=hta.non_compute_ns / 1000,
+            comm_comp_overlap=comm_comp_overlap(ops, step.ops),
+        ),
+    )
+
+
+def analyze_traces(traces: list[RankTrace], step_range: str | None = None) -> Analysis:
+    notes: list[str] = []
+    per_rank = []
+    for trace in traces:
+        ops = device_ops(trace)
+        seg = segment_steps(trace, ops, step_range)
+        notes += [f"rank {trace.rank}: {n}" for n in trace.notes + seg.notes]
+        per_rank.append((trace, ops, seg, _keys(seg)))
+    methods = {seg.method for _, _, seg, _ in per_rank}
+    if len(methods) > 1:
+        notes.append(f"ranks were segmented differently ({', '.join(sorted(methods))})")
+
+    rank_steps: list[RankStep] = []
+    arrivals: dict[str, list] = {}
+    for trace, ops, seg, keys in per_rank:
+        blocking = host_blocking(trace)
+        for i, key in enumerate(keys):
+            row = _rank_step(trace, ops, seg, i, key, blocking)
+            if row is None:
+                notes.append(f"rank {trace.rank}: step {key} launched no device work; no budget")
+                continue
+            rank_steps.append(row)
+            arrivals.setdefault(key, []).append(rank_collectives(trace, ops, seg.steps[i]))
+
+    ordered_keys = list(dict.fromkeys(r.key for r in rank_steps))
+    summaries = []
+    for key in ordered_keys:
+        rows = [r for r in rank_steps if r.key == key]
+        critical = max(rows, key=lambda r: (r.window_ns - r.parts_ns["exposed_comm"], r.window_ns))
+        summaries.append(StepSummary(key=key, ranks=[r.rank for r in rows], critical_rank=critical.rank, step_ms=critical.window_ns / 1e6))
+
+    times = np.array([s.step_ms for s in summaries])
+    representative = None
+    if len(times):
+        representative = summaries[int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])].key
+    collectives = [
+        CollectiveRow(
+            step=key,
+            op=c.op,
+            implementation=c.implementation,
+            ordinal=c.ordinal,
+            ranks=list(c.ranks),
+            interval_us=c.interval_ns / 1000,
+            wait_us=c.wait_ns / 1000,
+            transfer_us=c.transfer_ns / 1000,
+            late_rank=c.late_rank,
+            late_rank_compute_us=c.late_rank_compute_ns / 1000,
+        )
+        for key, per in arrivals.items()
+        for c in match_collectives(per)
+    ]
+    critical_rank = next((s.critical_rank for s in summaries if s.key == representative), None)
+    table: list[KernelClassRow] = []
+    for trace, ops, seg, _ in per_rank:
+        if trace.rank == critical_rank:
+            table = kernel_table(trace, ops, seg.steps)
+    kernel_sum = sum(
+        float((t.kernels["end"] - t.kernels["start"]).sum()) / 1e6 for t, _, seg, _ in per_rank if len(t.kernels)
+    )
+    return Analysis(
+        sources=[t.source for t in traces],
+        ranks=[t.rank for t in traces],
+        method="/".join(sorted(methods)),
+        steps=summaries,
+        rank_steps=rank_steps,
+        representative=representative,
+        median_step_ms=float(np.median(times)) if len(times) else None,
+        step_spread_ms=float(np.percentile(times, 90) - np.percentile(times, 10)) if len(times) else None,
+        kernel_table=table,
+        collectives=collectives,
+        kernel_sum_across_ranks_ms=kernel_sum,
+        unassigned_ops={t.rank: seg.unassigned for t, _, seg, _ in per_rank},
+        notes=notes,
+    )

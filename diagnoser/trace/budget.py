@@ -1,0 +1,86 @@
+"""The critical-path budget of one step on one rank: elapsed time split into parts that do not overlap.
+
+    host_blocking(trace) -> IntervalSet
+    step_window(ops, step, next_step) -> (lo, hi, tail_from) | None
+    budget_parts(ops, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]
+
+The window runs from the step's first device op to the next step's first device op (so the
+gap between steps, where sampling and scheduling happen, belongs to the step that caused it);
+the last step ends at its last device op. Every instant of the window gets exactly one label,
+in this order of precedence:
+
+* ``device``: some compute/memory kernel or copy runs (D2H copies excepted, see ``host``);
+* ``exposed_comm``: only communication runs;
+* ``host``: a device-to-host copy runs, or the GPU is idle while the host sits in a blocking
+  call (stream/device/event synchronize, synchronous memcpy), or the GPU is idle after the
+  step's last op with the next launch not yet issued (CPU gap between steps);
+* ``launch``: the GPU is idle inside the step and the next op's launch call has not returned
+  yet: the host is the bottleneck;
+* ``queue``: the GPU is idle although the next op was already launched: it waits on a
+  dependency (another stream, an event, a peer), not on the host.
+
+HTA's "launch delay" (kernel start minus launch-call end) mixes the last two; splitting them
+is deliberate: more graph capture shrinks ``launch``, not ``queue``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnoser.trace import intervals as iv
+from diagnoser.trace.model import RankTrace, RuntimeKind
+from diagnoser.trace.ops import DeviceOps
+from diagnoser.trace.steps import Step
+
+PARTS = ("device", "exposed_comm", "launch", "queue", "host")
+
+
+def host_blocking(trace: RankTrace) -> iv.IntervalSet:
+    """Host calls that block until the device catches up."""
+    rt = trace.runtime
+    if not len(rt):
+        return iv.EMPTY
+    names = np.array([not trace.strings[i].endswith("Async") for i in range(len(trace.strings))], dtype=bool)
+    blocking = (rt["kind"] == RuntimeKind.sync) | ((rt["kind"] == RuntimeKind.memcpy) & names[rt["name"]])
+    return iv.merge(rt["start"][blocking], rt["end"][blocking])
+
+
+def step_window(ops: DeviceOps, step: Step, next_step: Step | None) -> tuple[int, int, int] | None:
+    if not len(step.ops):
+        return None
+    lo = int(ops.start[step.ops].min())
+    last_end = int(ops.end[step.ops].max())
+    hi = last_end
+    if next_step is not None and len(next_step.ops):
+        following = int(ops.start[next_step.ops].min())
+        if following > lo:
+            hi = following
+    return lo, hi, min(last_end, hi)
+
+
+def budget_parts(ops: DeviceOps, host_block: iv.IntervalSet, lo: int, hi: int, tail_from: int) -> dict[str, iv.IntervalSet]:
+    compute_rows = ~ops.is_comm & ~ops.is_d2h
+    compute = iv.clip(iv.merge(ops.start[compute_rows], ops.end[compute_rows]), lo, hi)
+    d2h = iv.subtract(iv.clip(iv.merge(ops.start[ops.is_d2h], ops.end[ops.is_d2h]), lo, hi), compute)
+    comm = iv.subtract(iv.subtract(iv.clip(iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]), lo, hi), compute), d2h)
+    busy = iv.union(iv.union(compute, d2h), comm)
+    idle = iv.subtract((np.array([lo], np.int64), np.array([hi], np.int64)), busy)
+
+    gap_start, gap_end = idle
+    nxt = np.searchsorted(ops.start, gap_end, side="left")  # the op whose start ends the gap
+    has_next = nxt < len(ops)
+    issued = np.where(has_next, ops.launch_end[np.minimum(nxt, len(ops) - 1)] if len(ops) else -1, gap_end)
+    issued = np.where(issued < 0, gap_start, issued)  # no launch call recorded: treat as already issued
+    issued = np.clip(issued, gap_start, gap_end)
+    not_issued = iv.merge(gap_start[issued > gap_start], issued[issued > gap_start])
+    waiting = iv.merge(issued[gap_end > issued], gap_end[gap_end > issued])
+
+    tail = (np.array([tail_from], np.int64), np.array([max(hi, tail_from)], np.int64))
+    host_idle = iv.union(iv.intersect(not_issued, host_block), iv.intersect(not_issued, tail))
+    return {
+        "device": compute,
+        "exposed_comm": comm,
+        "launch": iv.subtract(not_issued, host_idle),
+        "queue": waiting,
+        "host": iv.union(host_idle, d2h),
+    }

@@ -1,0 +1,52 @@
+"""CUDA-graph replay status of a step, from graph launches versus eager kernel launches.
+
+    graph_replay(trace, ops, step) -> GraphReplay
+
+Decode at small batch is launch-bound unless the step replays a captured graph, and engines
+fall back to eager mode silently (a batch size that was not captured, a feature that breaks
+capture). Counting both kinds of launch inside the step's host window tells which happened.
+Kernels replayed by a graph are counted (they share the graph launch's correlation id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnoser.models.observations import GraphStatus
+from diagnoser.trace.model import RankTrace, RuntimeKind
+from diagnoser.trace.ops import IS_KERNEL, DeviceOps
+from diagnoser.trace.steps import Step
+
+
+@dataclass(frozen=True)
+class GraphReplay:
+    status: GraphStatus
+    graph_launches: int
+    kernel_launches: int  # eager launch calls
+    graph_kernels: int  # kernels the graph launches replayed
+
+
+def graph_replay(trace: RankTrace, ops: DeviceOps, step: Step) -> GraphReplay:
+    rt = trace.runtime
+    if len(rt):
+        inside = (rt["start"] >= step.host_start) & (rt["start"] < step.host_end)
+        graphs = int((inside & (rt["kind"] == RuntimeKind.graph_launch)).sum())
+        eager = int((inside & (rt["kind"] == RuntimeKind.kernel_launch)).sum())
+    else:
+        graphs = eager = 0
+    rows = step.ops
+    graph_kernels = int((ops.by_graph[rows] & (ops.source[rows] == IS_KERNEL)).sum())
+    if graphs == 0:
+        status = GraphStatus.none
+    elif eager == 0:
+        status = GraphStatus.full
+    else:
+        status = GraphStatus.partial
+    return GraphReplay(status, graphs, eager, graph_kernels)
+
+
+def replay_status_counts(replays: list[GraphReplay]) -> dict[str, int]:
+    statuses = np.array([r.status.value for r in replays])
+    return {s.value: int((statuses == s.value).sum()) for s in GraphStatus}

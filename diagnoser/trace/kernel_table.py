@@ -1,0 +1,84 @@
+"""Kernel table per kernel class over a set of steps of one rank.
+
+    kernel_table(trace, ops, steps) -> list[KernelClassRow]
+
+Launch geometry decides whether a kernel can use the GPU at all: a grid with fewer CTAs than
+the device has SMs leaves SMs idle however fast each CTA is, which is the usual fate of
+small-batch decode GEMMs and expert kernels. So the table keeps median CTAs beside the SM
+count and flags under-filled classes. Times are kernel durations (sums may exceed elapsed
+time when streams overlap); they explain the device part of the budget, they are not it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+
+from diagnoser.trace.classes import classify_names
+from diagnoser.trace.model import RankTrace
+from diagnoser.trace.ops import IS_KERNEL, DeviceOps
+from diagnoser.trace.steps import Step
+
+
+class KernelClassRow(BaseModel):
+    kernel_class: str
+    implementation: str | None = None
+    count: int
+    count_per_step: float
+    total_us: float
+    median_us: float
+    share_of_kernel_time: float
+    median_grid_ctas: float | None = None
+    median_block_threads: float | None = None
+    max_registers: int | None = None
+    max_shared_mem_bytes: int | None = None
+    sm_count: int | None = None
+    underfilled: bool | None = None  # median CTAs below the SM count
+    top_kernel: str
+
+
+def _median_known(values: np.ndarray) -> float | None:
+    known = values[values >= 0]
+    return float(np.median(known)) if len(known) else None
+
+
+def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[KernelClassRow]:
+    rows = np.concatenate([s.ops for s in steps]) if steps else np.zeros(0, np.int64)
+    rows = rows[ops.source[rows] == IS_KERNEL]
+    if not len(rows):
+        return []
+    k = trace.kernels.take(ops.row[rows])
+    duration = (k["end"] - k["start"]).astype(np.float64) / 1000.0
+    classes, index = classify_names(trace.strings, k["name"])
+    labels = np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes])[index]
+    grand_total = float(duration.sum()) or 1.0
+    table = []
+    for label in np.unique(labels):
+        mine = labels == label
+        d = duration[mine]
+        names, counts = np.unique(k["name"][mine], return_counts=True)
+        by_time = {int(n): float(d[k["name"][mine] == n].sum()) for n in names}
+        grid = _median_known(k["grid"][mine]) if "grid" in k else None
+        sm = trace.device_sm_count
+        regs = k["registers"][mine] if "registers" in k else np.zeros(0, np.int64)
+        smem = k["shared_mem"][mine] if "shared_mem" in k else np.zeros(0, np.int64)
+        kernel_class, _, implementation = str(label).partition("/")
+        table.append(
+            KernelClassRow(
+                kernel_class=kernel_class,
+                implementation=implementation or None,
+                count=int(mine.sum()),
+                count_per_step=float(mine.sum()) / len(steps),
+                total_us=float(d.sum()),
+                median_us=float(np.median(d)),
+                share_of_kernel_time=float(d.sum()) / grand_total,
+                median_grid_ctas=grid,
+                median_block_threads=_median_known(k["block"][mine]) if "block" in k else None,
+                max_registers=int(regs.max()) if len(regs) and regs.max() >= 0 else None,
+                max_shared_mem_bytes=int(smem.max()) if len(smem) and smem.max() >= 0 else None,
+                sm_count=sm,
+                underfilled=(grid < sm) if grid is not None and sm else None,
+                top_kernel=trace.strings[max(by_time, key=by_time.get)],
+            )
+        )
+    return sorted(table, key=lambda r: -r.total_us)

@@ -1,0 +1,87 @@
+"""Device operations of one rank joined to the host calls that launched them.
+
+Kernels and copies are concatenated into one start-sorted view because every analysis
+(steps, budget, collectives) asks the same questions of both: when did it run, what class is
+it, and when did the host finish issuing it. The join is on correlation id; every kernel
+replayed by a ``cudaGraphLaunch`` shares that launch's id, so graph kernels are kept and
+point at their graph launch (HTA drops them from launch statistics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnoser.trace.classes import classify_names
+from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind
+
+IS_KERNEL, IS_COPY = 0, 1
+
+
+@dataclass
+class DeviceOps:
+    start: np.ndarray
+    end: np.ndarray
+    source: np.ndarray  # IS_KERNEL or IS_COPY
+    row: np.ndarray  # row in trace.kernels or trace.copies
+    is_comm: np.ndarray
+    is_d2h: np.ndarray
+    launch_row: np.ndarray  # row in trace.runtime, -1 when no launching call was recorded
+    launch_start: np.ndarray  # -1 when unknown
+    launch_end: np.ndarray  # -1 when unknown
+    by_graph: np.ndarray  # launched by a graph launch
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def launch_rows(trace: RankTrace, correlation: np.ndarray) -> np.ndarray:
+    """For each correlation id, the runtime row that carries it (-1 if none)."""
+    rt_corr = trace.runtime["correlation"] if len(trace.runtime) else np.zeros(0, np.int64)
+    valid = np.flatnonzero(rt_corr >= 0)
+    order = valid[np.argsort(rt_corr[valid], kind="stable")]
+    sorted_corr = rt_corr[order]
+    pos = np.searchsorted(sorted_corr, correlation)
+    pos_clipped = np.minimum(pos, max(len(sorted_corr) - 1, 0))
+    found = (len(sorted_corr) > 0) & (correlation >= 0)
+    if len(sorted_corr):
+        found &= sorted_corr[pos_clipped] == correlation
+    return np.where(found, order[pos_clipped] if len(order) else -1, -1)
+
+
+def device_ops(trace: RankTrace) -> DeviceOps:
+    k, c = trace.kernels, trace.copies
+    nk, nc = len(k), len(c)
+    k_comm = np.zeros(nk, dtype=bool)
+    if nk:
+        classes, index = classify_names(trace.strings, k["name"])
+        k_comm = np.array([cl.is_communication for cl in classes], dtype=bool)[index]
+
+    def col(table, name, n):
+        return table[name] if n else np.zeros(0, np.int64)
+
+    start = np.concatenate([col(k, "start", nk), col(c, "start", nc)])
+    end = np.concatenate([col(k, "end", nk), col(c, "end", nc)])
+    corr = np.concatenate([col(k, "correlation", nk), col(c, "correlation", nc)])
+    d2h = np.concatenate([np.zeros(nk, bool), (c["kind"] == CopyKind.d2h) if nc else np.zeros(0, bool)])
+    order = np.argsort(start, kind="stable")
+    lrow = launch_rows(trace, corr[order])
+    known = lrow >= 0
+    rt = trace.runtime
+    safe = np.where(known, lrow, 0)
+    launch_start = np.where(known, rt["start"][safe] if len(rt) else -1, -1)
+    launch_end = np.where(known, rt["end"][safe] if len(rt) else -1, -1)
+    by_graph = known & ((rt["kind"][safe] == RuntimeKind.graph_launch) if len(rt) else False)
+    return DeviceOps(
+        start=start[order],
+        end=end[order],
+        source=np.concatenate([np.full(nk, IS_KERNEL, np.int8), np.full(nc, IS_COPY, np.int8)])[order],
+        row=np.concatenate([np.arange(nk), np.arange(nc)])[order],
+        is_comm=np.concatenate([k_comm, np.zeros(nc, bool)])[order],
+        is_d2h=d2h[order],
+        launch_row=lrow,
+        launch_start=launch_start,
+        launch_end=launch_end,
+        by_graph=by_graph,
+    )

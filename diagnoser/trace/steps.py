@@ -1,0 +1,105 @@
+"""Decode steps: which host window each piece of device work belongs to.
+
+    segment_steps(trace, ops, step_range=None) -> Segmentation
+
+A step is a host-side window (``ProfilerStep#N``, a named ``record_function``/NVTX range,
+or the interval between consecutive ``cudaGraphLaunch`` calls when nothing is annotated).
+Device work belongs to the step whose window contains the start of the host call that
+launched it, so work that runs late (queued behind a deep stream) is still charged to the
+step that asked for it. Windowing is explicit: work launched outside every window, or with no
+launching call in the trace, is counted in ``Segmentation.unassigned`` rather than dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnoser.errors import InputError
+from diagnoser.trace.model import RankTrace, RuntimeKind
+from diagnoser.trace.ops import DeviceOps
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class Step:
+    ordinal: int
+    name: str
+    host_start: int
+    host_end: int
+    ops: np.ndarray  # indices into DeviceOps launched inside the window
+
+    def gpu_start(self, ops: DeviceOps) -> int | None:
+        return int(ops.start[self.ops].min()) if len(self.ops) else None
+
+    def gpu_end(self, ops: DeviceOps) -> int | None:
+        return int(ops.end[self.ops].max()) if len(self.ops) else None
+
+
+@dataclass
+class Segmentation:
+    method: str  # profiler_step | range | graph_launch | whole_trace
+    steps: list[Step]
+    unassigned: int = 0  # device ops launched outside every window or with no launch call
+    notes: list[str] = field(default_factory=list)
+
+
+def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[tuple[str, int, int]]]:
+    ranges = trace.ranges
+    names = [trace.strings[i] for i in ranges["name"]] if len(ranges) else []
+    if step_range:
+        picked = [i for i, n in enumerate(names) if step_range in n]
+        if not picked:
+            raise InputError(f"{trace.source}: no range named like {step_range!r} (use --step-range with a name in the trace)")
+        return "range", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in picked]
+    profiler = [i for i, n in enumerate(names) if _PROFILER_STEP.match(n)]
+    if profiler:
+        return "profiler_step", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in profiler]
+    rt = trace.runtime
+    graph = np.flatnonzero(rt["kind"] == RuntimeKind.graph_launch) if len(rt) else np.zeros(0, np.int64)
+    if len(graph) >= 2:
+        starts = np.sort(rt["start"][graph])
+        last_end = int(max(rt["end"].max(), trace.kernels["end"].max() if len(trace.kernels) else 0))
+        bounds = list(starts) + [last_end]
+        return "graph_launch", [(f"graph#{i}", int(bounds[i]), int(bounds[i + 1])) for i in range(len(starts))]
+    everything = [t["start"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
+    ends = [t["end"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
+    if not everything:
+        return "whole_trace", []
+    return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), int(max(a.max() for a in ends)) + 1)]
+
+
+def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = None) -> Segmentation:
+    method, windows = _host_windows(trace, step_range)
+    windows.sort(key=lambda w: w[1])
+    notes: list[str] = []
+    if method == "whole_trace":
+        notes.append("no ProfilerStep, named range or repeated graph launch: the whole trace is one step")
+    if method == "range" and len(windows) > 1:
+        # nested or overlapping same-named ranges would charge one launch to two steps
+        overlaps = sum(1 for a, b in zip(windows, windows[1:]) if b[1] < a[2])
+        if overlaps:
+            notes.append(f"{overlaps} step windows overlap; a launch is charged to the earliest window holding it")
+    launch = np.where(ops.launch_start >= 0, ops.launch_start, -1)
+    if method == "whole_trace":
+        launch = np.where(launch >= 0, launch, ops.start)  # nothing to window against: keep all work
+    starts = np.array([w[1] for w in windows], dtype=np.int64)
+    ends = np.array([w[2] for w in windows], dtype=np.int64)
+    slot = np.searchsorted(starts, launch, side="right") - 1
+    inside = (launch >= 0) & (slot >= 0)
+    inside[inside] &= launch[inside] < ends[slot[inside]]
+    steps = [
+        Step(ordinal=i, name=name, host_start=lo, host_end=hi, ops=np.flatnonzero(inside & (slot == i)))
+        for i, (name, lo, hi) in enumerate(windows)
+    ]
+    unassigned = int((~inside).sum())
+    if unassigned:
+        no_call = int((ops.launch_start < 0).sum())
+        notes.append(
+            f"{unassigned} device ops belong to no step ({no_call} with no launching call in the trace, "
+            f"{unassigned - no_call} launched outside every step window); they still count in the budget's elapsed time"
+        )
+    return Segmentation(method=method, steps=steps, unassigned=unassigned, notes=notes)
