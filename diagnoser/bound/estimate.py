@@ -145,7 +145,8 @@ def _rank_estimate(
 
     comp["attention_weights"] = attn.weight_elements * len(layers) * w
     add_flops(prec.weights, 2 * tokens * attn.weight_elements * len(layers))
-    comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
+    if n_dense:
+        comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
     add_flops(prec.weights, 2 * tokens * mlp_elements(d, spec.intermediate_size) / tp * n_dense)
     context_tokens = sum(sequences)
     comp["kv_cache_read"] = context_tokens * attn.kv_elements_per_token * len(layers) * kvb
@@ -156,8 +157,9 @@ def _rank_estimate(
     if spec.moe and n_moe:
         m = spec.moe
         shared = mlp_elements(d, m.shared_intermediate_size) * m.num_shared_experts / tp
-        comp["shared_experts"] = shared * n_moe * e
-        add_flops(prec.experts, 2 * tokens * shared * n_moe)
+        if shared:
+            comp["shared_experts"] = shared * n_moe * e
+            add_flops(prec.experts, 2 * tokens * shared * n_moe)
         comp["router"] = d * m.num_experts * n_moe * w
         expert = mlp_elements(d, m.expert_intermediate_size) / layout.moe_tp
         spans_group = layout.ep * layout.moe_tp == layout.tp * layout.dp
@@ -180,6 +182,7 @@ def _rank_estimate(
     if stage == 0:
         comp["embedding_rows"] = tokens * d * w
     if stage == layout.pp - 1:
+        comp["norms"] += d * act  # final norm before the LM head
         comp["lm_head"] = spec.vocab_size * d / tp * head
         add_flops(prec.head, 2 * tokens * spec.vocab_size * d / tp)
     for name, value in workload.other_state_bytes.items():
@@ -208,8 +211,9 @@ def active_parameters(spec: ModelSpec) -> float:
         per_layer = mlp_elements(spec.hidden_size, m.expert_intermediate_size) * m.top_k
         per_layer += mlp_elements(spec.hidden_size, m.shared_intermediate_size) * m.num_shared_experts
         moe = per_layer * spec.moe_layers
-    head = spec.vocab_size * spec.hidden_size
-    return attn + dense + moe + head
+    # published "active" counts include the embedding table, although decode reads one row of it
+    embedding_and_head = spec.vocab_size * spec.hidden_size * (1 if spec.tie_word_embeddings else 2)
+    return attn + dense + moe + embedding_and_head
 
 
 def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Hardware:

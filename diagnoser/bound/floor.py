@@ -54,7 +54,7 @@ def compare_with_observation(
     rate = observed_tokens_per_s or batch * tokens_per_step / (observed_step_ms / 1e3)
     unexplained = max(observed_step_ms - floor_ms, 0.0)
     sanity = [
-        f"the floor accounts for {_fmt(floor_ms)} of {_fmt(observed_step_ms)} ms per step; "
+        f"the floor explains {_fmt(floor_ms)} of {_fmt(observed_step_ms)} ms per step; "
         f"the other {_fmt(unexplained)} ms are unexplained, not yet attributed to any cause",
         "a low fraction of the ceiling is not a diagnosis, and there is no universal 'normal' fraction: "
         "attribute the step with a trace before choosing a fix",

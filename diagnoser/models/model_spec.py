@@ -104,6 +104,13 @@ def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
 
 def spec_from_hf_config(cfg: dict[str, Any], name: str | None = None, where: str = "config.json") -> ModelSpec:
     """Build a ``ModelSpec`` from a parsed Hugging Face config dictionary."""
+    try:
+        return _spec_from_hf_config(cfg, name, where)
+    except ValidationError as err:
+        raise InputError(f"{where}: {_first_error(err)}") from None
+
+
+def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
     archs = cfg.get("architectures") or []
@@ -164,16 +171,13 @@ def spec_from_hf_config(cfg: dict[str, Any], name: str | None = None, where: str
             first_dense_layers=cfg.get("first_k_dense_replace") or 0,
             layer_frequency=cfg.get("moe_layer_freq") or 1,
         )
-    try:
-        return ModelSpec(**fields)
-    except ValidationError as err:
-        raise InputError(f"{where}: {_first_error(err)}") from None
+    return ModelSpec(**fields)
 
 
 def _first_error(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = ".".join(str(part) for part in first["loc"]) or "value"
-    return f"{loc}: {first['msg']}"
+    return f"{loc}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

@@ -1,0 +1,142 @@
+"""`diagnoser bound`: the per-rank decode bound for a pinned workload."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import click
+
+from diagnoser.errors import InputError
+
+_SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def parse_quantity(text: str, what: str) -> float:
+    """'10GB', '10e9', '2T' -> float, decimal prefixes (the reference's units)."""
+    match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kmgtp]?)(?:b|b/s|/s)?\s*", text.lower())
+    if not match:
+        raise InputError(f"{what}: cannot read {text!r} as a number (e.g. 10GB, 2e12)")
+    return float(match.group(1)) * _SI[match.group(2)]
+
+
+def _set(doc: dict[str, Any], path: str, value: Any) -> None:
+    if value is None:
+        return
+    node = doc
+    *parents, leaf = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise InputError(f"workload: {key} must be a mapping to set {path}")
+    node[leaf] = value
+
+
+@click.command()
+@click.argument("workload_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--model", help="preset name or path to a Hugging Face config.json")
+@click.option("--hardware", help="hardware preset (h100-sxm, h200, a100-80gb, b200, mi300x)")
+@click.option("--batch", type=int, help="sequences decoding together across the group")
+@click.option("--context", type=float, help="mean context length of the sequences")
+@click.option("--tp", type=int)
+@click.option("--ep", type=int)
+@click.option("--pp", type=int)
+@click.option("--dp", type=int, help="data-parallel attention ranks")
+@click.option("--expert-tp", type=int, help="shards per expert (default: TP when EP=1, else 1)")
+@click.option("--weights", help="storage format of dense weights (bf16, fp8, int4, nvfp4, ...)")
+@click.option("--expert-weights", help="storage format of expert weights")
+@click.option("--kv-cache", help="storage format of the KV cache")
+@click.option("--tokens-per-step", type=float, help="tokens emitted per sequence per step")
+@click.option("--bandwidth", "bandwidth", help="memory bandwidth, e.g. 3.35TB/s or 3350GB/s (default: preset or measured)")
+@click.option("--bytes-per-step", help="skip the model: a single rank moving this many bytes (e.g. 10GB)")
+@click.option("--observed-step-ms", type=float)
+@click.option("--observed-tokens-per-s", type=float)
+@click.option("--boundary", type=click.Choice(["device_step", "server_emission", "client_receipt"]))
+@click.option("--json", "as_json", is_flag=True, help="print the full report as JSON")
+def bound(workload_file: str | None, as_json: bool, bytes_per_step: str | None, bandwidth: str | None, **flags: Any) -> None:
+    """Bytes each rank moves per decode step, the floor they imply, and what it leaves out.
+
+    Give a workload file (YAML/JSON) and/or flags; flags override the file. With
+    --bytes-per-step and --bandwidth, compute the single-rank floor from those figures alone.
+    """
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, soft_wrap=True, highlight=False)
+    observed = {"step_ms": flags["observed_step_ms"], "tokens_per_s": flags["observed_tokens_per_s"]}
+    if bytes_per_step is not None:
+        _synthetic(bytes_per_step, bandwidth, flags, observed, as_json, console)
+        return
+    doc = _workload_document(workload_file, flags, observed, bandwidth)
+    from pydantic import ValidationError
+
+    from diagnoser.bound import compute_bound
+    from diagnoser.models.workload import Workload, validation_message
+
+    try:
+        workload = Workload.model_validate(doc)
+    except ValidationError as err:
+        raise InputError(validation_message(err, workload_file or "workload")) from None
+    report = compute_bound(workload)
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+        return
+    from diagnoser.report.bound import render_bound
+
+    render_bound(report, console)
+
+
+def _workload_document(path: str | None, flags: dict[str, Any], observed: dict[str, Any], bandwidth: str | None) -> dict[str, Any]:
+    from diagnoser.models.workload import load_document
+
+    doc: dict[str, Any] = {}
+    if path:
+        loaded = load_document(path)
+        if not isinstance(loaded, dict):
+            raise InputError(f"{path}: expected a mapping at the top level")
+        doc = loaded
+    elif not flags["model"]:
+        raise InputError("give a workload file, --model, or --bytes-per-step with --bandwidth")
+    for key, path_in_doc in [
+        ("model", "model"), ("hardware", "hardware"), ("batch", "batch"), ("context", "context"),
+        ("tp", "layout.tp"), ("ep", "layout.ep"), ("pp", "layout.pp"), ("dp", "layout.dp"),
+        ("expert_tp", "layout.expert_tp"), ("weights", "precision.weights"),
+        ("expert_weights", "precision.expert_weights"), ("kv_cache", "precision.kv_cache"),
+        ("tokens_per_step", "tokens_per_step"),
+    ]:
+        _set(doc, path_in_doc, flags[key])
+    if bandwidth is not None:
+        doc["measured_bandwidth_gbs"] = parse_quantity(bandwidth, "--bandwidth") / 1e9
+    if observed["step_ms"] is not None or observed["tokens_per_s"] is not None:
+        doc["observed"] = {k: v for k, v in observed.items() if v is not None}
+    _set(doc, "observed.boundary", flags["boundary"])
+    return doc
+
+
+def _synthetic(bytes_text: str, bandwidth: str | None, flags: dict[str, Any], observed: dict[str, Any], as_json: bool, console) -> None:
+    from diagnoser.bound import floor_from_bytes
+    from diagnoser.models.workload import Boundary
+
+    if bandwidth is None:
+        raise InputError("--bytes-per-step needs --bandwidth (e.g. --bandwidth 2TB/s)")
+    nbytes = parse_quantity(bytes_text, "--bytes-per-step")
+    bw_gbs = parse_quantity(bandwidth, "--bandwidth") / 1e9
+    if nbytes <= 0 or bw_gbs <= 0:
+        raise InputError("--bytes-per-step and --bandwidth must be positive")
+    for name, value in observed.items():
+        if value is not None and value <= 0:
+            raise InputError(f"observed {name} must be positive")
+    batch = flags["batch"] or 1
+    if batch < 1:
+        raise InputError("--batch must be at least 1")
+    result = floor_from_bytes(
+        nbytes, bw_gbs, tokens_per_step=flags["tokens_per_step"] or 1.0, batch=batch,
+        observed_step_ms=observed["step_ms"], observed_tokens_per_s=observed["tokens_per_s"],
+        boundary=Boundary(flags["boundary"] or "device_step"),
+    )
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+        return
+    from diagnoser.report.bound import render_floor
+
+    render_floor(result, nbytes, bw_gbs, console)

@@ -1,0 +1,25 @@
+"""`diagnoser schema NAME`: the JSON Schema of a document diagnoser reads or writes."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import click
+
+# document name -> "module:Model"
+DOCUMENTS = {
+    "workload": "diagnoser.models.workload:Workload",
+    "case": "diagnoser.models.case:Case",
+    "bound": "diagnoser.bound.estimate:BoundReport",
+    "probe": "diagnoser.probes.report:ProbeReport",
+}
+
+
+@click.command()
+@click.argument("name", type=click.Choice(sorted(DOCUMENTS)))
+def schema(name: str) -> None:
+    """Print the JSON Schema of NAME, for editors and for scripts that produce inputs."""
+    module_name, attr = DOCUMENTS[name].split(":")
+    model = getattr(importlib.import_module(module_name), attr)
+    click.echo(json.dumps(model.model_json_schema(), indent=2))

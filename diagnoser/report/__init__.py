@@ -1,0 +1,1 @@
+"""Renderers: turn finished results into text, JSON and Markdown; they never compute."""

@@ -1,0 +1,96 @@
+"""Text rendering of a ``BoundReport`` (the JSON form is the model itself)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from rich.console import Console
+from rich.table import Table
+
+from diagnoser.bound import BoundReport, FloorResult
+
+GB = 1e9
+
+
+def _group_ranks(report: BoundReport) -> "OrderedDict[tuple, list[int]]":
+    """Ranks with identical traffic collapse into one row: symmetric layouts stay readable."""
+    groups: OrderedDict[tuple, list[int]] = OrderedDict()
+    for est in report.per_rank:
+        key = (est.stage, tuple(sorted((k, round(v)) for k, v in est.components.items())))
+        groups.setdefault(key, []).append(est.rank)
+    return groups
+
+
+def _rank_label(ranks: list[int]) -> str:
+    return str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+
+
+def render_bound(report: BoundReport, console: Console) -> None:
+    by_rank = {est.rank: est for est in report.per_rank}
+    layout = report.layout
+    console.print(
+        f"[bold]{report.model}[/] on {report.hardware}: batch {report.batch}, mean context {report.mean_context:.0f}, "
+        f"TP={layout.tp} EP={layout.ep} PP={layout.pp} DP={layout.dp} (expert TP={layout.moe_tp})"
+    )
+    source = "measured" if report.bandwidth_is_measured else "datasheet"
+    console.print(f"bandwidth {report.bandwidth_gbs:.0f} GB/s ({source}); the critical rank is {report.critical_rank}")
+
+    table = Table(title="bytes per decode step, per rank (GB)", show_lines=False)
+    groups = _group_ranks(report)
+    columns = [_rank_label(ranks) for ranks in groups.values()]
+    table.add_column("component")
+    for label in columns:
+        table.add_column(f"rank {label}", justify="right")
+    names = list(dict.fromkeys(name for est in report.per_rank for name in est.components))
+    firsts = [by_rank[ranks[0]] for ranks in groups.values()]
+    for name in names:
+        table.add_row(name, *(f"{est.components.get(name, 0.0) / GB:.4g}" for est in firsts))
+    table.add_row("[bold]total[/]", *(f"[bold]{est.bytes_total / GB:.4g}[/]" for est in firsts))
+    table.add_row("memory ms", *(f"{est.memory_ms:.4g}" for est in firsts))
+    table.add_row("compute ms", *(f"{est.compute_ms:.4g}" for est in firsts))
+    console.print(table)
+
+    if report.expert_union:
+        u = report.expert_union
+        console.print(
+            f"experts touched per MoE layer on the busiest rank: {u.touched_per_layer_busiest_rank:.3g} of "
+            f"{u.local_experts:.4g} local ({u.group_tokens:.4g} tokens; {u.source}); "
+            f"'active parameters' would say {u.touched_per_layer_if_active_params:.3g}"
+        )
+    console.print(
+        f"memory-only floor {report.floor_ms:.4g} ms, compute floor {report.compute_floor_ms:.4g} ms -> "
+        f"step floor {report.step_floor_ms:.4g} ms; optimistic ceiling {report.ceiling_tokens_per_s:.4g} tokens/s "
+        f"({report.per_user_ceiling_tokens_per_s:.4g} per sequence)"
+    )
+    n = report.naive
+    console.print(
+        f"naive 'active parameters x bytes': {n.active_parameters / 1e9:.3g}B params -> {n.bytes_total / GB:.4g} GB, "
+        f"{n.bytes_per_rank / GB:.4g} GB per rank if split evenly, {n.floor_ms:.4g} ms "
+        f"(the busiest rank really moves {n.ratio_real_to_naive:.3g}x that)"
+    )
+    render_observation(report, console)
+    console.print("[bold]counts:[/] " + "; ".join(report.counts))
+    console.print("[bold]leaves out:[/] " + "; ".join(report.excludes))
+    for line in report.sanity:
+        console.print(f"sanity: {line}")
+
+
+def render_observation(result: BoundReport | FloorResult, console: Console) -> None:
+    if result.observed_step_ms is None:
+        console.print("no observation given: pass --observed-step-ms or --observed-tokens-per-s to compare")
+        return
+    console.print(
+        f"observed {result.observed_step_ms:.4g} ms per step = {result.observed_tokens_per_s:.4g} tokens/s "
+        f"at {result.boundary.value}: {result.fraction_of_ceiling:.1%} of the ceiling; "
+        f"unexplained {result.unexplained_ms:.4g} ms"
+    )
+
+
+def render_floor(result: FloorResult, bytes_per_step: float, bandwidth_gbs: float, console: Console) -> None:
+    console.print(
+        f"memory-only floor = {bytes_per_step / GB:.4g} GB / {bandwidth_gbs / 1e3:.4g} TB/s = {result.floor_ms:.4g} ms "
+        f"-> ceiling {result.ceiling_tokens_per_s:.4g} tokens/s"
+    )
+    render_observation(result, console)
+    for line in result.sanity:
+        console.print(f"sanity: {line}")

@@ -1,0 +1,35 @@
+"""`diagnoser --help` stays light: no torch, textual, numpy or pydantic on the start-up path."""
+
+import subprocess
+import sys
+
+from conftest import run_cli
+
+HEAVY = ["torch", "textual", "numpy", "pydantic", "experta", "rich"]
+
+
+def test_help_imports_no_heavy_module():
+    code = (
+        "import sys\n"
+        "from diagnoser.cli import main\n"
+        "rc = main(['--help'])\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(rc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert "bound" in out.stdout and "diagnose" in out.stdout
+
+
+def test_every_listed_command_loads_and_has_help():
+    from diagnoser.cli import COMMANDS
+
+    for name in COMMANDS:
+        out = run_cli(name, "--help")
+        assert out.returncode == 0, (name, out.stderr)
+        assert "Usage:" in out.stdout
+
+
+def test_version():
+    out = run_cli("--version")
+    assert out.returncode == 0 and "diagnoser" in out.stdout

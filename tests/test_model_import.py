@@ -1,0 +1,45 @@
+"""Hugging Face config.json import for the supported architectures."""
+
+import json
+
+import pytest
+
+from diagnoser.errors import InputError
+from diagnoser.models.model_spec import load_hf_config, model_presets, spec_from_hf_config
+
+
+def test_presets_cover_dense_and_moe_families():
+    presets = model_presets()
+    for name in ["llama-3.1-8b", "qwen2.5-7b", "qwen3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"]:
+        assert presets[name].source
+    assert presets["qwen2.5-7b"].attention_bias  # Qwen2 has q/k/v bias
+
+
+def test_deepseek_v3_mla_and_moe_fields():
+    ds = model_presets()["deepseek-v3"]
+    assert ds.mla.kv_lora_rank == 512 and ds.mla.qk_rope_head_dim == 64
+    assert ds.moe.first_dense_layers == 3 and ds.moe_layers == 58 and ds.dense_mlp_layers == 3
+    assert ds.moe.num_shared_experts == 1 and ds.moe.expert_intermediate_size == 2048
+
+
+def test_qwen3_moe_from_file(tmp_path):
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+        "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    assert spec.moe.num_experts == 128 and spec.moe.top_k == 8 and spec.moe_layers == 48
+    assert spec.num_kv_heads == 4 and spec.head_dim == 128
+
+
+def test_unsupported_architecture_and_bad_values():
+    with pytest.raises(InputError, match="not supported"):
+        spec_from_hf_config({"architectures": ["GPT2LMHeadModel"]})
+    with pytest.raises(InputError, match="top_k"):
+        spec_from_hf_config({
+            "architectures": ["MixtralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100, "num_local_experts": 2, "num_experts_per_tok": 4,
+        })
