@@ -1,0 +1,168 @@
+"""`diagnoser probe`: measure this machine and print one report (or fold it into a case).
+
+stdout carries only the result (the JSON document with ``--json``, else a table) so scripts
+can pipe it; logs and the progress display go to stderr, and only when a person is watching.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from diagnoser.errors import InputError
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """KEY=VALUE, the value read as YAML so numbers and lists arrive typed ('batch_sizes=[1,8]')."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"--option: expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise InputError(f"--option {key.strip()}: cannot read value {value!r}") from None
+
+
+def workload_options(case_path: str) -> dict[str, Any]:
+    """Probe options implied by the case's workload: its model, expert sharding and hardware."""
+    from pathlib import Path
+
+    from diagnoser.models.case import load_case
+
+    if not Path(case_path).exists():
+        return {}
+    workload = load_case(case_path).workload
+    if workload is None:
+        return {}
+    options: dict[str, Any] = {
+        "model": workload.model,
+        "expert_tp": workload.layout.moe_tp,
+        "hardware": workload.hardware,
+    }
+    if workload.measured_bandwidth_gbs:
+        options["measured_bandwidth_gbs"] = workload.measured_bandwidth_gbs
+    return options
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch sees no CUDA device (no driver, or a CPU-only torch build)")
+    return requested
+
+
+def _logger(interactive: bool) -> logging.Logger:
+    log = logging.getLogger("diagnoser.probes")
+    log.handlers.clear()
+    log.propagate = False
+    if interactive:
+        from rich.console import Console
+        from rich.logging import RichHandler
+
+        log.addHandler(RichHandler(console=Console(stderr=True), show_path=False))
+        log.setLevel(logging.INFO)
+    else:
+        log.addHandler(logging.StreamHandler(sys.stderr))
+        log.setLevel(logging.WARNING)
+    return log
+
+
+def print_table(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"diagnoser probe on {report.host}")
+    for column in ("probe", "status", "seconds", "reason"):
+        table.add_column(column)
+    for result in report.results:
+        table.add_row(result.name, result.status, f"{result.duration_s:.2f}", result.reason or "")
+    Console().print(table)
+
+
+@click.command()
+@click.option("--only", "only", help="comma-separated probes to run (device,bandwidth,gemm,graphs,collectives,client,context_sweep)")
+@click.option("--json", "as_json", is_flag=True, help="print the report as one JSON document on stdout")
+@click.option("--case", "case_path", type=click.Path(dir_okay=False), help="read the workload from this case and merge the results into it (created if missing)")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds allowed per probe")
+@click.option("--max-memory-fraction", type=click.FloatRange(0.01, 0.9), default=0.25, show_default=True, help="largest share of free memory a probe may take")
+@click.option("--endpoint", help="OpenAI-compatible server for the client and context probes, e.g. http://127.0.0.1:8000")
+@click.option("--model-name", help="model name to send to the endpoint")
+@click.option("--model", help="model whose expert shapes the GEMM sweep uses (preset or config.json); default: the case's")
+@click.option("--hardware", help="hardware preset for peak figures (default: the case's, else matched from the device name)")
+@click.option("--expert-tp", type=int, help="shards per expert, for the GEMM shapes")
+@click.option("--ranks", type=click.IntRange(min=2), help="processes for the collectives probe")
+@click.option("--delay-rank", type=int, help="collectives: rank that sleeps before each collective")
+@click.option("--delay-ms", type=float, help="collectives: how long that rank sleeps")
+@click.option("--option", "extra", multiple=True, metavar="KEY=VALUE", help="any other probe option, repeatable (value read as YAML)")
+def probe(
+    only: str | None,
+    as_json: bool,
+    case_path: str | None,
+    device: str,
+    timeout_s: float,
+    max_memory_fraction: float,
+    extra: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Measure device facts, bandwidth, GEMM shapes, graph replay, collectives and client gaps.
+
+    Every probe reports ok, skipped (with the reason) or failed (with the reason); one that
+    fails never stops the others, and a machine without a GPU is a normal result.
+    """
+    from diagnoser.probes.base import ProbeContext
+    from diagnoser.probes.registry import select
+
+    names = select(only.split(",") if only else None)
+    options: dict[str, Any] = workload_options(case_path) if case_path else {}
+    options.update({key: value for key, value in flags.items() if value is not None})
+    options.update(dict(parse_option(item) for item in extra))
+    interactive = sys.stderr.isatty()
+    ctx = ProbeContext(
+        device=resolve_device(device),
+        max_memory_fraction=max_memory_fraction,
+        timeout_s=timeout_s,
+        options=options,
+        log=_logger(interactive),
+    )
+    report = _run_with_progress(ctx, names, interactive)
+    if case_path:
+        from diagnoser.probes.to_case import update_case_file
+
+        update_case_file(case_path, report)
+        ctx.log.info("merged into %s", case_path)
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        print_table(report)
+
+
+def _run_with_progress(ctx: Any, names: list[str], interactive: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from diagnoser.probes.registry import run_probes
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True, disable=not interactive,
+    ) as progress:
+        task = progress.add_task("probes", total=len(names))
+
+        def started(name: str) -> None:
+            progress.update(task, description=f"probe {name}")
+
+        def done(result: Any) -> None:
+            progress.advance(task)
+            level = logging.INFO if result.status == "ok" else logging.WARNING
+            ctx.log.log(level, "%s: %s%s (%.1f s)", result.name, result.status, f" - {result.reason}" if result.reason else "", result.duration_s)
+
+        return run_probes(ctx, names, on_start=started, on_done=done)

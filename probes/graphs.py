@@ -1,0 +1,149 @@
+"""Eager launches versus CUDA-graph replay for a decode-like step of many small kernels.
+
+A decode step at small batch is hundreds of kernels of a few microseconds each; issued one
+by one from Python, the GPU waits on the host between them. Replaying a captured graph
+issues them all at once. Timing the same step both ways gives the launch cost per kernel and
+the gain a server would see from graphs, and capturing at the requested batch sizes shows
+whether capture and replay work for those shapes. On a CPU only the eager path exists, so
+that is what is measured and said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from diagnoser.probes.base import ProbeContext
+from diagnoser.probes.timing import median_s, require_device
+
+DEFAULT_BATCH_SIZES = {"cuda": (1, 8, 32, 128), "cpu": (1, 8)}
+DEFAULT_LAYERS = {"cuda": 32, "cpu": 8}
+HIDDEN = 512
+EPS = 1e-6
+
+
+def make_step(layers: int, hidden: int, device: str) -> Callable[[Any], Any]:
+    """A decode-shaped step: per layer an RMS norm, two small GEMMs, an activation and a residual add."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    params = [
+        (
+            torch.ones(hidden).to(device),
+            (torch.randn(hidden, 2 * hidden, generator=gen) / hidden**0.5).to(device),
+            (torch.randn(2 * hidden, hidden, generator=gen) / (2 * hidden) ** 0.5).to(device),
+        )
+        for _ in range(layers)
+    ]
+
+    def step(x: Any) -> Any:
+        for norm_w, w_in, w_out in params:
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * norm_w
+            x = x + torch.nn.functional.silu(h @ w_in) @ w_out
+        return x
+
+    return step
+
+
+def count_launches(step: Callable[[Any], Any], x: Any) -> int:
+    """Aten compute ops one step dispatches; on a GPU each is at least one kernel launch.
+
+    A dispatch mode counts them in-process, without the profiler (which cannot start from the
+    probe's worker thread cleanly and costs seconds on a CPU).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            Counter.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter():
+        step(x)
+    return Counter.calls
+
+
+def graph_replay(ctx: ProbeContext, step: Callable[[Any], Any], x: Any, eager_out: Any) -> dict[str, Any]:
+    """Capture the step, check replay gives the eager result, and time the replay."""
+    import torch
+
+    static_in = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        for _ in range(3):
+            step(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step(static_in)
+    graph.replay()
+    torch.cuda.synchronize()
+    matches = bool(torch.allclose(static_out, eager_out, rtol=1e-3, atol=1e-3))
+    graph_s = median_s(ctx, graph.replay, repeats=7, warmup=3, inner=10)
+    return {"captured": True, "replay_matches_eager": matches, "graph_step_ms": graph_s * 1e3}
+
+
+def measure_batch(ctx: ProbeContext, step: Callable[[Any], Any], batch: int) -> dict[str, Any]:
+    import torch
+
+    x = torch.randn(batch, HIDDEN, device=ctx.device)
+    eager_out = step(x)
+    eager_s = median_s(ctx, lambda: step(x), repeats=7, warmup=2, inner=5 if ctx.device == "cuda" else 1)
+    launches = count_launches(step, x)
+    point: dict[str, Any] = {
+        "batch": batch,
+        "eager_step_ms": eager_s * 1e3,
+        "launches_per_step": launches,
+        "launches_counted_as": "aten ops per step",
+        "eager_us_per_launch": eager_s * 1e6 / launches,
+    }
+    if ctx.device != "cuda":
+        return point
+    try:
+        point.update(graph_replay(ctx, step, x, eager_out))
+    except RuntimeError as err:  # capture refused for this shape: a finding, not a probe failure
+        point.update({"captured": False, "capture_error": " ".join(str(err).split())[:300]})
+        return point
+    point["graph_gain"] = point["eager_step_ms"] / point["graph_step_ms"]
+    point["launch_cost_us"] = max(0.0, (point["eager_step_ms"] - point["graph_step_ms"]) * 1e3 / launches)
+    return point
+
+
+def run(ctx: ProbeContext) -> dict[str, Any]:
+    import torch
+
+    require_device(ctx)
+    batches = [int(b) for b in ctx.options.get("graph_batch_sizes") or DEFAULT_BATCH_SIZES[ctx.device]]
+    layers = int(ctx.options.get("graph_layers") or DEFAULT_LAYERS[ctx.device])
+    step = make_step(layers, HIDDEN, ctx.device)
+    with torch.inference_mode(False), torch.no_grad():
+        points = [measure_batch(ctx, step, b) for b in batches]
+    facts: dict[str, Any] = {"device": ctx.device, "layers": layers, "hidden": HIDDEN, "dtype": "float32", "batches": points}
+    if ctx.device == "cuda":
+        facts["mode"] = "eager and CUDA graph"
+    else:
+        facts["mode"] = "eager only"
+        facts["graph_skipped_reason"] = "CUDA graphs need a GPU; only the eager path was measured"
+    return facts
+
+
+def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+    """The measured launch cost and step times, as a partial update of the case's graph facts.
+
+    The probe says nothing about whether the *server* uses graphs (``status``), so this is a
+    partial update that the case merge applies only onto graph facts already in the case.
+    """
+    replayed = [p for p in facts.get("batches", []) if p.get("captured")]
+    if not replayed:
+        return {}
+    first = replayed[0]
+    return {
+        "graph": {
+            "launch_cost_us": first["launch_cost_us"],
+            "eager_step_ms": first["eager_step_ms"],
+            "graph_step_ms": first["graph_step_ms"],
+        }
+    }
