@@ -49,3 +49,14 @@ def test_cli_text_and_json():
     js = run_cli("bound", "--bytes-per-step", "1e10", "--bandwidth", "2000GB/s", "--observed-step-ms", "20", "--json")
     data = json.loads(js.stdout)
     assert data["floor_ms"] == pytest.approx(5.0) and data["unexplained_ms"] == pytest.approx(15.0)
+
+
+def test_measured_gpu_bandwidth_from_a_probe_report(tmp_path):
+    report = {"created": "2026-11-29T12:00:00", "host": "h", "results": [
+        {"name": "bandwidth", "status": "ok", "duration_s": 1.0,
+         "facts": {"device": "cuda", "measured_bandwidth_gbs": 2000.0}}]}
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(report))
+    out = run_cli("bound", "--bytes-per-step", "10GB", "--probe", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["floor_ms"] == pytest.approx(5.0)

@@ -66,3 +66,12 @@ def test_missing_file():
 def test_unknown_option_is_usage_error():
     out = run_cli("bound", "--no-such-flag")
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_probe_bandwidth_must_come_from_a_gpu(tmp_path):
+    report = {"created": "2026-11-29T12:00:00", "host": "h", "results": [
+        {"name": "bandwidth", "status": "ok", "duration_s": 1.0,
+         "facts": {"device": "cpu", "measured_bandwidth_gbs": 12.0}}]}
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(report))
+    assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--probe", str(path)), "cpu memory, not GPU HBM")

@@ -49,12 +49,16 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 @click.option("--kv-cache", help="storage format of the KV cache")
 @click.option("--tokens-per-step", type=float, help="tokens emitted per sequence per step")
 @click.option("--bandwidth", "bandwidth", help="memory bandwidth, e.g. 3.35TB/s or 3350GB/s (default: preset or measured)")
+@click.option("--probe", "probe_file", type=click.Path(dir_okay=False), help="use the GPU bandwidth measured by `diagnoser probe --json`")
 @click.option("--bytes-per-step", help="skip the model: a single rank moving this many bytes (e.g. 10GB)")
 @click.option("--observed-step-ms", type=float)
 @click.option("--observed-tokens-per-s", type=float)
 @click.option("--boundary", type=click.Choice(["device_step", "server_emission", "client_receipt"]))
 @click.option("--json", "as_json", is_flag=True, help="print the full report as JSON")
-def bound(workload_file: str | None, as_json: bool, bytes_per_step: str | None, bandwidth: str | None, **flags: Any) -> None:
+def bound(
+    workload_file: str | None, as_json: bool, bytes_per_step: str | None, bandwidth: str | None,
+    probe_file: str | None, **flags: Any,
+) -> None:
     """Bytes each rank moves per decode step, the floor they imply, and what it leaves out.
 
     Give a workload file (YAML/JSON) and/or flags; flags override the file. With
@@ -64,6 +68,10 @@ def bound(workload_file: str | None, as_json: bool, bytes_per_step: str | None, 
 
     console = Console(file=sys.stdout, soft_wrap=True, highlight=False)
     observed = {"step_ms": flags["observed_step_ms"], "tokens_per_s": flags["observed_tokens_per_s"]}
+    if probe_file is not None:
+        if bandwidth is not None:
+            raise InputError("give --bandwidth or --probe, not both")
+        bandwidth = f"{measured_gpu_bandwidth_gbs(probe_file)}GB/s"
     if bytes_per_step is not None:
         _synthetic(bytes_per_step, bandwidth, flags, observed, as_json, console)
         return
@@ -84,6 +92,26 @@ def bound(workload_file: str | None, as_json: bool, bytes_per_step: str | None, 
     from diagnoser.report.bound import render_bound
 
     render_bound(report, console)
+
+
+def measured_gpu_bandwidth_gbs(path: str) -> float:
+    """The HBM bandwidth a probe run measured; a host-memory figure would make a GPU bound wrong."""
+    from pydantic import ValidationError
+
+    from diagnoser.models.workload import load_document, validation_message
+    from diagnoser.probes.report import ProbeReport
+
+    try:
+        report = ProbeReport.model_validate(load_document(path))
+    except ValidationError as err:
+        raise InputError(validation_message(err, path)) from None
+    result = report.result("bandwidth")
+    if result is None or result.status != "ok":
+        why = f": {result.reason}" if result and result.reason else ""
+        raise InputError(f"{path}: no successful bandwidth probe in this report{why}")
+    if result.facts.get("device") != "cuda":
+        raise InputError(f"{path}: the bandwidth probe measured {result.facts.get('device')} memory, not GPU HBM")
+    return float(result.facts["measured_bandwidth_gbs"])
 
 
 def _workload_document(path: str | None, flags: dict[str, Any], observed: dict[str, Any], bandwidth: str | None) -> dict[str, Any]:
