@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts
-from diagnoser.bound.floor import compare_with_observation
+from diagnoser.bound.floor import FloorResult, compare_with_observation
 from diagnoser.bound.traffic import (
     attention_shard,
     check_layout,
@@ -81,7 +81,10 @@ class NaiveEstimate(BaseModel):
     ratio_real_to_naive: float
 
 
-class BoundReport(BaseModel):
+class BoundReport(FloorResult):
+    """The comparison fields come from ``FloorResult``; ``floor_ms`` is the memory-only floor and the
+    ceiling is taken from ``step_floor_ms`` (memory or compute, whichever binds per stage)."""
+
     model: str
     hardware: str
     bandwidth_gbs: float
@@ -92,21 +95,12 @@ class BoundReport(BaseModel):
     mean_context: float
     per_rank: list[RankEstimate]
     critical_rank: int
-    floor_ms: float
     compute_floor_ms: float
     step_floor_ms: float
-    ceiling_tokens_per_s: float
-    per_user_ceiling_tokens_per_s: float
-    observed_step_ms: float | None = None
-    observed_tokens_per_s: float | None = None
-    fraction_of_ceiling: float | None = None
-    unexplained_ms: float | None = None
-    boundary: Boundary = Boundary.device_step
     expert_union: ExpertUnion | None = None
     naive: NaiveEstimate
     counts: list[str]
     excludes: list[str]
-    sanity: list[str]
 
 
 def _histograms(workload: Workload, spec: ModelSpec) -> list[list[int]] | None:
@@ -252,6 +246,7 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     naive = _naive(spec, workload, hw, critical.bytes_total)
     contexts = workload.context_lengths()
     return BoundReport(
+        **compared.model_dump(exclude={"floor_ms", "sanity"}),
         model=spec.name,
         hardware=hw.name,
         bandwidth_gbs=hw.memory_bandwidth_gbs,
@@ -265,13 +260,6 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
         floor_ms=floor,
         compute_floor_ms=compute_floor,
         step_floor_ms=step_floor,
-        ceiling_tokens_per_s=compared.ceiling_tokens_per_s,
-        per_user_ceiling_tokens_per_s=compared.per_user_ceiling_tokens_per_s,
-        observed_step_ms=compared.observed_step_ms,
-        observed_tokens_per_s=compared.observed_tokens_per_s,
-        fraction_of_ceiling=compared.fraction_of_ceiling,
-        unexplained_ms=compared.unexplained_ms,
-        boundary=compared.boundary,
         expert_union=_union(spec, workload, critical, histograms),
         naive=naive,
         counts=COUNTED,

@@ -12,6 +12,8 @@ from diagnoser.models.workload import Boundary
 
 
 class FloorResult(BaseModel):
+    """A floor and what it says about an observation; ``floor_ms`` is memory traffic alone."""
+
     floor_ms: float
     ceiling_tokens_per_s: float
     per_user_ceiling_tokens_per_s: float
