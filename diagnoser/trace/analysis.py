@@ -43,7 +43,7 @@ class RankStep(BaseModel):
     window_start_ns: int = Field(description="on the common clock")
     window_ns: int
     parts_ns: dict[str, int] = Field(description="non-overlapping parts; they sum to window_ns")
-    segments: dict[str, list[tuple[int, int]]] = Field(default_factory=dict, exclude=True)
+    segments: dict[str, list[tuple[int, int]]] = Field(default_factory=dict, exclude=True, description="common clock")
     kernels: int
     graph_status: str
     graph_launches: int
@@ -105,6 +105,7 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
     if window is None:
         return None
     lo, hi, tail = window
+    offset = trace.clock_offset_ns
     parts = budget_parts(ops, blocking, lo, hi, tail)
     hta = temporal_breakdown(ops, step.ops)
     replay = graph_replay(trace, ops, step)
@@ -115,7 +116,7 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
         window_start_ns=lo + trace.clock_offset_ns,
         window_ns=hi - lo,
         parts_ns={p: iv.total(parts[p]) for p in PARTS},
-        segments={p: list(zip(parts[p][0].tolist(), parts[p][1].tolist())) for p in PARTS},
+        segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS},
         kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
         graph_status=replay.status.value,
         graph_launches=replay.graph_launches,

@@ -38,6 +38,7 @@ class ClassTable:
     default: str
 
     def classify(self, kernel_name: str) -> KernelClass:
+        kernel_name = without_parameters(kernel_name)
         for pattern, name, implementation in self.rules:
             if pattern.search(kernel_name):
                 if name != COMMUNICATION:
@@ -45,6 +46,21 @@ class ClassTable:
                 op = next((op for op_pattern, op in self.ops if op_pattern.search(kernel_name)), "other")
                 return KernelClass(name, implementation, op)
         return KernelClass(self.default)
+
+
+def without_parameters(kernel_name: str) -> str:
+    """Drop a demangled name's trailing parameter list: argument types ("...Accessor<float>", "gemm"
+    inside a functor name) would otherwise match patterns meant for the kernel itself."""
+    if not kernel_name.endswith(")"):
+        return kernel_name
+    depth = 0
+    for i in range(len(kernel_name) - 1, -1, -1):
+        ch = kernel_name[i]
+        depth += ch == ")"
+        depth -= ch == "("
+        if depth == 0:
+            return kernel_name[:i]
+    return kernel_name
 
 
 @lru_cache(maxsize=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from diagnoser.errors import InputError, ToolMissingError
@@ -71,7 +71,7 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
-def _check_report(report: Path) -> None:
+def check_report(report: Path) -> None:
     if not report.is_file():
         raise InputError(f"{report}: no such file")
     if report.suffix not in REPORT_SUFFIXES:
@@ -93,7 +93,7 @@ def export_command(report: Path, output: Path) -> list[str]:
 def export_sqlite(report: Path, out_dir: Path | None = None, timeout_s: float = 600) -> Path:
     """``REPORT.nsys-rep`` -> ``OUT_DIR/REPORT.sqlite`` (reused when newer than the report)."""
     report = Path(report)
-    _check_report(report)
+    check_report(report)
     out_dir = Path(out_dir) if out_dir is not None else report.parent
     target = out_dir / f"{report.stem}.sqlite"
     if target.is_file() and target.stat().st_mtime_ns >= report.stat().st_mtime_ns:
@@ -165,7 +165,7 @@ def profile(options: ProfileOptions, command: list[str], timeout_s: float | None
     passes on the program's exit code; a failing program may still leave a usable report.
     """
     base = report_base(options.output)
-    args = profile_command(ProfileOptions(**{**options.__dict__, "output": base}), command)
+    args = profile_command(replace(options, output=base), command)
     base.parent.mkdir(parents=True, exist_ok=True)
     code = run_nsys(args, base, timeout_s or 24 * 3600, log=None, check=False)
     report = base.with_name(base.name + ".nsys-rep")

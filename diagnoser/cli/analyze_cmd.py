@@ -1,0 +1,118 @@
+"""``diagnoser analyze``: profiler traces to a step budget, a kernel table and facts.
+
+Heavy imports (numpy, the readers) happen inside the command so ``diagnoser --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+_PART_LABELS = {
+    "device": "device kernels (compute/memory)",
+    "exposed_comm": "exposed communication",
+    "launch": "launch dependencies (host-bound)",
+    "queue": "queueing (launched, waiting)",
+    "host": "other host work (syncs, D2H, gaps)",
+}
+
+
+@click.command("analyze")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--step-range", "step_range", metavar="NAME", help="segment steps by host ranges whose name contains NAME")
+@click.option("--json", "as_json", is_flag=True, help="print the analysis and the facts as JSON")
+@click.option("--case", "case_out", type=click.Path(path_type=Path), help="write the facts into this case file (created or updated)")
+@click.option("--perfetto", "perfetto_out", type=click.Path(path_type=Path), help="write a Chrome/Perfetto trace of the budget")
+def analyze(traces: tuple[Path, ...], step_range: str | None, as_json: bool, case_out: Path | None, perfetto_out: Path | None) -> None:
+    """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget."""
+    from diagnoser.fileio import write_atomic
+    from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.facts import to_observations
+    from diagnoser.trace.load import load_traces
+
+    analysis = analyze_traces(load_traces(list(traces)), step_range)
+    observations = to_observations(analysis)
+    if case_out is not None:
+        write_atomic(case_out, _case_text(case_out, observations))
+    if perfetto_out is not None:
+        from diagnoser.trace.perfetto import perfetto_trace
+
+        write_atomic(perfetto_out, perfetto_trace(analysis))
+    if as_json:
+        import orjson
+
+        payload = {"analysis": analysis.model_dump(mode="json"), "observations": observations.model_dump(mode="json", exclude_none=True)}
+        click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
+        return
+    _print_report(analysis, observations)
+
+
+def _case_text(path: Path, observations) -> str:
+    """The case file with the trace-derived facts replaced and everything else kept."""
+    from diagnoser.models.case import Case, load_case
+
+    case = load_case(path) if path.exists() else Case(title=f"analyze {path.stem}")
+    trace_fields = ("budget", "rank_budgets", "kernel_classes", "graph", "collectives", "host", "kernel_sum_across_ranks_ms")
+    case.observations = case.observations.model_copy(update={f: getattr(observations, f) for f in trace_fields})
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_dump(case.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    return case.model_dump_json(indent=2, exclude_none=True)
+
+
+def _print_report(analysis, observations) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    row = analysis.budget()
+    if row is None:
+        console.print("no step launched any device work: nothing to budget")
+        return
+    console.print(
+        f"[bold]{len(analysis.steps)} steps[/] ({analysis.method}) on ranks {analysis.ranks}; "
+        f"median step {analysis.median_step_ms:.3f} ms, spread (p90-p10) {analysis.step_spread_ms:.3f} ms"
+    )
+    console.print(f"[bold]Budget[/] of {row.step}, critical rank {row.rank}: {row.window_ns / 1e6:.3f} ms")
+    waterfall = Table(show_header=True, header_style="bold")
+    for name in ("part", "ms", "share", ""):
+        waterfall.add_column(name, justify="right" if name in ("ms", "share") else "left")
+    cumulative = 0
+    width = 40
+    for part, ns in row.parts_ns.items():
+        begin = round(width * cumulative / row.window_ns)
+        cumulative += ns
+        end = round(width * cumulative / row.window_ns)
+        bar = " " * begin + "█" * max(end - begin, 1 if ns else 0)
+        waterfall.add_row(_PART_LABELS[part], f"{ns / 1e6:.3f}", f"{ns / row.window_ns:.1%}", bar)
+    waterfall.add_row("[bold]step[/]", f"[bold]{row.window_ns / 1e6:.3f}[/]", "100%", "")
+    console.print(waterfall)
+    console.print(
+        f"graph replay: {row.graph_status} ({row.graph_launches} graph launches, {row.kernel_launches} eager launches, "
+        f"{row.graph_kernels} graph kernels)"
+    )
+    console.print(
+        f"kernel time summed over ranks and steps: {analysis.kernel_sum_across_ranks_ms:.3f} ms "
+        "[italic](not elapsed time)[/]"
+    )
+    kt = Table(title=f"Kernel classes, rank {row.rank}, all steps", header_style="bold")
+    for name in ("class", "count/step", "total ms", "median us", "CTAs", "SMs", "under-filled", "top kernel"):
+        kt.add_column(name)
+    for k in analysis.kernel_table:
+        label = f"{k.kernel_class}/{k.implementation}" if k.implementation else k.kernel_class
+        kt.add_row(
+            label, f"{k.count_per_step:.1f}", f"{k.total_us / 1000:.3f}", f"{k.median_us:.1f}",
+            _opt(k.median_grid_ctas), _opt(k.sm_count), {True: "yes", False: "no", None: "?"}[k.underfilled], k.top_kernel[:50],
+        )
+    console.print(kt)
+    for c in observations.collectives:
+        skew = f", wait {c.wait_ms:.3f} ms, transfer {c.transfer_ms:.3f} ms, late rank {c.late_rank}" if c.wait_ms is not None else ""
+        console.print(f"collective {c.op}/{c.implementation}: {c.calls_per_step:.1f} per step, {c.interval_ms:.3f} ms per step{skew}")
+    for note in analysis.notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+def _opt(value) -> str:
+    return "?" if value is None else f"{value:g}"

@@ -1,0 +1,121 @@
+"""An ``Analysis`` as the observation facts the rule base reasons over.
+
+    to_observations(analysis) -> Observations
+
+Only the fields traces can establish are filled; the rest stay None so a rule that needs
+them asks for the right check. Kernel time summed over ranks goes to its own, explicitly
+labelled field: it is not elapsed time and must never be compared with a step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from diagnoser.models.observations import (
+    CollectiveObs,
+    GraphReplayObs,
+    GraphStatus,
+    HostObs,
+    KernelClassObs,
+    Observations,
+    StepBudget,
+)
+from diagnoser.trace.analysis import Analysis, CollectiveRow, RankStep
+
+
+def step_budget(row: RankStep, spread_ms: float | None = None) -> StepBudget:
+    ms = {part: ns / 1e6 for part, ns in row.parts_ns.items()}
+    return StepBudget(
+        rank=row.rank,
+        step_ms=row.window_ns / 1e6,
+        device_ms=ms["device"],
+        exposed_comm_ms=ms["exposed_comm"],
+        launch_ms=ms["launch"],
+        queue_ms=ms["queue"],
+        host_ms=ms["host"],
+        source=f"diagnoser analyze, step {row.step}",
+        step_spread_ms=spread_ms,
+    )
+
+
+def _graph(analysis: Analysis, critical: RankStep) -> GraphReplayObs:
+    rows = [r for r in analysis.rank_steps if r.rank == critical.rank]
+    statuses = {r.graph_status for r in rows}
+    status = GraphStatus(critical.graph_status) if len(statuses) == 1 else GraphStatus.partial
+    return GraphReplayObs(
+        status=status,
+        kernel_launches_per_step=float(np.mean([r.kernel_launches for r in rows])),
+        graph_launches_per_step=float(np.mean([r.graph_launches for r in rows])),
+    )
+
+
+def _median_per_step(calls: list[CollectiveRow], field: str) -> float:
+    """Median over steps of the per-step sum, in ms."""
+    per_step: dict[str, float] = {}
+    for c in calls:
+        per_step[c.step] = per_step.get(c.step, 0.0) + getattr(c, field)
+    return float(np.median(list(per_step.values()))) / 1000
+
+
+def _collectives(analysis: Analysis) -> list[CollectiveObs]:
+    out = []
+    for op, impl in sorted({(c.op, c.implementation) for c in analysis.collectives}):
+        calls = [c for c in analysis.collectives if (c.op, c.implementation) == (op, impl)]
+        group = max(len(c.ranks) for c in calls)
+        multi = group > 1  # with one rank there is no arrival skew to measure
+        late = Counter(c.late_rank for c in calls if c.wait_us > 0).most_common(1)
+        out.append(
+            CollectiveObs(
+                op=op,
+                implementation=impl,
+                calls_per_step=len(calls) / len({c.step for c in calls}),
+                interval_ms=_median_per_step(calls, "interval_us"),
+                transfer_ms=_median_per_step(calls, "transfer_us") if multi else None,
+                wait_ms=_median_per_step(calls, "wait_us") if multi else None,
+                late_rank=late[0][0] if multi and late else None,
+                group_size=group if multi else None,
+                preceding_compute_ms=_median_per_step(calls, "late_rank_compute_us") if multi else None,
+            )
+        )
+    return out
+
+
+def _kernel_classes(analysis: Analysis) -> list[KernelClassObs]:
+    """One fact per class; implementations of a class (nccl, symm_mem) are merged."""
+    device_total = sum(r.total_us for r in analysis.kernel_table) or 1.0
+    classes: dict[str, KernelClassObs] = {}
+    for row in analysis.kernel_table:
+        share = row.total_us / device_total
+        prev = classes.get(row.kernel_class)
+        if prev is None:
+            classes[row.kernel_class] = KernelClassObs(
+                kernel_class=row.kernel_class,
+                share_of_step=min(share, 1.0),
+                count_per_step=row.count_per_step,
+                median_us=row.median_us,
+                grid_ctas=row.median_grid_ctas,
+                sm_count=row.sm_count,
+            )
+        else:
+            prev.share_of_step = min(prev.share_of_step + share, 1.0)
+            prev.count_per_step = (prev.count_per_step or 0) + row.count_per_step
+    return list(classes.values())
+
+
+def to_observations(analysis: Analysis) -> Observations:
+    critical = analysis.budget()
+    if critical is None:
+        return Observations(kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms)
+    same_step = [r for r in analysis.rank_steps if r.key == critical.key]
+    host_parts = [r.parts_ns["host"] / 1e6 for r in analysis.rank_steps if r.rank == critical.rank]
+    return Observations(
+        budget=step_budget(critical, analysis.step_spread_ms),
+        rank_budgets=[step_budget(r) for r in same_step],
+        kernel_classes=_kernel_classes(analysis),
+        graph=_graph(analysis, critical),
+        collectives=_collectives(analysis),
+        host=HostObs(gap_between_steps_ms=float(np.median(host_parts))),
+        kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms,
+    )
