@@ -6,9 +6,10 @@ waiting for a late rank. The probe runs real ``torch.distributed`` ranks under `
 (NCCL with one GPU per rank, else gloo on the host), collects every rank's arrival and
 departure on the shared host clock, and lets ``collective_timeline`` split the interval.
 
-Options read from ``ctx.options``: ``ranks`` (2), ``hidden`` (4096), ``batch_sizes``
-([1, 8, 64]) or ``message_bytes`` (explicit list), ``collective_ops``, ``collective_iterations``
-(20), ``delay_rank`` and ``delay_ms`` (inject extra work before the call on one rank).
+Options read from ``ctx.options``: ``ranks`` (2), ``hidden`` (default: the ``model``'s, else
+4096), ``batch_sizes`` ([1, 8, 64]) or ``message_bytes`` (explicit list), ``collective_ops``,
+``collective_iterations`` (20), ``delay_rank`` and ``delay_ms`` (inject extra work before the
+call on one rank).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.errors import InputError
+from diagnoser.models.model_spec import resolve_model
 from diagnoser.models.observations import CollectiveObs
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout
 from diagnoser.probes.collective_timeline import CallRecord, summarise
@@ -32,6 +34,7 @@ from diagnoser.probes.collective_timeline import CallRecord, summarise
 OPS = ("all_reduce", "all_to_all")
 MAX_ITERATIONS = 1000
 MAX_MESSAGE_BYTES = 256 * 2**20
+DEFAULT_HIDDEN = 4096
 CLOCK = "time.time_ns (CLOCK_REALTIME), all ranks on one host"
 
 
@@ -42,12 +45,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def hidden_size(options: dict[str, Any]) -> int:
+    """The hidden width: given outright, else the workload's model (``--model`` or the case's)."""
+    if options.get("hidden"):
+        return int(options["hidden"])
+    if options.get("model"):
+        return resolve_model(options["model"]).hidden_size
+    return DEFAULT_HIDDEN
+
+
 def message_sizes(options: dict[str, Any]) -> list[int]:
     """Bytes per call: explicit sizes, or one bf16 hidden vector per sequence in the batch."""
     if options.get("message_bytes"):
         sizes = [int(s) for s in options["message_bytes"]]
     else:
-        hidden = int(options.get("hidden", 4096))
+        hidden = hidden_size(options)
         sizes = [int(b) * hidden * 2 for b in options.get("batch_sizes", [1, 8, 64])]
     bad = [s for s in sizes if not 0 < s <= MAX_MESSAGE_BYTES]
     if bad:

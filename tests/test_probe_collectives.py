@@ -70,6 +70,8 @@ def test_message_sizes_follow_decode_shapes():
     # batch x hidden x 2 bytes (bf16): 8 x 7168 x 2 = 114688
     assert collectives.message_sizes({"hidden": 7168, "batch_sizes": [1, 8]}) == [14336, 114688]
     assert collectives.message_sizes({"message_bytes": [4096]}) == [4096]
+    # the model preset's hidden width (Qwen2.5 7B: 3584) when no width is given
+    assert collectives.message_sizes({"model": "qwen2.5-7b", "batch_sizes": [2]}) == [2 * 3584 * 2]
     with pytest.raises(InputError, match="message size"):
         collectives.message_sizes({"message_bytes": [0]})
 

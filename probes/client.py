@@ -1,0 +1,130 @@
+"""Client-gap probe: what a streaming client of the server actually receives.
+
+A device step can be fast while users still see slow tokens: detokenisation and output
+processing, an HTTP proxy that buffers, or chunking all sit between the engine and the
+client. This probe streams a few fixed-length requests one at a time (a single user, the
+regime a decode bound describes) and reports TTFT, TPOT, ITL and E2EL as vLLM ``bench
+serve`` defines them, tokens per chunk, how bunched the arrivals are, and, when the server
+stamps its chunks (see ``sse_client``), engine step vs server emission vs client receipt.
+
+Options read from ``ctx.options``: ``endpoint`` (required), ``model_name`` (default: the
+first model the server lists), ``api`` (``completions`` or ``chat``), ``prompt``,
+``max_tokens`` (128), ``requests`` (3), ``ignore_eos`` (true).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from diagnoser.errors import InputError
+from diagnoser.models.observations import BoundaryTimings, HostObs
+from diagnoser.probes import serving_metrics as sm
+from diagnoser.probes.base import ProbeContext, ProbeSkipped
+from diagnoser.probes.sse_client import StreamedResponse, api_url, request_body, served_model, stream
+
+DEFAULT_PROMPT = "Describe, step by step, how a decode step on a GPU reads the model weights and the KV cache."
+MAX_REQUESTS = 100
+MAX_TOKENS = 4096
+
+
+def bounded_int(options: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = int(options.get(key, default))
+    if not low <= value <= high:
+        raise InputError(f"{key} must be {low}..{high}, got {value}")
+    return value
+
+
+@contextmanager
+def open_session(ctx: ProbeContext, api: str) -> Iterator[tuple[httpx.Client, str, str]]:
+    """An HTTP client, the request URL and the model name, or a skip when no endpoint is set."""
+    endpoint = ctx.options.get("endpoint")
+    if not endpoint:
+        raise ProbeSkipped("no endpoint given (pass --endpoint URL of an OpenAI-compatible server)")
+    url = api_url(str(endpoint), api)
+    with httpx.Client() as client:
+        model = ctx.options.get("model_name") or served_model(client, str(endpoint))
+        yield client, url, str(model)
+
+
+def stream_bounded(ctx: ProbeContext, client: httpx.Client, url: str, body: dict[str, Any]) -> StreamedResponse:
+    """One request, stopping at the probe's deadline."""
+    ctx.check_deadline()
+    return stream(client, url, body, min(ctx.timeout_s, ctx.remaining_s()))
+
+
+def mean_tokens_per_chunk(responses: list[StreamedResponse]) -> tuple[float | None, str]:
+    counts, source = [], ""
+    for response in responses:
+        per_chunk, source = sm.tokens_per_chunk(response)
+        if per_chunk is None:
+            break
+        counts += per_chunk
+    else:
+        return statistics.fmean(counts), source
+    tokens = [r.completion_tokens for r in responses]
+    if all(tokens):
+        return sum(tokens) / sum(len(sm.content_chunks(r)) for r in responses), source
+    return None, source
+
+
+def run(ctx: ProbeContext) -> dict[str, Any]:
+    api = str(ctx.options.get("api", "completions"))
+    requests = bounded_int(ctx.options, "requests", 3, 1, MAX_REQUESTS)
+    max_tokens = bounded_int(ctx.options, "max_tokens", 128, 2, MAX_TOKENS)
+    with open_session(ctx, api) as (client, url, model):
+        body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, bool(ctx.options.get("ignore_eos", True)))
+        responses = [stream_bounded(ctx, client, url, body) for _ in range(requests)]
+    metrics = [sm.request_metrics(r) for r in responses]
+    per_chunk, source = mean_tokens_per_chunk(responses)
+    return {
+        "endpoint": url,
+        "api": api,
+        "model": model,
+        "requests": requests,
+        "max_tokens": max_tokens,
+        "definitions": "vLLM bench serve: TTFT/E2EL to first/last choice event, ITL per chunk, TPOT=(E2EL-TTFT)/(tokens-1)",
+        "output_tokens": [m.output_tokens for m in metrics],
+        "ttft_ms": sm.summary([m.ttft_ms for m in metrics]),
+        "tpot_ms": sm.summary([m.tpot_ms for m in metrics if m.tpot_ms is not None]),
+        "itl_ms": sm.summary([gap for m in metrics for gap in m.itl_ms]),
+        "e2el_ms": sm.summary([m.e2el_ms for m in metrics]),
+        "tokens_per_chunk": per_chunk,
+        "tokens_per_chunk_source": source,
+        "bunching": sm.bunching(responses),
+        "itl_growth_ms_per_1k_output": sm.itl_growth_per_1k_output(responses),
+        "server_timing": sm.server_reconciliation(responses),
+    }
+
+
+def _positive(value: float | None) -> float | None:
+    return value if value is not None and value > 0 else None
+
+
+def _stat(facts: dict[str, Any], metric: str, key: str) -> float | None:
+    return _positive((facts.get(metric) or {}).get(key))
+
+
+def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+    """Boundary timings for the device/server/client comparison, and the ITL spike ratio."""
+    server = facts.get("server_timing") or {}
+    itl_p50, itl_p99 = _stat(facts, "itl_ms", "p50"), _stat(facts, "itl_ms", "p99")
+    updates: dict[str, Any] = {
+        "boundaries": BoundaryTimings(
+            device_step_ms=_positive(server.get("device_step_ms")),
+            server_emission_ms=_positive(server.get("server_emission_ms")),
+            client_receipt_ms=_positive(server.get("client_receipt_ms")) or itl_p50,
+            client_p50_ms=itl_p50,
+            client_p99_ms=itl_p99,
+            tokens_per_chunk=_positive(facts.get("tokens_per_chunk")),
+            ttft_ms=_stat(facts, "ttft_ms", "p50"),
+            itl_growth_ms_per_1k_output=facts.get("itl_growth_ms_per_1k_output"),
+        )
+    }
+    if itl_p50 and itl_p99:
+        updates["host"] = HostObs(itl_spike_ratio=itl_p99 / itl_p50)
+    return updates

@@ -1,0 +1,176 @@
+"""A small OpenAI-compatible decode server for the client and context-sweep probe tests.
+
+It is a real HTTP/1.1 server on 127.0.0.1 (stdlib, one thread per connection) that streams
+Server-Sent Events with chunked transfer encoding, like vLLM. Its "engine" is a decode loop
+with a known step time, so a test knows exactly what the probe ought to recover:
+
+- prefill takes ``prefill_ms + prefill_ms_per_1k_prompt * prompt/1000`` and yields token 1;
+- token i (i >= 2) takes ``step_ms + step_ms_per_1k_context * (prompt + i - 1)/1000``;
+- ``stream_interval`` tokens are coalesced into one chunk (a server-side stream interval);
+- ``burst`` chunks are held in the output path and written together (the buffering fault);
+- ``truncate_after`` cuts the stream off in the middle of an event (a crashed proxy);
+- ``server_timing`` adds the per-chunk ``server_timing`` extension the client probe reads,
+  stamped when the engine produced the chunk, i.e. before any buffering.
+
+Deadlines are absolute (the loop sleeps until the step's end, not for the step's length), so
+scheduling overhead does not accumulate into the measured step time.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MAX_TOKENS_CAP = 4096  # bounds every decode loop, whatever a request asks for
+
+
+@dataclass
+class DecodeConfig:
+    step_ms: float = 10.0
+    step_ms_per_1k_context: float = 0.0
+    prefill_ms: float = 5.0
+    prefill_ms_per_1k_prompt: float = 0.0
+    stream_interval: int = 1
+    burst: int = 1
+    server_timing: bool = False
+    truncate_after: int | None = None  # write half an event after this many tokens, then stop
+    model: str = "toy-decoder"
+
+
+def prompt_tokens(prompt: Any) -> int:
+    """Token ids count one each; text counts one token per whitespace-separated word."""
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    raise ValueError("prompt must be a string or a list of token ids")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def setup(self) -> None:
+        super().setup()
+        # Without this, Nagle's algorithm holds small SSE writes back and fakes bursts.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def _json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _write_chunk(self, events: list[dict[str, Any] | str]) -> None:
+        payload = "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events).encode()
+        self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path.rstrip("/") == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": self.server.config.model, "object": "model"}]})
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        chat = self.path == "/v1/chat/completions"
+        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+            n_prompt = prompt_tokens(prompt)
+            n_out = min(int(body.get("max_tokens") or body.get("max_completion_tokens") or 16), MAX_TOKENS_CAP)
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            self._json(400, {"error": {"message": f"bad request: {err}"}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._decode(body, chat, n_prompt, n_out)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _decode(self, body: dict[str, Any], chat: bool, n_prompt: int, n_out: int) -> None:
+        cfg = self.server.config
+        options = body.get("stream_options") or {}
+        continuous = bool(options.get("continuous_usage_stats"))
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        held: list[dict[str, Any] | str] = []
+        held_content = 0  # token-carrying events held back (the chat role event does not count)
+        pending_tokens: list[str] = []
+        deadline = time.perf_counter()
+        last_chunk_end = deadline
+        for i in range(1, n_out + 1):
+            if i == 1:
+                step = cfg.prefill_ms + cfg.prefill_ms_per_1k_prompt * n_prompt / 1e3
+            else:
+                step = cfg.step_ms + cfg.step_ms_per_1k_context * (n_prompt + i - 1) / 1e3
+            deadline += step / 1e3
+            time.sleep(max(0.0, deadline - time.perf_counter()))
+            pending_tokens.append(f" t{i}")
+            if len(pending_tokens) < cfg.stream_interval and i < n_out:
+                continue
+            text = "".join(pending_tokens)
+            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            choice["finish_reason"] = "length" if i == n_out else None
+            event: dict[str, Any] = {"id": "cmpl-test", "object": kind, "model": cfg.model, "choices": [choice]}
+            if continuous:
+                event["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": i, "total_tokens": n_prompt + i}
+            if cfg.server_timing:
+                now = time.perf_counter()
+                event["server_timing"] = {
+                    "emitted_ns": time.time_ns(),
+                    "step_ms": (now - last_chunk_end) * 1e3 / len(pending_tokens),
+                }
+                last_chunk_end = now
+            if chat and i == len(pending_tokens):
+                held.append({"id": "cmpl-test", "object": kind, "model": cfg.model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            pending_tokens = []
+            if cfg.truncate_after is not None and i > cfg.truncate_after:
+                self._write_chunk([*held, json.dumps(event)[:20]])
+                return
+            held.append(event)
+            held_content += 1
+            if held_content >= cfg.burst or i == n_out:
+                self._write_chunk(held)
+                held, held_content = [], 0
+        tail: list[dict[str, Any] | str] = []
+        if options.get("include_usage"):
+            tail.append({"id": "cmpl-test", "object": kind, "model": cfg.model, "choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}})
+        self._write_chunk([*tail, "[DONE]"])
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, config: DecodeConfig) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.config = config
+
+
+class StreamingServer:
+    """Context manager: ``with StreamingServer(DecodeConfig(...)) as url:`` gives the base URL."""
+
+    def __init__(self, config: DecodeConfig | None = None) -> None:
+        self._server = _Server(config or DecodeConfig())
+        self._thread = threading.Thread(target=self._server.serve_forever, name="streaming-server", daemon=True)
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

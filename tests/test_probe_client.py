@@ -1,0 +1,136 @@
+"""Client-gap probe against a real streaming HTTP server, and its metrics by hand."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from streaming_server import DecodeConfig, StreamingServer
+
+from diagnoser.errors import InputError
+from diagnoser.models.observations import BoundaryTimings
+from diagnoser.probes import client
+from diagnoser.probes import serving_metrics as sm
+from diagnoser.probes.base import ProbeContext, ProbeSkipped
+from diagnoser.probes.sse_client import Chunk, StreamedResponse, api_url
+
+
+def probe(url: str, **options) -> dict:
+    return client.run(ProbeContext(timeout_s=60, options={"endpoint": url, **options}))
+
+
+def response(start: float, times: list[float], tokens: int | None, texts: list[str] | None = None) -> StreamedResponse:
+    texts = texts or ["x"] * len(times)
+    chunks = [Chunk(received_s=t, received_ns=int(t * 1e9), text=x) for t, x in zip(times, texts)]
+    return StreamedResponse(start_s=start, chunks=chunks, completion_tokens=tokens)
+
+
+def test_vllm_definitions_by_hand():
+    # Sent at 10.0 s; choice events at 10.1 (role only), 10.12, 10.15, 10.30 s; 4 tokens.
+    r = response(10.0, [10.1, 10.12, 10.15, 10.30], tokens=4, texts=["", "a", "b", "c"])
+    m = sm.request_metrics(r)
+    assert m.ttft_ms == pytest.approx(100.0)  # first choice event, even with empty text
+    assert m.itl_ms == pytest.approx([20.0, 30.0, 150.0])
+    assert m.e2el_ms == pytest.approx(300.0)
+    assert m.tpot_ms == pytest.approx((300.0 - 100.0) / 3)
+    assert sm.request_metrics(response(0.0, [0.5], tokens=1)).tpot_ms is None
+
+
+def test_summary_uses_linear_percentiles():
+    s = sm.summary([1.0, 2.0, 3.0, 4.0])
+    # linear interpolation: p50 at rank 1.5 -> 2.5; p90 at 2.7 -> 3.7; p99 at 2.97 -> 3.97
+    assert (s["mean"], s["p50"], s["p90"], s["p99"]) == pytest.approx((2.5, 2.5, 3.7, 3.97))
+    assert sm.summary([]) is None
+
+
+def test_bursts_by_hand():
+    # six chunks, five gaps; mean gap = 12.2/5 = 2.44 ms, threshold 0.61 ms: two bursts of three
+    sizes, bunched = sm.burst_sizes([0.1, 0.1, 11.8, 0.1, 0.1])
+    assert sizes == [3, 3] and bunched == 4
+    assert sm.burst_sizes([10.0, 9.0, 11.0]) == ([1, 1, 1, 1], 0)
+
+
+def test_linear_fit_by_hand():
+    fit = sm.linear_fit([0.0, 1.0, 2.0], [1.0, 3.0, 5.0])
+    assert fit == pytest.approx({"slope": 2.0, "intercept": 1.0, "r2": 1.0})
+    assert sm.linear_fit([1.0, 1.0], [2.0, 3.0]) is None
+
+
+def test_endpoint_forms_normalise():
+    for form in ("http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/completions"):
+        assert api_url(form, "chat") == "http://h:8000/v1/chat/completions"
+    with pytest.raises(InputError, match="http"):
+        api_url("localhost:8000", "completions")
+
+
+def test_steady_stream_recovers_inter_token_delay():
+    with StreamingServer(DecodeConfig(step_ms=20, prefill_ms=40)) as url:
+        facts = probe(url, max_tokens=25, requests=2)
+    assert facts["model"] == "toy-decoder"  # discovered from /v1/models
+    assert facts["output_tokens"] == [25, 25]
+    assert facts["tpot_ms"]["p50"] == pytest.approx(20.0, rel=0.1)
+    assert facts["itl_ms"]["p50"] == pytest.approx(20.0, rel=0.15)
+    assert facts["itl_ms"]["n"] == 2 * 24
+    assert facts["ttft_ms"]["p50"] >= 40.0
+    assert facts["tokens_per_chunk"] == 1.0 and facts["tokens_per_chunk_source"] == "per-chunk usage"
+    assert facts["bunching"]["bunched_fraction"] < 0.1
+    assert facts["server_timing"] is None
+    b = client.to_observations(facts)["boundaries"]
+    assert isinstance(b, BoundaryTimings) and b.device_step_ms is None
+    assert b.client_receipt_ms == pytest.approx(20.0, rel=0.15)
+
+
+def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
+    step = 10.0
+    with StreamingServer(DecodeConfig(step_ms=step, prefill_ms=5, burst=4, server_timing=True)) as url:
+        facts = probe(url, max_tokens=33, requests=2)
+    # Tokens 1-4, 5-8, ... leave together: within a burst chunks arrive ~0 ms apart, between
+    # bursts 4 steps apart. Per request 32 gaps, 24 of them inside a burst.
+    bunching = facts["bunching"]
+    assert bunching["bunched_fraction"] == pytest.approx(24 / 32, abs=0.1)
+    assert bunching["max_burst_chunks"] == 4 and bunching["mean_burst_chunks"] >= 3
+    assert facts["itl_ms"]["p50"] < 0.25 * step
+    assert facts["itl_ms"]["p99"] == pytest.approx(4 * step, rel=0.25)
+    # the engine and the server's emission kept the true pace; only receipt is bunched
+    server = facts["server_timing"]
+    assert server["device_step_ms"] == pytest.approx(step, rel=0.15)
+    assert server["server_emission_ms"] == pytest.approx(step, rel=0.15)
+    assert server["client_receipt_ms"] < 0.25 * step
+    assert server["buffered_p99_ms"] >= 2 * step
+    updates = client.to_observations(facts)
+    assert updates["boundaries"].device_step_ms == pytest.approx(step, rel=0.15)
+    assert updates["host"].itl_spike_ratio > 10
+
+
+def test_chat_stream_with_coalesced_tokens():
+    step = 10.0
+    with StreamingServer(DecodeConfig(step_ms=step, prefill_ms=5, stream_interval=3)) as url:
+        facts = probe(url, api="chat", model_name="toy-decoder", max_tokens=30, requests=2)
+    assert facts["endpoint"].endswith("/v1/chat/completions")
+    assert facts["tokens_per_chunk"] == 3.0
+    # 10 content chunks plus the role announcement: 10 gaps per request, one of them ~0
+    assert facts["itl_ms"]["n"] == 2 * 10
+    assert facts["tpot_ms"]["p50"] == pytest.approx(step, rel=0.15)
+    assert facts["itl_ms"]["p90"] == pytest.approx(3 * step, rel=0.15)
+
+
+def test_no_endpoint_is_a_skip():
+    with pytest.raises(ProbeSkipped, match="no endpoint"):
+        client.run(ProbeContext(options={}))
+
+
+def test_refused_connection_is_one_line_input_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(InputError, match="ConnectError") as err:
+        probe(f"http://127.0.0.1:{port}", model_name="m")
+    assert "\n" not in str(err.value)
+
+
+def test_http_errors_and_truncated_streams_are_input_errors():
+    with StreamingServer(DecodeConfig(step_ms=1, truncate_after=3)) as url:
+        with pytest.raises(InputError, match="malformed stream event"):
+            probe(url, max_tokens=10, requests=1)
+        with pytest.raises(InputError, match="HTTP 404"):
+            probe(url + "/v2", model_name="m")
