@@ -166,6 +166,17 @@ class HostObs(_Obs):
     itl_spike_ratio: float | None = Field(default=None, ge=0, description="p99 / p50 inter-token interval")
 
 
+class Claim(str, Enum):
+    """A belief the team already holds; lessons and guards test it against the evidence."""
+
+    uncoalesced_expert_reads = "uncoalesced_expert_reads"
+    sampling_on_cpu = "sampling_on_cpu"
+    ep_will_help = "ep_will_help"
+    smaller_tp_fewer_collectives = "smaller_tp_fewer_collectives"
+    graphs_close_gap = "graphs_close_gap"
+    fraction_is_normal = "fraction_is_normal"
+
+
 class Observations(_Obs):
     budget: StepBudget | None = None
     rank_budgets: list[StepBudget] = Field(default_factory=list, description="the same step on every rank")
@@ -185,3 +196,4 @@ class Observations(_Obs):
         default=None, gt=0, description="a step time someone built by adding parts (checked against the measured step)"
     )
     bound_boundary: Boundary | None = Field(default=None, description="boundary the compared bound refers to")
+    claims: list[Claim] = Field(default_factory=list, description="explanations already on the table, to be tested")

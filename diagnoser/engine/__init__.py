@@ -1,0 +1,41 @@
+"""The rule engine: facts from a case, rules from packs, ranked hypotheses out.
+
+Rule authors need only this module: ``RuleSet``, ``rule``, ``RuleSpec``, ``RemedySpec``,
+``Finding``, ``ev``, ``undo``, the fact classes and the experta pattern names.
+"""
+
+from diagnoser.engine.facts import (
+    Boundaries,
+    BoundaryPair,
+    Bound,
+    Budget,
+    Claim,
+    ClaimedStep,
+    Collective,
+    ContextSweep,
+    Graph,
+    Host,
+    KernelClass,
+    KernelSum,
+    Layout,
+    Probe,
+    QuotedBound,
+    RankBudget,
+    Reference,
+    Server,
+    Speculation,
+)
+from diagnoser.engine.loader import Rulebook, load_rulebook
+from diagnoser.engine.runner import diagnose
+from diagnoser.engine.spec import Finding, RemedySpec, RuleSet, RuleSpec, ev, rule, undo
+from diagnoser.experta_compat import AS, MATCH, NOT, OR, TEST, L, P, W
+from diagnoser.models.hypothesis import Check, Kind
+
+__all__ = [
+    "AS", "MATCH", "NOT", "OR", "TEST", "L", "P", "W",
+    "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ContextSweep",
+    "Graph", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
+    "Reference", "Server", "Speculation",
+    "Check", "Finding", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
+    "diagnose", "ev", "load_rulebook", "rule", "undo",
+]

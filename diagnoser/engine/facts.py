@@ -1,0 +1,244 @@
+"""Facts the rules match: one per aggregated observation part, never one per trace event.
+
+experta matches at declare time and joins are quadratic, so a case turns into a few dozen
+facts. Absent values are left out of a fact rather than stored as None: a pattern that names
+a field then simply does not match, and the engine reports the missing input instead.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+
+from diagnoser.experta_compat import Fact
+from diagnoser.models.case import Case
+from diagnoser.models.hypothesis import BoundSummary
+
+
+class Reference(Fact):
+    """The step every gain is a share of (``step_ms``)."""
+
+
+class Budget(Fact):
+    """The critical rank's step budget, plus ``parts_ms`` and ``unattributed_ms``."""
+
+
+class RankBudget(Fact):
+    """The same step on one rank (from ``rank_budgets``)."""
+
+
+class KernelClass(Fact):
+    """One kernel class aggregated over the step."""
+
+
+class Graph(Fact):
+    """Graph replay status; ``max_captured_batch`` is derived from the capture list."""
+
+
+class Collective(Fact):
+    """One collective per step with its arrival skew."""
+
+
+class Boundaries(Fact):
+    """Device step, server emission and client receipt intervals."""
+
+
+class ContextSweep(Fact):
+    """Lowest and highest context of the sweep with their step times and ``growth`` ratio."""
+
+
+class Probe(Fact):
+    """Machine facts; ``throttled`` lists throttle reasons other than idle."""
+
+
+class Speculation(Fact):
+    """Speculation counters; ``speedup`` and ``expected_tokens`` when the costs are known."""
+
+
+class Server(Fact):
+    """Serving-engine settings."""
+
+
+class Host(Fact):
+    """Host-side facts between steps."""
+
+
+class Bound(Fact):
+    """The recomputed bound against the reference step."""
+
+
+class QuotedBound(Fact):
+    """How a bound someone already quoted was built (``bound_inputs``)."""
+
+
+class Layout(Fact):
+    """Parallel layout and batch of the pinned workload."""
+
+
+class KernelSum(Fact):
+    """Kernel time summed over ranks (``ms``): a total, not elapsed time."""
+
+
+class ClaimedStep(Fact):
+    """A step time someone added up from parts (``ms``)."""
+
+
+class BoundaryPair(Fact):
+    """The boundary the observation was read at (``observed``) and the one the bound refers to (``bound``)."""
+
+
+class Claim(Fact):
+    """An explanation already on the table (``name``)."""
+
+
+class Holds(Fact):
+    """A cause rule concluded: ``rule`` id and ``cap_ms``, the most its refinements may claim."""
+
+
+class InputInfo(NamedTuple):
+    label: str
+    how: str
+
+
+# Every input a rule may require, and how to obtain it: the text of a "check to run".
+INPUTS: dict[str, InputInfo] = {
+    "budget": InputInfo("step budget", "profile ~20 decode steps (nsys or torch profiler) and run `diagnoser analyze`"),
+    "rank_budgets": InputInfo("per-rank step budgets", "trace every rank over the same steps and run `diagnoser analyze`"),
+    "kernel_classes": InputInfo("kernel classes", "run `diagnoser analyze` on a decode trace (kernel summary)"),
+    "graph": InputInfo("graph replay status", "run `diagnoser probe graphs` or read graph launches in an nsys trace"),
+    "collectives": InputInfo("collective intervals", "trace all ranks and run `diagnoser analyze` (collective alignment)"),
+    "boundaries": InputInfo("boundary timings", "run `diagnoser probe client` against the server next to a device trace"),
+    "context_sweep": InputInfo("context sweep", "time the same output length at 3+ controlled context lengths"),
+    "probe": InputInfo("machine probes", "run `diagnoser probe` on the serving GPU (bandwidth, clocks, throttling)"),
+    "speculation": InputInfo("speculation counters", "read draft length, acceptance and draft/verify time from the server metrics"),
+    "server": InputInfo("server settings", "record the serving engine's flags (graphs, custom all-reduce, sampling, offload)"),
+    "host": InputInfo("host timings", "trace the host side (nsys CPU sampling or py-spy) over the same steps"),
+    "bound": InputInfo("bound", "pin the workload (`workload:` in the case) or give bound_inputs bytes and bandwidth"),
+    "workload": InputInfo("workload pin", "add the `workload:` section (model, hardware, batch, context, layout)"),
+    "bound_inputs": InputInfo("quoted bound inputs", "record how the spreadsheet's bound was computed (bound_inputs)"),
+}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fields(model: BaseModel | None, **extra: Any) -> dict[str, Any]:
+    data = {} if model is None else {k: _plain(v) for k, v in model if v is not None}
+    data.update({k: v for k, v in extra.items() if v is not None})
+    return data
+
+
+def reference_step_ms(case: Case) -> float | None:
+    """The measured step the gains refer to: the budget's, else the device boundary, else the pin's."""
+    obs = case.observations
+    if obs.budget is not None:
+        return obs.budget.step_ms
+    if obs.boundaries is not None and obs.boundaries.device_step_ms is not None:
+        return obs.boundaries.device_step_ms
+    observed = case.workload.observed if case.workload else None
+    return observed.step_ms if observed else None
+
+
+def present_inputs(case: Case, bound: BoundSummary | None) -> set[str]:
+    obs = case.observations
+    present = {name for name in INPUTS if name in type(obs).model_fields and getattr(obs, name)}
+    if bound is not None:
+        present.add("bound")
+    if case.workload is not None:
+        present.add("workload")
+    if case.bound_inputs is not None:
+        present.add("bound_inputs")
+    return present
+
+
+def _context_sweep(case: Case) -> ContextSweep | None:
+    points = sorted(case.observations.context_sweep, key=lambda p: p.context)
+    if len(points) < 2 or points[0].context == points[-1].context:
+        return None
+    lo, hi = points[0], points[-1]
+    return ContextSweep(
+        points=len(points),
+        context_lo=lo.context,
+        context_hi=hi.context,
+        step_lo_ms=lo.step_ms,
+        step_hi_ms=hi.step_ms,
+        growth=hi.step_ms / lo.step_ms,
+    )
+
+
+def _speculation(case: Case) -> Speculation | None:
+    from diagnoser.whatif import speculation
+
+    spec = case.observations.speculation
+    if spec is None:
+        return None
+    derived: dict[str, Any] = {}
+    costs = (spec.verify_ms, spec.draft_ms, spec.other_ms, spec.ordinary_step_ms)
+    if spec.acceptance is not None and None not in costs:
+        result = speculation(spec.acceptance, spec.draft_length, *costs)
+        derived = {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup}
+    return Speculation(**_fields(spec, **derived))
+
+
+def _probe(case: Case) -> Probe | None:
+    probe = case.observations.probe
+    if probe is None:
+        return None
+    throttled = sorted(r for r in probe.throttle_reasons if "idle" not in r.lower())
+    return Probe(**_fields(probe, throttled=throttled))
+
+
+def _boundary_pair(case: Case) -> BoundaryPair | None:
+    observed = case.workload.observed.boundary if case.workload and case.workload.observed else None
+    bound = case.observations.bound_boundary or (case.bound_inputs.boundary if case.bound_inputs else None)
+    if observed is None or bound is None:
+        return None
+    return BoundaryPair(observed=observed.value, bound=bound.value)
+
+
+def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
+    """Turn a case into the facts the rule base matches (aggregated; a few dozen at most)."""
+    obs = case.observations
+    facts: list[Fact | None] = []
+    step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
+    if step is not None:
+        facts.append(Reference(step_ms=step))
+    if obs.budget is not None:
+        b = obs.budget
+        facts.append(Budget(**_fields(b, parts_ms=b.parts_ms, unattributed_ms=max(0.0, b.step_ms - b.parts_ms))))
+    facts += [RankBudget(**_fields(r, parts_ms=r.parts_ms)) for r in obs.rank_budgets]
+    facts += [KernelClass(**_fields(k)) for k in obs.kernel_classes]
+    if obs.graph is not None:
+        captured = obs.graph.captured_batch_sizes
+        facts.append(Graph(**_fields(obs.graph, max_captured_batch=max(captured) if captured else None)))
+    facts += [Collective(**_fields(c)) for c in obs.collectives]
+    if obs.boundaries is not None:
+        facts.append(Boundaries(**_fields(obs.boundaries)))
+    facts.append(_context_sweep(case))
+    facts.append(_probe(case))
+    facts.append(_speculation(case))
+    if obs.server is not None:
+        facts.append(Server(**_fields(obs.server)))
+    if obs.host is not None:
+        facts.append(Host(**_fields(obs.host)))
+    if bound is not None:
+        facts.append(Bound(**{k: v for k, v in _fields(bound).items() if k != "sanity"}))
+    if case.bound_inputs is not None:
+        facts.append(QuotedBound(**_fields(case.bound_inputs)))
+    if case.workload is not None:
+        w = case.workload
+        facts.append(Layout(tp=w.layout.tp, ep=w.layout.ep, pp=w.layout.pp, dp=w.layout.dp, batch=w.batch))
+    if obs.kernel_sum_across_ranks_ms is not None:
+        facts.append(KernelSum(ms=obs.kernel_sum_across_ranks_ms))
+    if obs.claimed_step_ms is not None:
+        facts.append(ClaimedStep(ms=obs.claimed_step_ms))
+    facts.append(_boundary_pair(case))
+    facts += [Claim(name=c.value) for c in sorted(set(obs.claims), key=lambda c: c.value)]
+    return [f for f in facts if f is not None]

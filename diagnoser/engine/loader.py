@@ -1,0 +1,185 @@
+"""Find rule sets, check them before they run, and compose them into one engine class.
+
+Rules come from the bundled ``diagnoser.rules`` package, from files given with ``--rules``,
+and from the ``diagnoser.rules`` entry-point group. A broken rule is rejected here, at load,
+with one line naming the file and the rule: experta would otherwise run it and silently pass
+``None`` for a misspelled TEST argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import pkgutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable
+
+from diagnoser.engine.facts import INPUTS
+from diagnoser.engine.spec import PARENT_CAP, RuleSet, RuleSpec
+from diagnoser.errors import InputError
+from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, Rule
+from diagnoser.models.hypothesis import Kind
+
+ENTRY_POINT_GROUP = "diagnoser.rules"
+
+
+@dataclass
+class Rulebook:
+    rulesets: list[type] = field(default_factory=list)
+    specs: dict[str, RuleSpec] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # rule id -> where it was defined
+
+    def engine_class(self) -> type:
+        from diagnoser.engine.runner import DiagnosisEngine
+
+        return type("ComposedRules", (*self.rulesets, DiagnosisEngine), {})
+
+
+def _rules_of(ruleset: type) -> list[tuple[str, Rule]]:
+    return [(name, obj) for name, obj in vars(ruleset).items() if isinstance(obj, Rule)]
+
+
+def _bound_names(element: Any, names: set[str]) -> None:
+    """Variables a pattern binds (MATCH.x, AS.x << Fact(), 'x' << W())."""
+    bind = getattr(element, "__bind__", None)
+    if isinstance(bind, str):
+        names.add(bind)
+    if isinstance(element, Fact):
+        for key, value in element.items():
+            if key != "__bind__":
+                _bound_names(value, names)
+    elif isinstance(element, tuple) and not isinstance(element, TEST):
+        for child in element:
+            _bound_names(child, names)
+
+
+def _tests(element: Any) -> Iterable[Any]:
+    if isinstance(element, TEST):
+        yield element[0]
+    elif isinstance(element, tuple) and not isinstance(element, Fact):
+        for child in element:
+            yield from _tests(child)
+
+
+def lint_rule(name: str, compiled: Rule) -> list[str]:
+    """Problems that would make a rule misfire silently; empty when it is sound."""
+    spec = getattr(compiled, "spec", None)
+    if not isinstance(spec, RuleSpec):
+        return [f"{name}: a plain experta Rule; declare it with diagnoser.engine.rule(spec, ...)"]
+    bound: set[str] = set()
+    _bound_names(compiled, bound)
+    problems = []
+    for test in _tests(compiled):
+        unknown = sorted(set(inspect.signature(test).parameters) - bound)
+        if unknown:
+            problems.append(f"rule {spec.id}: TEST argument(s) {', '.join(unknown)} match no bound variable")
+    body_args = list(inspect.signature(compiled.body).parameters)[1:]
+    unknown = sorted(set(body_args) - bound - {PARENT_CAP})
+    if unknown:
+        problems.append(f"rule {spec.id}: body argument(s) {', '.join(unknown)} match no bound variable")
+    bad_inputs = sorted(set(spec.requires) - set(INPUTS))
+    if bad_inputs:
+        problems.append(f"rule {spec.id}: unknown input(s) {', '.join(bad_inputs)} in requires")
+    return problems
+
+
+def _rulesets_in(module: ModuleType) -> list[type]:
+    return [
+        obj
+        for _, obj in sorted(vars(module).items())
+        if inspect.isclass(obj) and issubclass(obj, RuleSet) and obj is not RuleSet and obj.__module__ == module.__name__
+    ]
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise InputError(f"{path}: no such rule file")
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    name = f"diagnoser_user_rules_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{path}: not a Python rule file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - any failure in a user file is bad input
+        sys.modules.pop(name, None)
+        raise InputError(f"{path}: cannot load rules: {type(err).__name__}: {err}") from None
+    return module
+
+
+def _bundled_modules() -> list[ModuleType]:
+    package = importlib.import_module("diagnoser.rules")
+    return [
+        importlib.import_module(f"diagnoser.rules.{info.name}")
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
+        if not info.ispkg and not info.name.startswith("_")
+    ]
+
+
+def _entry_point_modules() -> list[tuple[str, list[type]]]:
+    found = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            target = ep.load()
+        except Exception as err:  # noqa: BLE001
+            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load rules: {type(err).__name__}: {err}") from None
+        rulesets = [target] if inspect.isclass(target) else _rulesets_in(target)
+        found.append((f"entry point {ep.name}", rulesets))
+    return found
+
+
+def _rule_files(paths: Iterable[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        files.extend(sorted(path.glob("*.py")) if path.is_dir() else [path])
+    return files
+
+
+def load_rulebook(extra: Iterable[str | Path] = (), *, bundled: bool = True, entry_points: bool = True) -> Rulebook:
+    sources: list[tuple[str, list[type]]] = []
+    if bundled:
+        sources += [(m.__file__ or m.__name__, _rulesets_in(m)) for m in _bundled_modules()]
+    if entry_points:
+        sources += _entry_point_modules()
+    sources += [(str(p), _rulesets_in(_import_file(p))) for p in _rule_files(extra)]
+    return build_rulebook(sources)
+
+
+def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
+    """Lint every rule set and merge them; the first problem found is raised as bad input."""
+    book = Rulebook()
+    method_owner: dict[str, str] = {}
+    for where, rulesets in sources:
+        for ruleset in rulesets:
+            if issubclass(ruleset, KnowledgeEngine):
+                raise InputError(f"{where}: {ruleset.__name__} must derive from RuleSet, not KnowledgeEngine")
+            for name, compiled in _rules_of(ruleset):
+                problems = lint_rule(name, compiled)
+                if problems:
+                    raise InputError(f"{where}: {problems[0]}")
+                if name in method_owner:
+                    raise InputError(f"{where}: rule method {name} already defined in {method_owner[name]}")
+                method_owner[name] = where
+                spec = compiled.spec
+                known = book.specs.get(spec.id)
+                if known is not None and known != spec:
+                    raise InputError(f"{where}: rule id {spec.id} already defined in {book.origin[spec.id]}")
+                book.specs[spec.id] = spec
+                book.origin.setdefault(spec.id, where)
+            book.rulesets.append(ruleset)
+    for spec in book.specs.values():
+        parent = book.specs.get(spec.parent) if spec.parent else None
+        if spec.parent and parent is None:
+            raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is not a loaded rule")
+        if parent is not None and parent.kind is not Kind.cause:
+            raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is a {parent.kind.value}, not a cause")
+    return book

@@ -1,0 +1,94 @@
+"""How a rule is written: static metadata (``RuleSpec``), experta patterns, and a small body.
+
+The spec holds everything a reviewer reads without running anything: what the cause is,
+which inputs it needs, the check that would refute it, the remedies and when to undo them.
+The body only turns matched values into a ``Finding`` (evidence and the time at stake); the
+engine does the Amdahl bound, the parent cap, error isolation and ranking, so no rule can
+forget them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnoser.engine.facts import Holds
+from diagnoser.experta_compat import MATCH, Rule
+from diagnoser.models.hypothesis import Check, Evidence, Kind, UndoCriterion, UndoMetric
+
+# Name under which a child rule receives its parent's cap; reserved for the engine.
+PARENT_CAP = "parent_cap_ms"
+
+
+class RemedySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: str
+    cost: str
+    risk: str
+    share: float = Field(default=1.0, ge=0, le=1, description="part of the removable time it can address")
+
+
+class RuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    title: str
+    kind: Kind = Kind.cause
+    parent: str | None = Field(default=None, description="refine only when this cause holds; gain capped by it")
+    requires: tuple[str, ...] = Field(default=(), description="inputs (see engine.facts.INPUTS) it cannot evaluate without")
+    report_missing: bool = Field(default=True, description="say 'check to run' when a required input is absent")
+    explanation: str
+    check: Check | None = None
+    remedies: tuple[RemedySpec, ...] = ()
+    undo: tuple[UndoCriterion, ...] = ()
+
+
+@dataclass
+class Finding:
+    """What a rule body returns when its conclusion holds for the matched facts."""
+
+    evidence: list[Evidence]
+    removable_ms: float | None = None
+    step_ms: float | None = None  # when the time is at another boundary than the reference step
+    detail: str = ""
+    key: str = ""  # tells apart several firings of one rule (one per collective, ...)
+    missing: list[str] = field(default_factory=list)
+
+
+def ev(name: str, value: Any, unit: str = "") -> Evidence:
+    if isinstance(value, float):
+        value = round(value, 4)
+    return Evidence(name=name, value=value, unit=unit)
+
+
+def undo(metric: str, revert_if: str) -> UndoCriterion:
+    return UndoCriterion(metric=UndoMetric(metric), revert_if=revert_if)
+
+
+class RuleSet:
+    """Base of every rule module's class; the engine mixes all of them into one KnowledgeEngine."""
+
+
+def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callable[..., Finding | None]], Rule]:
+    """Turn a body into an experta rule carrying its spec; a child also matches its parent's ``Holds``."""
+
+    def wrap(body: Callable[..., Finding | None]) -> Rule:
+        conditions = list(patterns)
+        if spec.parent:
+            conditions.append(Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP)))
+
+        def fire(engine: Any, **bindings: Any) -> None:
+            engine.fire(spec, body, bindings)
+
+        fire.__name__ = body.__name__
+        fire.__qualname__ = body.__qualname__
+        fire.__doc__ = body.__doc__
+        compiled = Rule(*conditions, salience=salience)(fire)
+        compiled.spec = spec
+        compiled.body = body
+        return compiled
+
+    return wrap

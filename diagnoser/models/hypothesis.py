@@ -1,0 +1,111 @@
+"""What a diagnosis says: hypotheses a senior engineer would stand behind, and how to test them.
+
+A hypothesis is worth acting on only with its evidence, a check that could prove it wrong,
+an upper bound on what fixing it can buy, and a rule for when to take the fix back out.
+Renderers and the TUI read these models; they never recompute anything.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnoser.whatif import BoundedGain
+
+DIAGNOSIS_SCHEMA_VERSION = 1
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Kind(str, Enum):
+    """Ranked in this order: causes carry a gain; the rest correct or complete the reasoning."""
+
+    cause = "cause"  # a candidate explanation with evidence and a bounded gain
+    guard = "guard"  # the inputs contain a known reasoning mistake
+    lesson = "lesson"  # a follow-up question the case raises, with the answer that applies
+    check = "check"  # nothing can be concluded yet: what to measure next
+
+
+KIND_ORDER = {Kind.cause: 0, Kind.guard: 1, Kind.check: 2, Kind.lesson: 3}
+
+
+class Evidence(_Out):
+    name: str = Field(description="the observation, e.g. budget.launch_ms")
+    value: float | int | str | bool | None
+    unit: str = ""
+
+
+class Check(_Out):
+    """The measurement that tells this hypothesis apart from its neighbours."""
+
+    measure: str
+    confirms: str
+    refutes: str
+
+
+class Remedy(_Out):
+    action: str
+    cost: str
+    risk: str
+    share: float = Field(default=1.0, ge=0, le=1, description="part of the removable time this remedy can address")
+    predicted_step_ms: float | None = None
+    predicted_speedup: float | None = None
+
+
+class UndoMetric(str, Enum):
+    per_user_latency = "per_user_latency"
+    p99_itl = "p99_itl"
+    quality = "quality"
+    memory_kv_capacity = "memory_kv_capacity"
+    useful_throughput = "useful_throughput"
+
+
+class UndoCriterion(_Out):
+    metric: UndoMetric
+    revert_if: str
+
+
+class Hypothesis(_Out):
+    id: str = Field(description="rule id, plus ':key' when one rule fires for several facts")
+    rule: str
+    kind: Kind
+    title: str
+    explanation: str
+    evidence: list[Evidence] = Field(default_factory=list)
+    check: Check | None = None
+    gain: BoundedGain | None = None
+    remedies: list[Remedy] = Field(default_factory=list)
+    undo: list[UndoCriterion] = Field(default_factory=list)
+    parent: str | None = None
+    missing: list[str] = Field(default_factory=list, description="inputs that would let more rules evaluate")
+
+
+class RuleError(_Out):
+    rule: str
+    error: str
+
+
+class BoundSummary(_Out):
+    source: str = Field(description="compute_bound (workload) or floor_from_bytes (bound_inputs)")
+    floor_ms: float
+    observed_step_ms: float | None = None
+    unexplained_ms: float | None = None
+    fraction_of_ceiling: float | None = None
+    ceiling_tokens_per_s: float | None = None
+    sanity: list[str] = Field(default_factory=list)
+
+
+class Diagnosis(_Out):
+    schema_version: int = DIAGNOSIS_SCHEMA_VERSION
+    title: str = ""
+    reference_step_ms: float | None = Field(default=None, description="the step every gain is a share of")
+    bound: BoundSummary | None = None
+    hypotheses: list[Hypothesis] = Field(default_factory=list)
+    rule_errors: list[RuleError] = Field(default_factory=list)
+    rules_loaded: int = 0
+
+    def of_kind(self, kind: Kind) -> list[Hypothesis]:
+        return [h for h in self.hypotheses if h.kind == kind]

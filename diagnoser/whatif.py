@@ -1,0 +1,153 @@
+"""What-if calculators: bound one change before promising it.
+
+Pure functions over numbers the user measured. They answer "at most how much faster", which
+is the question to settle before any tuning work: a change can only remove the part of the
+step it touches (Amdahl), speculation pays for every cycle whether drafts are accepted or
+not, and a bigger batch reuses weight reads but grows the expert union and the KV traffic.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class AmdahlResult(BaseModel):
+    parts_ms: dict[str, float]
+    changed_part: str
+    before_ms: float
+    after_ms: float
+    saved_ms: float
+    speedup: float
+
+
+class BoundedGain(BaseModel):
+    """The most a change can take off a step, after every cap is applied."""
+
+    step_ms: float
+    removable_ms: float
+    after_ms: float
+    speedup: float
+    capped_by: str | None = None
+
+
+class SpeculationResult(BaseModel):
+    acceptance: float
+    draft_length: int
+    expected_tokens_per_cycle: float
+    cycle_ms: float
+    ordinary_step_ms: float
+    ms_per_token: float
+    speedup: float
+    is_slowdown: bool
+
+
+class BatchPoint(BaseModel):
+    batch: int
+    floor_ms: float
+    step_ms: float
+    aggregate_tokens_per_s: float
+    per_user_tokens_per_s: float
+
+
+def amdahl(parts_ms: dict[str, float], part: str, new_ms: float) -> AmdahlResult:
+    """Replace one non-overlapping part of a serial step and recompute the step."""
+    if part not in parts_ms:
+        raise ValueError(f"no part named {part!r}; parts are {', '.join(parts_ms)}")
+    if new_ms < 0 or any(v < 0 for v in parts_ms.values()):
+        raise ValueError("part times must be >= 0")
+    before = sum(parts_ms.values())
+    after = before - parts_ms[part] + new_ms
+    if before <= 0 or after <= 0:
+        raise ValueError("the step must stay longer than zero")
+    return AmdahlResult(
+        parts_ms=dict(parts_ms),
+        changed_part=part,
+        before_ms=before,
+        after_ms=after,
+        saved_ms=before - after,
+        speedup=before / after,
+    )
+
+
+def bounded_gain(
+    step_ms: float, removable_ms: float, cap_ms: float | None = None, cap_name: str | None = None
+) -> BoundedGain:
+    """Amdahl for one hypothesis: what it may remove, never more than its parent or the step."""
+    removable = max(0.0, removable_ms)
+    capped_by = None
+    if cap_ms is not None and removable > cap_ms:
+        removable, capped_by = max(0.0, cap_ms), cap_name
+    # A cause cannot remove the whole step; leave the step at least its remaining work.
+    removable = min(removable, step_ms * 0.999)
+    after = step_ms - removable
+    return BoundedGain(
+        step_ms=step_ms, removable_ms=removable, after_ms=after, speedup=step_ms / after, capped_by=capped_by
+    )
+
+
+def expected_tokens_per_cycle(acceptance: float, draft_length: int) -> float:
+    """E = 1 + a + ... + a^k under a constant conditional acceptance a (one bonus/correction token)."""
+    if not 0 <= acceptance <= 1:
+        raise ValueError("acceptance must be within [0, 1]")
+    if draft_length < 1:
+        raise ValueError("draft length must be >= 1")
+    if acceptance == 1:
+        return float(draft_length + 1)
+    return (1 - acceptance ** (draft_length + 1)) / (1 - acceptance)
+
+
+def speculation(
+    acceptance: float,
+    draft_length: int,
+    verify_ms: float,
+    draft_ms: float,
+    other_ms: float,
+    ordinary_step_ms: float,
+) -> SpeculationResult:
+    """Speed-up of draft-and-verify against ordinary one-token decode, costs not overlapped."""
+    if min(verify_ms, draft_ms, other_ms) < 0 or ordinary_step_ms <= 0:
+        raise ValueError("cycle costs must be >= 0 and the ordinary step > 0")
+    cycle = verify_ms + draft_ms + other_ms
+    if cycle <= 0:
+        raise ValueError("a speculation cycle must cost some time")
+    tokens = expected_tokens_per_cycle(acceptance, draft_length)
+    speedup = tokens * ordinary_step_ms / cycle
+    return SpeculationResult(
+        acceptance=acceptance,
+        draft_length=draft_length,
+        expected_tokens_per_cycle=tokens,
+        cycle_ms=cycle,
+        ordinary_step_ms=ordinary_step_ms,
+        ms_per_token=cycle / tokens,
+        speedup=speedup,
+        is_slowdown=speedup < 1,
+    )
+
+
+def batch_curve(
+    floors_ms: dict[int, float], base_batch: int, base_step_ms: float, tokens_per_step: float = 1.0
+) -> list[BatchPoint]:
+    """Re-estimate the step at other batch sizes from how the bound's floor moves.
+
+    The time above the floor at the measured batch (launches, host work, exposed
+    communication) is assumed unchanged; only the floor grows with the expert union and KV
+    reads. That keeps the estimate anchored to a measurement instead of to the spreadsheet.
+    """
+    if base_batch not in floors_ms:
+        raise ValueError(f"the floor at the measured batch {base_batch} is needed")
+    if base_step_ms <= 0:
+        raise ValueError("the measured step must be > 0")
+    overhead = max(0.0, base_step_ms - floors_ms[base_batch])
+    points = []
+    for batch in sorted(floors_ms):
+        step = floors_ms[batch] + overhead
+        points.append(
+            BatchPoint(
+                batch=batch,
+                floor_ms=floors_ms[batch],
+                step_ms=step,
+                aggregate_tokens_per_s=batch * tokens_per_step / step * 1e3,
+                per_user_tokens_per_s=tokens_per_step / step * 1e3,
+            )
+        )
+    return points
