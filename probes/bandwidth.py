@@ -48,12 +48,15 @@ def cache_bytes(device: str) -> int | None:
 
 def buffer_bytes(ctx: ProbeContext, cache: int | None) -> int:
     """Per-buffer size: the option if given, else several caches' worth; two buffers must fit the guard."""
-    wanted = int(ctx.options.get("bandwidth_buffer_bytes") or max(CACHE_MULTIPLE * (cache or 0), MIN_BUFFER_BYTES[ctx.device]))
+    given = ctx.options.get("bandwidth_buffer_bytes")
+    wanted = int(given) if given else max(CACHE_MULTIPLE * (cache or 0), MIN_BUFFER_BYTES[ctx.device])
     granted = bounded_bytes(ctx, 2 * wanted) // 2
-    floor = 2 * (cache or 0)
-    if granted < max(floor, 1 << 20):
-        raise ProbeSkipped(f"memory guard allows only {granted} bytes per buffer; need more than twice the cache ({floor} bytes)")
-    return granted - granted % (1 << 20)
+    granted -= granted % (1 << 20)
+    if granted < 1 << 20:
+        raise ProbeSkipped(f"memory guard allows only {granted} bytes per buffer")
+    if not given and granted < 2 * (cache or 0):
+        raise ProbeSkipped(f"memory guard allows {granted} bytes per buffer, under twice the cache ({cache} bytes)")
+    return granted
 
 
 def theoretical_gbs(ctx: ProbeContext) -> tuple[float | None, str]:
@@ -98,6 +101,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
         "device": ctx.device,
         "buffer_bytes": size,
         "cache_bytes": cache,
+        "buffer_over_cache": size / cache if cache else None,
         "dtype": "float32",
         "timing": timing,
         "read_gbs": read_gbs,

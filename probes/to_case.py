@@ -3,11 +3,14 @@
 Each probe module knows how its own facts map to observations (``to_observations``); this
 module only merges: a model already in the case is updated field by field (so the device
 probe and the bandwidth probe can both fill ``ProbeFacts``), and a list is replaced, because
-a fresh measurement supersedes an old one of the same kind.
+a fresh measurement supersedes an old one of the same kind. A probe may also give a plain
+dict: a partial update for facts it cannot complete alone (the graph probe measures launch
+cost but cannot know whether the server uses graphs); it lands only on facts already there.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,14 @@ from diagnoser.probes.registry import PROBES, probe_module
 from diagnoser.probes.report import ProbeReport
 
 
+log = logging.getLogger("diagnoser.probes")
+
+
 def _merge_value(old: Any, new: Any) -> Any:
+    if isinstance(old, BaseModel) and isinstance(new, dict):
+        return old.model_copy(update=new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **new}
     if isinstance(old, BaseModel) and isinstance(new, BaseModel) and type(old) is type(new):
         return old.model_copy(update={f: getattr(new, f) for f in new.model_fields_set})
     return new
@@ -30,7 +40,14 @@ def _merge_value(old: Any, new: Any) -> Any:
 
 def merge_observations(obs: Observations, updates: dict[str, Any]) -> Observations:
     """A copy of ``obs`` with ``updates`` applied, validated again as a whole."""
-    merged = obs.model_copy(update={key: _merge_value(getattr(obs, key), value) for key, value in updates.items()})
+    applied: dict[str, Any] = {}
+    for key, value in updates.items():
+        current = getattr(obs, key)
+        if isinstance(value, dict) and current is None:
+            log.info("case has no %s facts to complete; probe figures for it are kept only in the report", key)
+            continue
+        applied[key] = _merge_value(current, value)
+    merged = obs.model_copy(update=applied)
     return Observations.model_validate(merged.model_dump(warnings=False))
 
 

@@ -162,7 +162,7 @@ def _run_with_progress(ctx: Any, names: list[str], interactive: bool) -> Any:
 
         def done(result: Any) -> None:
             progress.advance(task)
-            level = logging.INFO if result.status == "ok" else logging.WARNING
+            level = logging.WARNING if result.status == "failed" else logging.INFO
             ctx.log.log(level, "%s: %s%s (%.1f s)", result.name, result.status, f" - {result.reason}" if result.reason else "", result.duration_s)
 
         return run_probes(ctx, names, on_start=started, on_done=done)

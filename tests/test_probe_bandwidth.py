@@ -1,0 +1,52 @@
+"""Bandwidth probe on host memory: the same code path a GPU takes, with honest byte counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnoser.probes.bandwidth import buffer_bytes, gbs, host_cache_bytes, run, to_observations
+from diagnoser.probes.base import ProbeContext, ProbeSkipped
+
+MIB = 1 << 20
+
+
+def test_gbs_hand_worked():
+    # a copy of a 1 GiB buffer moves 2 GiB; in 10 ms that is 2 * 1073741824 / 0.01 / 1e9
+    assert gbs(2 * 1024 * MIB, 0.01) == pytest.approx(214.7483648)
+
+
+def test_cache_size_read_from_sysfs(tmp_path):
+    for index, size in enumerate(["48K", "2048K", "32M"]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert host_cache_bytes(tmp_path) == 32 * MIB
+    assert host_cache_bytes(tmp_path / "nothing") is None
+
+
+def test_default_buffer_is_several_caches_and_guard_can_refuse():
+    ctx = ProbeContext()
+    assert buffer_bytes(ctx, 32 * MIB) == 256 * MIB  # 8 x 32 MiB, within a quarter of free memory here
+    assert buffer_bytes(ctx, 1 * MIB) == 64 * MIB  # never below the CPU floor
+    with pytest.raises(ProbeSkipped, match="memory guard"):
+        buffer_bytes(ProbeContext(max_memory_fraction=1e-9), 32 * MIB)
+
+
+def test_cpu_run_measures_host_memory():
+    ctx = ProbeContext(options={"bandwidth_buffer_bytes": 16 * MIB, "bandwidth_repeats": 3, "theoretical_bandwidth_gbs": 100.0})
+    facts = run(ctx)
+    assert facts["device"] == "cpu" and facts["buffer_bytes"] == 16 * MIB
+    assert 0.1 < facts["read_gbs"] < 2000 and 0.1 < facts["copy_gbs"] < 2000
+    assert facts["measured_bandwidth_gbs"] == max(facts["read_gbs"], facts["copy_gbs"])
+    assert facts["fraction_of_best_torch_copy"] == pytest.approx(facts["measured_bandwidth_gbs"] / facts["best_torch_copy_gbs"])
+    assert facts["fraction_of_theoretical"] == pytest.approx(facts["measured_bandwidth_gbs"] / 100.0)
+    assert facts["best_torch_copy_variant"].startswith("copy_")
+    probe = to_observations(facts)["probe"]
+    assert probe.measured_bandwidth_gbs == facts["measured_bandwidth_gbs"] and probe.theoretical_bandwidth_gbs == 100.0
+
+
+def test_without_a_theoretical_figure_the_fraction_is_absent_with_a_reason():
+    facts = run(ProbeContext(options={"bandwidth_buffer_bytes": 8 * MIB, "bandwidth_repeats": 3}))
+    assert facts["theoretical_bandwidth_gbs"] is None and facts["fraction_of_theoretical"] is None
+    assert "host memory" in facts["theoretical_source"]
+    # the device probe's theoretical figure must survive the merge
+    assert "theoretical_bandwidth_gbs" not in to_observations(facts)["probe"].model_fields_set

@@ -1,0 +1,64 @@
+"""GEMM sweep: expert shapes from the workload, roofline arithmetic, and a real CPU sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnoser.probes.base import ProbeContext, ProbeSkipped
+from diagnoser.probes.gemm import doubling_m, expert_shapes, gemm_bytes, hardware_for, roofline_s, run
+
+
+def test_deepseek_expert_shapes_and_expert_tp():
+    # DeepSeek-V3: hidden 7168, expert width 2048; gate and up are fused into one 2 x width GEMM
+    assert [(s["n"], s["k"]) for s in expert_shapes("deepseek-v3")] == [(4096, 7168), (7168, 2048)]
+    assert [(s["n"], s["k"]) for s in expert_shapes("deepseek-v3", expert_tp=2)] == [(2048, 7168), (7168, 1024)]
+    with pytest.raises(ProbeSkipped, match="expert_tp=3"):
+        expert_shapes("deepseek-v3", expert_tp=3)
+
+
+def test_dense_model_uses_mlp_shapes():
+    shapes = expert_shapes("llama-3.1-8b")
+    assert [(s["n"], s["k"]) for s in shapes] == [(28672, 4096), (4096, 14336)]
+    assert "dense mlp" in shapes[0]["name"]
+
+
+def test_roofline_hand_worked_for_one_token():
+    # M=1 through a 7168 x 4096 bf16 expert: (7168 + 7168*4096 + 4096) * 2 B = 58,742,784 B,
+    # at 4800 GB/s that is 12.2381 us; the 58.7 MFLOP take 0.059 us at 989 TFLOP/s, so memory wins.
+    assert gemm_bytes(1, 4096, 7168, 2) == 58_742_784
+    assert roofline_s(1, 4096, 7168, 2, 989e12, 4800) == pytest.approx(12.2381e-6, rel=1e-4)
+    # at M=4096 arithmetic dominates: 2*4096*4096*7168 / 989e12 = 243.2 us
+    assert roofline_s(4096, 4096, 7168, 2, 989e12, 4800) == pytest.approx(243.2e-6, rel=1e-3)
+
+
+def test_hardware_matched_from_device_name_or_named():
+    ctx = ProbeContext()
+    assert hardware_for(ctx, "NVIDIA H200").name.startswith("NVIDIA H200")
+    assert hardware_for(ctx, "NVIDIA A100-SXM4-80GB").name.startswith("NVIDIA A100")
+    assert hardware_for(ctx, "Some CPU") is None
+    assert hardware_for(ProbeContext(options={"hardware": "b200"}), None).name.startswith("NVIDIA B200")
+
+
+def test_doubling_point():
+    points = [{"m": m, "time_us": t} for m, t in [(1, 10), (2, 10.5), (4, 12), (8, 21), (16, 40)]]
+    assert doubling_m(points) == 8
+    assert doubling_m(points[:3]) is None
+
+
+def test_cpu_sweep_over_given_shapes():
+    ctx = ProbeContext(options={"gemm_shapes": [{"name": "tiny", "n": 256, "k": 128}], "gemm_max_m": 16})
+    facts = run(ctx)
+    assert facts["shapes_source"] == "option" and facts["dtype"] == "float32" and facts["m_values"] == [1, 2, 4, 8, 16]
+    (shape,) = facts["shapes"]
+    assert shape["weight_copies"] >= 1
+    for point in shape["points"]:
+        seconds = point["time_us"] / 1e6
+        assert point["tflops"] == pytest.approx(2 * point["m"] * 256 * 128 / seconds / 1e12)
+        assert point["gbs"] == pytest.approx((point["m"] * 128 + 128 * 256 + point["m"] * 256) * 4 / seconds / 1e9)
+        assert "fraction_of_roofline" not in point  # no peak figures for a CPU
+
+
+def test_cpu_scales_model_shapes_down_and_says_so():
+    facts = run(ProbeContext(options={"model": "qwen3-30b-a3b", "gemm_max_m": 2}))
+    assert facts["scaled_for_cpu"] is True and facts["shapes_source"] == "workload model"
+    assert [(s["n"], s["k"]) for s in facts["shapes"]] == [(512, 512), (512, 512)]

@@ -1,0 +1,46 @@
+"""Graph-replay probe: the eager path on a CPU, launch counting, and the case update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from diagnoser.probes.base import ProbeContext
+from diagnoser.probes.graphs import EPS, count_launches, make_step, run, to_observations
+
+
+def test_step_computes_rmsnorm_mlp_residual():
+    step = make_step(layers=1, hidden=8, device="cpu")
+    x = torch.randn(2, 8)
+    out = step(x)
+    # recompute by hand with the same seeded weights
+    gen = torch.Generator().manual_seed(0)
+    w_in = torch.randn(8, 16, generator=gen) / 8**0.5
+    w_out = torch.randn(16, 8, generator=gen) / 16**0.5
+    h = x / torch.sqrt((x * x).mean(-1, keepdim=True) + EPS)
+    assert torch.allclose(out, x + torch.nn.functional.silu(h @ w_in) @ w_out, atol=1e-5)
+
+
+def test_launches_counted_per_layer():
+    # per layer: pow, mean, add, rsqrt, mul, mul, mm, silu, mm, add
+    assert count_launches(make_step(3, 16, "cpu"), torch.randn(1, 16)) == 30
+
+
+def test_cpu_runs_eager_only_and_says_so():
+    facts = run(ProbeContext(options={"graph_batch_sizes": [1, 4], "graph_layers": 2}))
+    assert facts["mode"] == "eager only" and "GPU" in facts["graph_skipped_reason"]
+    assert [p["batch"] for p in facts["batches"]] == [1, 4]
+    for point in facts["batches"]:
+        assert point["launches_per_step"] == 20 and "graph_step_ms" not in point
+        assert point["eager_us_per_launch"] == pytest.approx(point["eager_step_ms"] * 1e3 / 20)
+    assert to_observations(facts) == {}
+
+
+def test_gpu_facts_become_a_partial_graph_update():
+    facts = {
+        "batches": [
+            {"batch": 1, "captured": False, "capture_error": "x"},
+            {"batch": 8, "captured": True, "eager_step_ms": 1.6, "graph_step_ms": 0.4, "launch_cost_us": 3.75},
+        ]
+    }
+    assert to_observations(facts) == {"graph": {"launch_cost_us": 3.75, "eager_step_ms": 1.6, "graph_step_ms": 0.4}}
