@@ -1,0 +1,163 @@
+"""`diagnoser nsys`: capture with Nsight Systems, export, run recipes, compare two captures.
+
+Every subcommand ends in something the rest of diagnoser reads: a SQLite export (which
+``diagnoser analyze`` takes), recipe facts, or a comparison. stdout carries only the result
+(JSON with ``--json``); warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from diagnoser.trace.nsys_export import CAPTURE_RANGES, GRAPH_TRACE_MODES
+
+
+@click.group()
+def nsys() -> None:
+    """Drive Nsight Systems: profile, export, recipes, compare.
+
+    Needs the `nsys` command on PATH except for `show` and `compare` on existing exports.
+    """
+
+
+def _export_of(path: Path, timeout: float) -> Path:
+    from diagnoser.trace.nsys_export import REPORT_SUFFIXES, export_sqlite
+
+    return export_sqlite(path, timeout_s=timeout) if path.suffix in REPORT_SUFFIXES else path
+
+
+def _show(export: Path, as_json: bool) -> None:
+    """One line per rank: what was read, and the budget of its representative step."""
+    from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
+
+    traces = read_nsys_sqlite(export)
+    analysis = analyze_traces(traces)
+    ranks = []
+    for trace in traces:
+        row = analysis.budget(rank=trace.rank)
+        ranks.append({
+            "rank": trace.rank, "source": trace.source, "device": trace.device_name,
+            "kernels": len(trace.kernels), "copies": len(trace.copies),
+            "runtime_calls": len(trace.runtime), "ranges": len(trace.ranges),
+            "step": row.key if row else None, "window_ms": row.window_ns / 1e6 if row else None,
+            "parts_ms": {k: v / 1e6 for k, v in row.parts_ns.items()} if row else {},
+        })
+    if as_json:
+        click.echo(json.dumps({"export": str(export), "ranks": ranks, "collectives": len(analysis.collectives),
+                               "notes": analysis.notes}, indent=2))
+        return
+    click.echo(f"{export}")
+    for r in ranks:
+        parts = "  ".join(f"{k} {v:.2f}" for k, v in r["parts_ms"].items())
+        window = f"{r['window_ms']:.2f} ms" if r["window_ms"] is not None else "no step"
+        click.echo(f"rank {r['rank']}: {r['kernels']} kernels, {r['copies']} copies, {r['runtime_calls']} API calls, "
+                   f"{r['ranges']} NVTX ranges; step {r['step']}: {window} = {parts}")
+    click.echo(f"collectives matched across ranks: {len(analysis.collectives)}")
+    for note in analysis.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"full budget, kernel table and facts: diagnoser analyze {export}")
+
+
+@nsys.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("diagnoser-profile"), show_default=True,
+              help="report name; nsys adds .nsys-rep")
+@click.option("--cuda-graph-trace", type=click.Choice(GRAPH_TRACE_MODES),
+              help="node: record every kernel a CUDA graph replays (costs overhead)")
+@click.option("--capture-range", type=click.Choice(CAPTURE_RANGES), default="none", show_default=True,
+              help="record only between cudaProfilerStart/Stop or inside an NVTX range")
+@click.option("--capture-range-end", default="stop", show_default=True, help="stop, or repeat[:N]")
+@click.option("--nvtx-capture", metavar="RANGE[@DOMAIN]", help="the range to capture with --capture-range nvtx")
+@click.option("--fork", is_flag=True, help="also trace worker processes started by fork+exec (vLLM, SGLang)")
+@click.option("--timeout", type=float, default=None, help="seconds before the run is stopped (default: none)")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capture_range_end: str,
+            nvtx_capture: str | None, fork: bool, timeout: float | None, as_json: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND under nsys profile, export the report and read it.
+
+    Example: diagnoser nsys profile --cuda-graph-trace node --fork -- python serve.py
+    """
+    from diagnoser.trace.nsys_export import ProfileOptions, export_sqlite
+    from diagnoser.trace.nsys_export import profile as run_profile
+
+    options = ProfileOptions(output=output, cuda_graph_trace=cuda_graph_trace, capture_range=capture_range,
+                             capture_range_end=capture_range_end, nvtx_capture=nvtx_capture, fork=fork)
+    report, code = run_profile(options, list(command), timeout)
+    if code:
+        click.echo(f"diagnoser: warning: the profiled command exited with code {code}; reading its report anyway", err=True)
+    _show(export_sqlite(report), as_json)
+
+
+@nsys.command()
+@click.argument("report", type=click.Path(path_type=Path))
+@click.option("--out-dir", type=click.Path(path_type=Path), help="where the .sqlite goes (default: beside the report)")
+@click.option("--timeout", type=float, default=600, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def export(report: Path, out_dir: Path | None, timeout: float, as_json: bool) -> None:
+    """Export REPORT (.nsys-rep) to SQLite and read it."""
+    from diagnoser.trace.nsys_export import export_sqlite
+
+    _show(export_sqlite(report, out_dir, timeout), as_json)
+
+
+@nsys.command()
+@click.argument("export_file", metavar="EXPORT", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def show(export_file: Path, as_json: bool) -> None:
+    """Read EXPORT (.sqlite, or .nsys-rep exported first) and summarise each rank."""
+    _show(_export_of(export_file, 600), as_json)
+
+
+@nsys.command()
+@click.argument("name")
+@click.argument("report", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="recipe output folder (default: REPORT.NAME)")
+@click.option("--timeout", type=float, default=1800, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def recipe(name: str, report: Path, out_dir: Path | None, timeout: float, as_json: bool) -> None:
+    """Run `nsys recipe NAME` on REPORT and read its output into facts.
+
+    REPORT may also be an existing recipe output folder, which is read without running nsys.
+    Read: cuda_gpu_kern_sum, cuda_gpu_time_util_map, nccl_gpu_overlap_trace, nvtx_gpu_proj_trace.
+    """
+    from diagnoser.trace.recipes import read_recipe_output, run_recipe
+
+    folder = report if report.is_dir() else run_recipe(name, report, out_dir, timeout)
+    facts = read_recipe_output(name, folder)
+    if as_json:
+        click.echo(facts.model_dump_json(indent=2))
+        return
+    click.echo(f"{facts.recipe}: {len(facts.rows)} rows from {facts.table}")
+    for key, value in facts.summary.items():
+        click.echo(f"  {key}: {value:,.4g}")
+
+
+@nsys.command()
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@click.option("--step-range", metavar="NAME", help="segment steps by this NVTX / record_function range")
+@click.option("--json", "as_json", is_flag=True)
+def compare(before: Path, after: Path, step_range: str | None, as_json: bool) -> None:
+    """What changed from BEFORE to AFTER (two captures of the same workload, any trace format)."""
+    from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.compare import compare_analyses
+    from diagnoser.trace.load import load_traces
+
+    result = compare_analyses(
+        analyze_traces(load_traces([before]), step_range), analyze_traces(load_traces([after]), step_range)
+    )
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+        return
+    step = result.median_step_ms
+    click.echo(f"median step: {step.before:.2f} -> {step.after:.2f} ms" if step.delta is not None else "median step: n/a")
+    for line in result.headline or ["no change above 1% of the step"]:
+        click.echo(f"  {line}")
+    c = {x.name: x for x in result.collectives}
+    if c["count"].before or c["count"].after:
+        click.echo(f"collectives: {c['count'].before:.0f} -> {c['count'].after:.0f}; median wait "
+                   f"{c['median wait_us'].before} -> {c['median wait_us'].after} µs")
