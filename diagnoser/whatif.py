@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 class AmdahlResult(BaseModel):
     parts_ms: dict[str, float]
+    parts_after_ms: dict[str, float]
     changed_part: str
     before_ms: float
     after_ms: float
@@ -61,6 +62,7 @@ def amdahl(parts_ms: dict[str, float], part: str, new_ms: float) -> AmdahlResult
         raise ValueError("the step must stay longer than zero")
     return AmdahlResult(
         parts_ms=dict(parts_ms),
+        parts_after_ms={**parts_ms, part: new_ms},
         changed_part=part,
         before_ms=before,
         after_ms=after,

@@ -1,1 +1,6 @@
-"""Renderers: turn finished results into text, JSON and Markdown; they never compute."""
+"""Renderers: hypotheses and calculator results as text, Markdown or JSON. They never compute."""
+
+from diagnoser.report.calc import render_amdahl, render_batch, render_speculation
+from diagnoser.report.diagnosis import render_json, render_markdown, render_text
+
+__all__ = ["render_amdahl", "render_batch", "render_json", "render_markdown", "render_speculation", "render_text"]

@@ -1,0 +1,32 @@
+"""``diagnoser diagnose CASE``: run the rule base over a case file and print ranked hypotheses."""
+
+from __future__ import annotations
+
+import click
+
+from diagnoser.errors import InputError
+
+
+@click.command("diagnose")
+@click.argument("case_path", metavar="CASE")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+@click.option("--markdown", is_flag=True, help="Print the diagnosis as Markdown.")
+@click.option("--rules", "rule_paths", multiple=True, metavar="PATH", help="Extra rule file or folder (repeatable).")
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+def diagnose(case_path: str, as_json: bool, markdown: bool, rule_paths: tuple[str, ...], output: str | None) -> None:
+    """Rank hypotheses for CASE (JSON/YAML case file), with checks, bounded gains and undo criteria."""
+    from diagnoser.engine import diagnose as run_diagnosis
+    from diagnoser.engine import load_rulebook
+    from diagnoser.fileio import write_atomic
+    from diagnoser.models.case import load_case
+    from diagnoser.report import render_json, render_markdown, render_text
+
+    if as_json and markdown:
+        raise InputError("--json and --markdown: choose one output format")
+    case = load_case(case_path)
+    result = run_diagnosis(case, load_rulebook(rule_paths))
+    text = render_json(result) if as_json else render_markdown(result) if markdown else render_text(result)
+    if output:
+        write_atomic(output, text if text.endswith("\n") else text + "\n")
+    else:
+        click.echo(text)

@@ -1,0 +1,123 @@
+"""``diagnoser whatif``: bound one change before promising it (Amdahl, speculation, batching)."""
+
+from __future__ import annotations
+
+import click
+
+from diagnoser.errors import InputError
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
+    parts: dict[str, float] = {}
+    for raw in values:
+        name, sep, number = raw.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            parts[name] = float(number)
+        except ValueError:
+            raise InputError(f"{option} {raw!r}: expected NAME=MS, e.g. launch=1.5") from None
+    return parts
+
+
+def _emit(result, text: str, as_json: bool) -> None:
+    click.echo(result.model_dump_json(indent=2) if as_json else text)
+
+
+@click.group("whatif")
+def whatif() -> None:
+    """Calculators: what one change can buy at most."""
+
+
+@whatif.command("amdahl")
+@click.option("--part", "parts", multiple=True, required=True, metavar="NAME=MS", help="A non-overlapping part of the step (repeat).")
+@click.option("--set", "change", required=True, metavar="NAME=MS", help="The part to change and its new time.")
+@click.option("--json", "as_json", is_flag=True)
+def amdahl_cmd(parts: tuple[str, ...], change: str, as_json: bool) -> None:
+    """Recompute a serial step after changing one part: 'before / after' is the speed-up."""
+    from diagnoser.report import render_amdahl
+    from diagnoser.whatif import amdahl
+
+    (name, value), = _pairs((change,), "--set").items()
+    try:
+        result = amdahl(_pairs(parts, "--part"), name, value)
+    except ValueError as err:
+        raise InputError(f"amdahl: {err}") from None
+    _emit(result, render_amdahl(result), as_json)
+
+
+@whatif.command("speculate")
+@click.option("-a", "--acceptance", type=float, required=True, help="Constant conditional acceptance a in [0, 1].")
+@click.option("-k", "--draft-length", type=int, required=True, help="Drafted tokens per cycle.")
+@click.option("--verify-ms", type=float, required=True, help="Target verification cost per cycle.")
+@click.option("--draft-ms", type=float, required=True, help="Drafting cost per cycle.")
+@click.option("--other-ms", type=float, default=0.0, show_default=True, help="Other work per cycle.")
+@click.option("--ordinary-ms", type=float, required=True, help="Ordinary one-token decode step.")
+@click.option("--json", "as_json", is_flag=True)
+def speculate_cmd(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms, as_json) -> None:
+    """E[tokens/cycle] = (1 - a^(k+1)) / (1 - a); speed-up = E x ordinary / cycle cost."""
+    from diagnoser.report import render_speculation
+    from diagnoser.whatif import speculation
+
+    try:
+        result = speculation(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms)
+    except ValueError as err:
+        raise InputError(f"speculate: {err}") from None
+    _emit(result, render_speculation(result), as_json)
+
+
+def _batch_inputs(path: str):
+    """A workload (or the workload of a case) with an observed step at its own batch."""
+    from pydantic import ValidationError
+
+    from diagnoser.models.case import Case
+    from diagnoser.models.workload import Workload, load_document, validation_message
+
+    data = load_document(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping at the top level")
+    try:
+        if "workload" in data:
+            case = Case.model_validate(data)
+            if case.workload is None:
+                raise InputError(f"{path}: the case has no workload")
+            return case.workload
+        return Workload.model_validate(data)
+    except ValidationError as err:
+        raise InputError(validation_message(err, path)) from None
+
+
+@whatif.command("batch")
+@click.argument("workload_path", metavar="WORKLOAD")
+@click.option("--batch", "batches", required=True, metavar="B,B,...", help="Batch sizes to estimate, e.g. 1,8,32,64.")
+@click.option("--json", "as_json", is_flag=True)
+def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
+    """Aggregate and per-user rate at other batch sizes, the floor re-estimated by the bound."""
+    import json
+
+    from diagnoser.bound import compute_bound
+    from diagnoser.models.workload import Workload
+    from diagnoser.report import render_batch
+    from diagnoser.whatif import batch_curve
+
+    workload = _batch_inputs(workload_path)
+    if workload.observed is None or workload.observed.step_ms is None:
+        raise InputError(f"{workload_path}: observed.step_ms is needed to anchor the estimate")
+    try:
+        sizes = sorted({int(b) for b in batches.split(",")} | {workload.batch})
+    except ValueError:
+        raise InputError(f"--batch {batches!r}: expected integers separated by commas") from None
+    floors = {}
+    for size in sizes:
+        data = {**workload.model_dump(), "batch": size}
+        if workload.context.per_sequence is not None:
+            data["context"] = {"mean": sum(workload.context.per_sequence) / len(workload.context.per_sequence)}
+        try:
+            floors[size] = compute_bound(Workload.model_validate(data)).step_floor_ms
+        except ValueError as err:
+            raise InputError(f"--batch {size}: {str(err).splitlines()[0]}") from None
+    points = batch_curve(floors, workload.batch, workload.observed.step_ms, workload.tokens_per_step)
+    if as_json:
+        click.echo(json.dumps([p.model_dump() for p in points], indent=2))
+    else:
+        click.echo(render_batch(points))

@@ -1,0 +1,106 @@
+"""Rule fixtures: a case in, the hypotheses that must (and must not) come out.
+
+Fixtures compare rule ids as sets (never firing order, which experta does not fix) and
+gains within a tolerance, so a fixture fails only when the reasoning changed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from diagnoser.engine.loader import Rulebook
+from diagnoser.engine.runner import diagnose
+from diagnoser.errors import InputError
+from diagnoser.models.case import Case
+from diagnoser.models.hypothesis import Kind
+from diagnoser.models.workload import load_document, validation_message
+
+SPEEDUP_TOLERANCE = 0.01
+
+
+class Fixture(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    case: Case
+    first: str | None = Field(default=None, description="rule id that must rank first among causes")
+    fires: list[str] = Field(default_factory=list, description="rule ids that must conclude")
+    silent: list[str] = Field(default_factory=list, description="rule ids that must not conclude")
+    healthy: bool = Field(default=False, description="no cause, guard or lesson at all")
+    speedup: dict[str, float] = Field(default_factory=dict, description="rule id -> expected bounded speed-up")
+    rule_errors: list[str] = Field(default_factory=list, description="rule ids expected to raise")
+
+
+class FixtureFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fixtures: list[Fixture]
+
+
+class FixtureResult(BaseModel):
+    file: str
+    name: str
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def load_fixtures(path: Path) -> list[Fixture]:
+    data = load_document(path)
+    try:
+        return FixtureFile.model_validate(data).fixtures
+    except ValidationError as err:
+        raise InputError(validation_message(err, str(path))) from None
+
+
+def fixture_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+    if not path.exists():
+        raise InputError(f"{path}: no such fixture file or folder")
+    return [path]
+
+
+def check_fixture(fixture: Fixture, rulebook: Rulebook) -> list[str]:
+    d = diagnose(fixture.case, rulebook)
+    concluded = {h.rule for h in d.hypotheses if h.rule != "engine"}
+    problems = []
+    causes = d.of_kind(Kind.cause)
+    if fixture.first is not None:
+        top = causes[0].rule if causes else None
+        if top != fixture.first:
+            problems.append(f"expected {fixture.first} first, got {top}")
+    problems += [f"expected {r} to fire" for r in fixture.fires if r not in concluded]
+    problems += [f"{r} fired but must not" for r in fixture.silent if r in concluded]
+    if fixture.healthy:
+        noisy = sorted(h.id for h in d.hypotheses if h.kind is not Kind.check)
+        if noisy:
+            problems.append(f"healthy case concluded {', '.join(noisy)}")
+    for rule_id, expected in sorted(fixture.speedup.items()):
+        found = [h for h in causes if h.rule == rule_id and h.gain]
+        if not found:
+            problems.append(f"no gain from {rule_id}")
+        elif abs(found[0].gain.speedup - expected) > SPEEDUP_TOLERANCE * expected:
+            problems.append(f"{rule_id} speed-up {found[0].gain.speedup:.4f}, expected {expected}")
+    errored = {e.rule for e in d.rule_errors}
+    problems += [f"expected {r} to raise" for r in fixture.rule_errors if r not in errored]
+    problems += [f"rule error {e.rule}: {e.error}" for e in d.rule_errors if e.rule not in fixture.rule_errors]
+    return problems
+
+
+def run_fixtures(path: Path, rulebook: Rulebook) -> list[FixtureResult]:
+    results = []
+    for file in fixture_files(path):
+        for fixture in load_fixtures(file):
+            results.append(FixtureResult(file=str(file), name=fixture.name, problems=check_fixture(fixture, rulebook)))
+    return results
+
+
+def bundled_fixtures() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("diagnoser.rules.fixtures")))

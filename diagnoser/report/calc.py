@@ -1,0 +1,43 @@
+"""What-if results as short text; a slowdown is said as such, not printed as a small speed-up."""
+
+from __future__ import annotations
+
+from diagnoser.whatif import AmdahlResult, BatchPoint, SpeculationResult
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def render_amdahl(r: AmdahlResult) -> str:
+    before = " + ".join(_num(v) for v in r.parts_ms.values())
+    after = " + ".join(_num(v) for v in r.parts_after_ms.values())
+    return "\n".join(
+        [
+            f"before: {before} = {_num(r.before_ms)} ms",
+            f"after:  {after} = {_num(r.after_ms)} ms  ({r.changed_part} changed)",
+            f"speed-up: {_num(r.before_ms)} / {_num(r.after_ms)} = {r.speedup:.4g}x (saves {_num(r.saved_ms)} ms per step)",
+        ]
+    )
+
+
+def render_speculation(r: SpeculationResult) -> str:
+    verdict = f"{r.speedup:.2f}x, a slowdown" if r.is_slowdown else f"{r.speedup:.2f}x"
+    return "\n".join(
+        [
+            f"E[tokens/cycle] at a={r.acceptance:g}, k={r.draft_length}: {r.expected_tokens_per_cycle:.4g}",
+            f"cycle: {_num(r.cycle_ms)} ms -> {_num(r.ms_per_token)} ms per emitted token (ordinary step {_num(r.ordinary_step_ms)} ms)",
+            f"speed-up: {r.expected_tokens_per_cycle:.4g} x {_num(r.ordinary_step_ms)} / {_num(r.cycle_ms)} = {verdict}",
+        ]
+    )
+
+
+def render_batch(points: list[BatchPoint]) -> str:
+    rows = [f"{'batch':>6} {'floor ms':>10} {'step ms':>10} {'agg tok/s':>11} {'per-user tok/s':>15}"]
+    rows += [
+        f"{p.batch:>6} {p.floor_ms:>10.4g} {p.step_ms:>10.4g} {p.aggregate_tokens_per_s:>11.4g} {p.per_user_tokens_per_s:>15.4g}"
+        for p in points
+    ]
+    rows.append("step = floor at that batch + the measured time above the floor (assumed unchanged)")
+    return "\n".join(rows)
+

@@ -1,0 +1,120 @@
+"""A diagnosis as a terminal report, a Markdown document, or JSON for other tools.
+
+Causes come first because they carry a bounded gain; guards next, because a wrong input
+invalidates every gain; then the checks to run and the lessons. Numbers are printed as the
+engine computed them.
+"""
+
+from __future__ import annotations
+
+from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
+
+SECTIONS = (
+    (Kind.cause, "Causes, ranked by bounded gain"),
+    (Kind.guard, "Guards: mistakes in the inputs"),
+    (Kind.check, "Checks to run"),
+    (Kind.lesson, "Lessons"),
+)
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _evidence(h: Hypothesis) -> str:
+    return ", ".join(f"{e.name}={e.value}{(' ' + e.unit) if e.unit else ''}" for e in h.evidence)
+
+
+def _gain(h: Hypothesis) -> str:
+    if h.gain is None:
+        return ""
+    g = h.gain
+    capped = f", capped by {g.capped_by}" if g.capped_by else ""
+    return f"at most {_num(g.removable_ms)} of {_num(g.step_ms)} ms -> {_num(g.after_ms)} ms, {g.speedup:.3f}x{capped}"
+
+
+def _bound_line(d: Diagnosis) -> str | None:
+    b = d.bound
+    if b is None:
+        return None
+    parts = [f"floor {_num(b.floor_ms)} ms ({b.source})"]
+    if b.observed_step_ms is not None:
+        parts.append(f"observed {_num(b.observed_step_ms)} ms")
+    if b.unexplained_ms is not None:
+        parts.append(f"unexplained {_num(b.unexplained_ms)} ms")
+    if b.fraction_of_ceiling is not None:
+        parts.append(f"{b.fraction_of_ceiling:.0%} of the ceiling")
+    return "Bound: " + ", ".join(parts)
+
+
+def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
+    lines = [f"{index}. [{h.id}] {h.title}"]
+    gain = _gain(h)
+    if gain:
+        lines.append(f"{indent}gain: {gain}")
+    if h.parent:
+        lines.append(f"{indent}refines: {h.parent}")
+    lines.append(f"{indent}why: {h.explanation}")
+    if h.evidence:
+        lines.append(f"{indent}evidence: {_evidence(h)}")
+    if h.check:
+        lines.append(f"{indent}check: {h.check.measure}")
+        lines.append(f"{indent}  confirms: {h.check.confirms}")
+        lines.append(f"{indent}  refutes: {h.check.refutes}")
+    for r in h.remedies:
+        predicted = f" -> {_num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
+        lines.append(f"{indent}remedy: {r.action} (cost: {r.cost}; risk: {r.risk}){predicted}")
+    for u in h.undo:
+        lines.append(f"{indent}undo if {u.metric.value}: {u.revert_if}")
+    return lines
+
+
+def render_text(d: Diagnosis) -> str:
+    out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis"]
+    if d.reference_step_ms is not None:
+        out.append(f"Reference step: {_num(d.reference_step_ms)} ms")
+    bound = _bound_line(d)
+    if bound:
+        out.append(bound)
+    for kind, heading in SECTIONS:
+        items = d.of_kind(kind)
+        if not items:
+            continue
+        out += ["", f"{heading}:"]
+        for i, h in enumerate(items, 1):
+            out += ["  " + line for line in _hypothesis_lines(h, i, "     ")]
+    if not d.of_kind(Kind.cause):
+        out += ["", "No cause named yet."]
+    if d.rule_errors:
+        out += ["", "Rule errors (the other rules still ran):"]
+        out += [f"  {e.rule}: {e.error}" for e in d.rule_errors]
+    out += ["", f"{d.rules_loaded} rules loaded."]
+    return "\n".join(out)
+
+
+def render_markdown(d: Diagnosis) -> str:
+    out = [f"# Diagnosis{': ' + d.title if d.title else ''}", ""]
+    if d.reference_step_ms is not None:
+        out.append(f"- Reference step: {_num(d.reference_step_ms)} ms")
+    bound = _bound_line(d)
+    if bound:
+        out.append(f"- {bound}")
+    for kind, heading in SECTIONS:
+        items = d.of_kind(kind)
+        if not items:
+            continue
+        out += ["", f"## {heading}", ""]
+        for i, h in enumerate(items, 1):
+            first, *rest = _hypothesis_lines(h, i, "")
+            out.append(f"### {first}")
+            out += [""] + [f"- {line}" for line in rest]
+            out.append("")
+    if not d.of_kind(Kind.cause):
+        out += ["", "_No cause named yet._"]
+    if d.rule_errors:
+        out += ["", "## Rule errors", ""] + [f"- `{e.rule}`: {e.error}" for e in d.rule_errors]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_json(d: Diagnosis) -> str:
+    return d.model_dump_json(indent=2)
