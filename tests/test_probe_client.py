@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
+from conftest import run_cli
 from streaming_server import DecodeConfig, StreamingServer
+
+from diagnoser.models.case import load_case
 
 from diagnoser.errors import InputError
 from diagnoser.models.observations import BoundaryTimings
@@ -134,3 +138,20 @@ def test_http_errors_and_truncated_streams_are_input_errors():
             probe(url, max_tokens=10, requests=1)
         with pytest.raises(InputError, match="HTTP 404"):
             probe(url + "/v2", model_name="m")
+
+
+def test_cli_probe_feeds_the_case_file(tmp_path):
+    case = tmp_path / "case.yaml"
+    options = ["max_tokens=6", "requests=1", "context_lengths=[16, 64]", "sweep_output_tokens=4", "sweep_repeats=1"]
+    with StreamingServer(DecodeConfig(step_ms=5, prefill_ms=1, server_timing=True)) as url:
+        done = run_cli(
+            "probe", "--only", "client,context_sweep", "--endpoint", url, "--json", "--case", str(case),
+            *[arg for option in options for arg in ("--option", option)],
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(r["name"], r["status"]) for r in report["results"]] == [("client", "ok"), ("context_sweep", "ok")]
+    observations = load_case(case).observations
+    assert observations.boundaries.device_step_ms == pytest.approx(5.0, rel=0.3)
+    assert observations.boundaries.tokens_per_chunk == 1.0
+    assert [p.context for p in observations.context_sweep] == [18, 66]
