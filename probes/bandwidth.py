@@ -134,9 +134,9 @@ def best_torch_copy(ctx: ProbeContext, src: Any, dst: Any, timing: dict[str, int
 
 
 def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
-    figures = {
-        "measured_bandwidth_gbs": facts["measured_bandwidth_gbs"],
-        "theoretical_bandwidth_gbs": facts["theoretical_bandwidth_gbs"],
+    return {
+        "probe": ProbeFacts(
+            measured_bandwidth_gbs=facts["measured_bandwidth_gbs"],
+            theoretical_bandwidth_gbs=facts["theoretical_bandwidth_gbs"],
+        )
     }
-    # Only figures this probe has: a None here would erase what the device probe found.
-    return {"probe": ProbeFacts(**{k: v for k, v in figures.items() if v is not None})}

@@ -213,15 +213,17 @@ def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
     dev = primary_device(facts)
     if dev is None:
         return {}
+    reasons = dev["clock_event_reasons"]
     return {
         "probe": ProbeFacts(
+            # an unreadable reason mask is not "no throttling"
+            **({"throttle_reasons": reasons} if reasons is not None else {}),
             gpu_name=dev["name"],
             theoretical_bandwidth_gbs=dev["theoretical_bandwidth_gbs"],
             sm_clock_mhz=dev["sm_clock_mhz"],
             max_sm_clock_mhz=dev["max_sm_clock_mhz"],
             mem_clock_mhz=dev["mem_clock_mhz"],
             max_mem_clock_mhz=dev["max_mem_clock_mhz"],
-            throttle_reasons=dev["clock_event_reasons"] or [],
             power_w=dev["power_w"],
             power_limit_w=dev["power_limit_w"],
             temperature_c=dev["temperature_c"],

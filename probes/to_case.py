@@ -34,7 +34,9 @@ def _merge_value(old: Any, new: Any) -> Any:
     if isinstance(old, dict) and isinstance(new, dict):
         return {**old, **new}
     if isinstance(old, BaseModel) and isinstance(new, BaseModel) and type(old) is type(new):
-        return old.model_copy(update={f: getattr(new, f) for f in new.model_fields_set})
+        # A probe that could not read a figure says None; that must not erase a known value.
+        known = {f: getattr(new, f) for f in new.model_fields_set if getattr(new, f) is not None}
+        return old.model_copy(update=known)
     return new
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from diagnoser.models.observations import Observations, ProbeFacts
 from diagnoser.probes.bandwidth import buffer_bytes, gbs, host_cache_bytes, run, to_observations
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
+from diagnoser.probes.to_case import merge_observations
 
 MIB = 1 << 20
 
@@ -49,4 +51,7 @@ def test_without_a_theoretical_figure_the_fraction_is_absent_with_a_reason():
     assert facts["theoretical_bandwidth_gbs"] is None and facts["fraction_of_theoretical"] is None
     assert "host memory" in facts["theoretical_source"]
     # the device probe's theoretical figure must survive the merge
-    assert "theoretical_bandwidth_gbs" not in to_observations(facts)["probe"].model_fields_set
+    with_device = Observations(probe=ProbeFacts(gpu_name="NVIDIA H200", theoretical_bandwidth_gbs=4916.7))
+    merged = merge_observations(with_device, to_observations(facts))
+    assert merged.probe.theoretical_bandwidth_gbs == 4916.7
+    assert merged.probe.measured_bandwidth_gbs == facts["measured_bandwidth_gbs"]
