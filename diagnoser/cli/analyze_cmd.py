@@ -91,7 +91,7 @@ def _print_report(analysis, observations) -> None:
     console.print(waterfall)
     console.print(
         f"graph replay: {row.graph_status} ({row.graph_launches} graph launches, {row.kernel_launches} eager launches, "
-        f"{row.graph_kernels} graph kernels)"
+        f"{row.graph_ops} device ops replayed by graphs)"
     )
     console.print(
         f"kernel time summed over ranks and steps: {analysis.kernel_sum_across_ranks_ms:.3f} ms "

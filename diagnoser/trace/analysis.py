@@ -48,7 +48,7 @@ class RankStep(BaseModel):
     graph_status: str
     graph_launches: int
     kernel_launches: int
-    graph_kernels: int
+    graph_ops: int
     hta: HtaView
 
 
@@ -121,7 +121,7 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
         graph_status=replay.status.value,
         graph_launches=replay.graph_launches,
         kernel_launches=replay.kernel_launches,
-        graph_kernels=replay.graph_kernels,
+        graph_ops=replay.graph_ops,
         hta=HtaView(
             span_us=hta.span_ns / 1000,
             idle_us=hta.idle_ns / 1000,

@@ -90,15 +90,18 @@ def match_collectives(per_rank: list[list[Arrival]]) -> list[Collective]:
     out = []
     for (op, impl, ordinal), members in groups.items():
         late = max(members, key=lambda a: a.start)
+        first = min(a.start for a in members)
+        # median on offsets from the first arrival: epoch-ns values lose precision as float64
+        departure = first + int(np.median([a.end - first for a in members]))
         out.append(
             Collective(
                 op=op,
                 implementation=impl,
                 ordinal=ordinal,
                 ranks=tuple(a.rank for a in members),
-                first_arrival=min(a.start for a in members),
+                first_arrival=first,
                 last_arrival=late.start,
-                departure=int(np.median([a.end for a in members])),
+                departure=departure,
                 late_rank=late.rank,
                 late_rank_compute_ns=late.compute_before_ns,
             )

@@ -5,7 +5,7 @@
 Decode at small batch is launch-bound unless the step replays a captured graph, and engines
 fall back to eager mode silently (a batch size that was not captured, a feature that breaks
 capture). Counting both kinds of launch inside the step's host window tells which happened.
-Kernels replayed by a graph are counted (they share the graph launch's correlation id).
+Work replayed by a graph is counted (it shares the graph launch's correlation id).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from diagnoser.models.observations import GraphStatus
 from diagnoser.trace.model import RankTrace, RuntimeKind
-from diagnoser.trace.ops import IS_KERNEL, DeviceOps
+from diagnoser.trace.ops import DeviceOps
 from diagnoser.trace.steps import Step
 
 
@@ -25,7 +25,7 @@ class GraphReplay:
     status: GraphStatus
     graph_launches: int
     kernel_launches: int  # eager launch calls
-    graph_kernels: int  # kernels the graph launches replayed
+    graph_ops: int  # device ops (kernels, memcpy, memset nodes) the graph launches replayed
 
 
 def graph_replay(trace: RankTrace, ops: DeviceOps, step: Step) -> GraphReplay:
@@ -37,14 +37,14 @@ def graph_replay(trace: RankTrace, ops: DeviceOps, step: Step) -> GraphReplay:
     else:
         graphs = eager = 0
     rows = step.ops
-    graph_kernels = int((ops.by_graph[rows] & (ops.source[rows] == IS_KERNEL)).sum())
+    graph_ops = int(ops.by_graph[rows].sum())
     if graphs == 0:
         status = GraphStatus.none
     elif eager == 0:
         status = GraphStatus.full
     else:
         status = GraphStatus.partial
-    return GraphReplay(status, graphs, eager, graph_kernels)
+    return GraphReplay(status, graphs, eager, graph_ops)
 
 
 def replay_status_counts(replays: list[GraphReplay]) -> dict[str, int]:

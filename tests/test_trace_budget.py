@@ -1,0 +1,78 @@
+"""The budget, steps, collectives and graph status against the hand-worked synthetic trace
+(tests/data/trace/synthetic/README.md gives every number)."""
+
+from pathlib import Path
+
+import pytest
+
+from diagnoser.trace.analysis import analyze_traces
+from diagnoser.trace.facts import to_observations
+from diagnoser.trace.load import load_traces
+
+SYNTH = Path(__file__).resolve().parent / "data" / "trace" / "synthetic"
+
+
+@pytest.fixture(scope="module")
+def analysis():
+    return analyze_traces(load_traces([SYNTH], workers=1))
+
+
+def parts_us(analysis, rank, key):
+    row = analysis.budget(rank=rank, key=key)
+    return {part: ns / 1000 for part, ns in row.parts_ns.items()}, row.window_ns / 1000
+
+
+def test_rank0_step1_budget_matches_hand_worked_parts(analysis):
+    parts, window = parts_us(analysis, 0, "ProfilerStep#1")
+    assert window == 100
+    assert parts == {"device": 33, "exposed_comm": 20, "launch": 23, "queue": 12, "host": 12}
+    assert sum(parts.values()) == window
+
+
+def test_rank1_step1_budget_and_critical_rank(analysis):
+    parts, window = parts_us(analysis, 1, "ProfilerStep#1")
+    assert parts == {"device": 48, "exposed_comm": 10, "launch": 8, "queue": 9, "host": 25}
+    step1 = next(s for s in analysis.steps if s.key == "ProfilerStep#1")
+    # rank 0 spends 20 us waiting in the all-reduce, rank 1 only 10: rank 1 is the one the step waits for
+    assert step1.critical_rank == 1
+
+
+def test_hta_view_of_a_step(analysis):
+    hta = analysis.budget(rank=0, key="ProfilerStep#1").hta
+    assert (hta.span_us, hta.idle_us, hta.compute_us, hta.non_compute_us) == (88, 33, 33, 22)
+    assert hta.comm_comp_overlap == pytest.approx(5 / 25)
+
+
+def test_collective_wait_transfer_and_late_rank(analysis):
+    (coll,) = analysis.collectives
+    assert (coll.op, coll.implementation, coll.ranks) == ("all_reduce", "nccl", [0, 1])
+    assert (coll.wait_us, coll.transfer_us, coll.interval_us) == (15, 10, 25)
+    assert coll.late_rank == 1 and coll.late_rank_compute_us == 48
+
+
+def test_graph_ops_are_counted_and_status_is_partial(analysis):
+    row = analysis.budget(rank=0, key="ProfilerStep#2")
+    assert (row.graph_status, row.graph_launches, row.kernel_launches, row.graph_ops) == ("partial", 1, 1, 2)
+    # the two replayed kernels (4 + 4 us) are device time; the 1 us gaps inside the graph are queueing
+    assert row.parts_ns == {"device": 28000, "exposed_comm": 0, "launch": 0, "queue": 2000, "host": 0}
+
+
+def test_observations_carry_the_critical_budget_and_label_kernel_sums(analysis):
+    obs = to_observations(analysis)
+    assert obs.budget.parts_ms == pytest.approx(obs.budget.step_ms)
+    assert {b.rank for b in obs.rank_budgets} == {0, 1}
+    # 5 + 3 kernels of rank 0 (20+10+25+3+20+4+4 = 86 us) and 4 of rank 1 (20+28+10+20 = 78 us)
+    assert obs.kernel_sum_across_ranks_ms == pytest.approx((86 + 78) / 1000)
+    (coll,) = obs.collectives
+    assert coll.wait_ms == pytest.approx(0.015) and coll.late_rank == 1 and coll.group_size == 2
+
+
+def test_kernel_table_geometry(analysis):
+    # the representative step is the lower median of (100 us, 30 us): step 2, whose critical rank is 0
+    assert analysis.representative == "ProfilerStep#2" and analysis.budget().rank == 0
+    table = {(r.kernel_class, r.implementation): r for r in analysis.kernel_table}
+    comm = table[("communication", "nccl")]
+    assert comm.median_grid_ctas == 2 and comm.sm_count == 100 and comm.underfilled is True
+    gemm = table[("gemm", None)]
+    # rank 0 GEMMs over both steps: 20, 10, 20 and the 4 us one replayed by the graph
+    assert gemm.count == 4 and gemm.count_per_step == 2 and gemm.median_us == 15 and gemm.total_us == 54
