@@ -20,6 +20,7 @@ from diagnoser.probes.timing import median_s, require_device
 CACHE_MULTIPLE = 8  # buffers at least this many times the last-level cache
 MIN_BUFFER_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 FLOAT_BYTES = 4
+LOAD_COPIES = 100  # queued copies that keep the GPU busy while NVML is read (about 0.1 s on an H200)
 
 
 def gbs(bytes_moved: float, seconds: float) -> float:
@@ -94,6 +95,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     read_gbs, copy_gbs = gbs(size, read_s), gbs(2 * size, copy_s)
 
     best_name, best_gbs = best_torch_copy(ctx, src, dst, timing)
+    under_load = readings_under_load(lambda: dst.copy_(src)) if ctx.device == "cuda" else None
     measured = max(read_gbs, copy_gbs)
     theory, theory_source = theoretical_gbs(ctx)
     del src, dst
@@ -114,7 +116,23 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
         "theoretical_bandwidth_gbs": theory,
         "theoretical_source": theory_source,
         "fraction_of_theoretical": measured / theory if theory else None,
+        "under_load": under_load,
     }
+
+
+def readings_under_load(copy: Any) -> dict[str, Any]:
+    """NVML clocks, clock-event reasons and power sampled while queued copies keep the GPU busy."""
+    import pynvml
+    import torch
+
+    from diagnoser.probes.device import sample_live
+
+    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    for _ in range(LOAD_COPIES):
+        copy()
+    sample = sample_live(pynvml, uuid)
+    torch.cuda.synchronize()
+    return sample
 
 
 def best_torch_copy(ctx: ProbeContext, src: Any, dst: Any, timing: dict[str, int]) -> tuple[str, float]:
@@ -134,9 +152,15 @@ def best_torch_copy(ctx: ProbeContext, src: Any, dst: Any, timing: dict[str, int
 
 
 def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+    """Bandwidth figures, plus the clocks read under load, which supersede the device probe's idle ones."""
+    load = facts.get("under_load") or {}
     return {
         "probe": ProbeFacts(
             measured_bandwidth_gbs=facts["measured_bandwidth_gbs"],
             theoretical_bandwidth_gbs=facts["theoretical_bandwidth_gbs"],
+            sm_clock_mhz=load.get("sm_clock_mhz"),
+            mem_clock_mhz=load.get("mem_clock_mhz"),
+            power_w=load.get("power_w"),
+            **({"throttle_reasons": load["clock_event_reasons"]} if load.get("clock_event_reasons") is not None else {}),
         )
     }

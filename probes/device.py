@@ -96,14 +96,38 @@ def _nvlink(nvml: Any, handle: Any) -> dict[str, int]:
     return {"active_links": active, "links_checked": checked}
 
 
+def live_readings(nvml: Any, handle: Any, r: "_Reader") -> dict[str, Any]:
+    """The readings that change with load: clocks, clock-event reasons and power draw."""
+    events = r.read("clock_event_reasons", lambda: _clock_events(nvml, handle))
+    power = r.read("power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+    return {
+        "sm_clock_mhz": r.read("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+        "mem_clock_mhz": r.read("mem_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
+        "clock_event_reasons": decode_clock_events(events) if events is not None else None,
+        "power_w": power / 1000 if power is not None else None,
+    }
+
+
+def sample_live(nvml: Any, uuid: str) -> dict[str, Any]:
+    """Live readings of one device, for sampling while a probe keeps it busy (idle clocks mislead)."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as err:
+        return {"missing": {"all": no_driver_reason(nvml, err)}}
+    try:
+        r = _Reader(nvml)
+        handle = nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.upper().startswith("GPU-") else f"GPU-{uuid}")
+        return {**live_readings(nvml, handle, r), "missing": r.missing}
+    finally:
+        nvml.nvmlShutdown()
+
+
 def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]]) -> dict[str, Any]:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     r = _Reader(nvml)
     mem = r.read("memory_total_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
     bus = r.read("memory_bus_width_bits", lambda: nvml.nvmlDeviceGetMemoryBusWidth(handle))
     max_mem = r.read("max_mem_clock_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM))
-    events = r.read("clock_event_reasons", lambda: _clock_events(nvml, handle))
-    power = r.read("power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle))
     limit = r.read("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
     mig = r.read("mig_mode", lambda: nvml.nvmlDeviceGetMigMode(handle))
     uuid = r.read("uuid", lambda: nvml.nvmlDeviceGetUUID(handle))
@@ -116,11 +140,8 @@ def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]
         "memory_bus_width_bits": bus,
         "max_mem_clock_mhz": max_mem,
         "theoretical_bandwidth_gbs": theoretical_bandwidth_gbs(bus, max_mem) if bus and max_mem else None,
-        "sm_clock_mhz": r.read("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
         "max_sm_clock_mhz": r.read("max_sm_clock_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)),
-        "mem_clock_mhz": r.read("mem_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
-        "clock_event_reasons": decode_clock_events(events) if events is not None else None,
-        "power_w": power / 1000 if power is not None else None,
+        **live_readings(nvml, handle, r),
         "power_limit_w": limit / 1000 if limit is not None else None,
         "temperature_c": r.read(
             "temperature_c", lambda: nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)

@@ -55,3 +55,14 @@ def test_without_a_theoretical_figure_the_fraction_is_absent_with_a_reason():
     merged = merge_observations(with_device, to_observations(facts))
     assert merged.probe.theoretical_bandwidth_gbs == 4916.7
     assert merged.probe.measured_bandwidth_gbs == facts["measured_bandwidth_gbs"]
+
+
+def test_clocks_under_load_replace_idle_readings_in_the_case():
+    facts = {
+        "measured_bandwidth_gbs": 4310.0,
+        "theoretical_bandwidth_gbs": 4916.7,
+        "under_load": {"sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "power_w": 512.0, "clock_event_reasons": [], "missing": {}},
+    }
+    idle = Observations(probe=ProbeFacts(gpu_name="NVIDIA H200", sm_clock_mhz=345, throttle_reasons=["GpuIdle"]))
+    merged = merge_observations(idle, to_observations(facts)).probe
+    assert merged.sm_clock_mhz == 1980 and merged.throttle_reasons == [] and merged.gpu_name == "NVIDIA H200"

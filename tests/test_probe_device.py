@@ -165,3 +165,14 @@ def test_old_driver_falls_back_to_the_throttle_reason_call():
 def test_device_hidden_from_torch_is_not_matched():
     (dev,) = collect(RecordedNVML(), [{**TORCH_DEVICES[0], "uuid": "ffffffff-0000"}])["devices"]
     assert dev["torch_index"] is None and dev["sm_count"] is None and "UUID" in dev["missing"]["sm_count"]
+
+
+def test_live_sample_by_uuid():
+    class ByUUID(RecordedNVML):
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            assert uuid == UUID
+            return SimpleNamespace(index=0)
+
+    sample = device.sample_live(ByUUID(), UUID.removeprefix("GPU-"))
+    assert sample["sm_clock_mhz"] == 345 and sample["power_w"] == pytest.approx(113.25)
+    assert sample["clock_event_reasons"] == ["GpuIdle"] and sample["missing"] == {}
