@@ -10,7 +10,8 @@ import pytest
 
 from diagnoser.errors import InputError
 from diagnoser.trace.model import CopyKind, RuntimeKind
-from diagnoser.trace.nsys_sqlite import read_nsys_sqlite, runtime_kind
+from diagnoser.trace.kineto import runtime_kind
+from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 NSYS_AI = SHARED / "data" / "nsys" / "nsys-ai"
@@ -228,7 +229,7 @@ def test_graph_mode_rows_stand_in_for_their_kernels(tmp_path):
     assert any("1 CUDA graph launches but no per-node kernels" in n for n in r0.notes)
 
 
-def test_runtime_names_are_classified_without_version_suffixes():
+def test_nsys_runtime_names_with_version_suffixes_are_classified():
     assert runtime_kind("cudaLaunchKernel_v7000") is RuntimeKind.kernel_launch
     assert runtime_kind("cudaLaunchKernelExC_v11060") is RuntimeKind.kernel_launch
     assert runtime_kind("cuLaunchKernelEx") is RuntimeKind.kernel_launch

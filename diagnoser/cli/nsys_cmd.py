@@ -23,22 +23,20 @@ def nsys() -> None:
     """
 
 
-def _export_of(path: Path, timeout: float) -> Path:
-    from diagnoser.trace.nsys_export import REPORT_SUFFIXES, export_sqlite
-
-    return export_sqlite(path, timeout_s=timeout) if path.suffix in REPORT_SUFFIXES else path
+_STEP_RANGE = click.option("--step-range", metavar="NAME", help="segment steps by this NVTX / record_function range")
 
 
-def _show(export: Path, as_json: bool) -> None:
+def _show(export: Path, as_json: bool, step_range: str | None = None) -> None:
     """One line per rank: what was read, and the budget of its representative step."""
     from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.compare import representative_row
     from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
 
     traces = read_nsys_sqlite(export)
-    analysis = analyze_traces(traces)
+    analysis = analyze_traces(traces, step_range)
     ranks = []
     for trace in traces:
-        row = analysis.budget(rank=trace.rank)
+        row = representative_row(analysis, trace.rank)
         ranks.append({
             "rank": trace.rank, "source": trace.source, "device": trace.device_name,
             "kernels": len(trace.kernels), "copies": len(trace.copies),
@@ -73,10 +71,12 @@ def _show(export: Path, as_json: bool) -> None:
 @click.option("--nvtx-capture", metavar="RANGE[@DOMAIN]", help="the range to capture with --capture-range nvtx")
 @click.option("--fork", is_flag=True, help="also trace worker processes started by fork+exec (vLLM, SGLang)")
 @click.option("--timeout", type=float, default=None, help="seconds before the run is stopped (default: none)")
+@_STEP_RANGE
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capture_range_end: str,
-            nvtx_capture: str | None, fork: bool, timeout: float | None, as_json: bool, command: tuple[str, ...]) -> None:
+            nvtx_capture: str | None, fork: bool, timeout: float | None, step_range: str | None, as_json: bool,
+            command: tuple[str, ...]) -> None:
     """Run COMMAND under nsys profile, export the report and read it.
 
     Example: diagnoser nsys profile --cuda-graph-trace node --fork -- python serve.py
@@ -89,27 +89,31 @@ def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capt
     report, code = run_profile(options, list(command), timeout)
     if code:
         click.echo(f"diagnoser: warning: the profiled command exited with code {code}; reading its report anyway", err=True)
-    _show(export_sqlite(report), as_json)
+    _show(export_sqlite(report), as_json, step_range)
 
 
 @nsys.command()
 @click.argument("report", type=click.Path(path_type=Path))
 @click.option("--out-dir", type=click.Path(path_type=Path), help="where the .sqlite goes (default: beside the report)")
 @click.option("--timeout", type=float, default=600, show_default=True)
+@_STEP_RANGE
 @click.option("--json", "as_json", is_flag=True)
-def export(report: Path, out_dir: Path | None, timeout: float, as_json: bool) -> None:
+def export(report: Path, out_dir: Path | None, timeout: float, step_range: str | None, as_json: bool) -> None:
     """Export REPORT (.nsys-rep) to SQLite and read it."""
     from diagnoser.trace.nsys_export import export_sqlite
 
-    _show(export_sqlite(report, out_dir, timeout), as_json)
+    _show(export_sqlite(report, out_dir, timeout), as_json, step_range)
 
 
 @nsys.command()
 @click.argument("export_file", metavar="EXPORT", type=click.Path(path_type=Path))
+@_STEP_RANGE
 @click.option("--json", "as_json", is_flag=True)
-def show(export_file: Path, as_json: bool) -> None:
+def show(export_file: Path, step_range: str | None, as_json: bool) -> None:
     """Read EXPORT (.sqlite, or .nsys-rep exported first) and summarise each rank."""
-    _show(_export_of(export_file, 600), as_json)
+    from diagnoser.trace.nsys_export import REPORT_SUFFIXES, export_sqlite
+
+    _show(export_sqlite(export_file) if export_file.suffix in REPORT_SUFFIXES else export_file, as_json, step_range)
 
 
 @nsys.command()
@@ -139,7 +143,7 @@ def recipe(name: str, report: Path, out_dir: Path | None, timeout: float, as_jso
 @nsys.command()
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option("--step-range", metavar="NAME", help="segment steps by this NVTX / record_function range")
+@_STEP_RANGE
 @click.option("--json", "as_json", is_flag=True)
 def compare(before: Path, after: Path, step_range: str | None, as_json: bool) -> None:
     """What changed from BEFORE to AFTER (two captures of the same workload, any trace format)."""

@@ -53,7 +53,7 @@ class Comparison(BaseModel):
     headline: list[str] = Field(description="largest changes first, in words")
 
 
-def _representative(analysis: Analysis, rank: int) -> RankStep | None:
+def representative_row(analysis: Analysis, rank: int) -> RankStep | None:
     """The rank's row of the representative step, else its first step."""
     rows = [r for r in analysis.rank_steps if r.rank == rank]
     return next((r for r in rows if r.key == analysis.representative), rows[0] if rows else None)
@@ -130,7 +130,7 @@ def _headline(critical: Change, ranks: list[RankChange], classes: list[Change]) 
 
 def compare_analyses(before: Analysis, after: Analysis) -> Comparison:
     ranks = [
-        _rank_change(rank, _representative(before, rank), _representative(after, rank))
+        _rank_change(rank, representative_row(before, rank), representative_row(after, rank))
         for rank in sorted(set(before.ranks) | set(after.ranks))
     ]
     classes_ms = _class_changes(before, after, "total_us")

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from diagnoser.errors import InputError
+from diagnoser.trace.kineto import runtime_kind
 from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind, Table
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -56,26 +57,6 @@ _NVTX_RANGE_TYPES = (59, 60)
 # CUPTI copyKind -> CopyKind; everything else (arrays, host-to-host) is "other".
 _COPY_KINDS = {1: CopyKind.h2d, 2: CopyKind.d2h, 8: CopyKind.d2d, 10: CopyKind.d2d,
                11: CopyKind.h2d, 12: CopyKind.d2h, 13: CopyKind.d2d}
-
-# Runtime and driver API names, matched without nsys's "_v7000"-style version suffix.
-_RUNTIME_PATTERNS: tuple[tuple[RuntimeKind, re.Pattern[str]], ...] = (
-    (RuntimeKind.graph_launch, re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")),
-    (RuntimeKind.kernel_launch, re.compile(r"^(cudaLaunch(Kernel|CooperativeKernel)|cuLaunch(Kernel|CooperativeKernel)|cudaLaunchKernelExC)")),
-    (RuntimeKind.sync, re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize)")),
-    (RuntimeKind.memcpy, re.compile(r"^(cudaMemcpy|cuMemcpy)")),
-    (RuntimeKind.memset, re.compile(r"^(cudaMemset|cuMemset)")),
-)
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-
-
-def runtime_kind(name: str) -> RuntimeKind:
-    """What a CUDA runtime/driver call means for the critical path, from its name."""
-    bare = _VERSION_SUFFIX.sub("", name)
-    for kind, pattern in _RUNTIME_PATTERNS:
-        if pattern.match(bare):
-            return kind
-    return RuntimeKind.other
-
 
 @dataclass
 class _Schema:
@@ -172,7 +153,7 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     devices = _device_info(db, schema)
     notes.extend(_graph_notes(db, schema, kernels, graphs, runtime))
 
-    runtime_rank = _assign_runtime(runtime, rank_keys, [kernels, graphs, copies], physical, gpu_pid_known)
+    runtime_rank = _assign_runtime(runtime, rank_keys, [kernels, graphs, copies], gpu_pid_known)
     dropped = int(np.count_nonzero(runtime_rank < 0)) if runtime is not None else 0
     if dropped:
         notes.append(f"{dropped} runtime calls from processes without GPU work were left out")
@@ -327,9 +308,9 @@ def _read_graph_trace(db: sqlite3.Connection, schema: _Schema, strings: _Strings
     }
     cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {GRAPH_TRACE}", list(fields))
     _check_durations(cols, GRAPH_TRACE, path)
-    graph_ids = np.unique(cols["graph_id"])
-    names = {int(g): strings.add(f"CUDA graph {int(g)} (whole graph; nodes not traced)") for g in graph_ids}
-    cols["name"] = np.array([names[int(g)] for g in cols["graph_id"]], dtype=np.int32) if len(graph_ids) else np.zeros(0, np.int32)
+    graph_ids, which = np.unique(cols["graph_id"], return_inverse=True)
+    names = np.array([strings.add(f"CUDA graph {int(g)} (whole graph; nodes not traced)") for g in graph_ids], dtype=np.int32)
+    cols["name"] = names[which.reshape(-1)] if len(graph_ids) else np.zeros(0, np.int32)
     cols["graph_node"] = np.full(len(cols["start"]), -1, dtype=np.int64)
     cols["whole_graph"] = np.ones(len(cols["start"]), dtype=bool)
     return _sorted_table(cols)
@@ -431,7 +412,8 @@ def _read_runtime(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
 
 
 def _classify(names: np.ndarray, values: list[str]) -> np.ndarray:
-    """Classify each distinct name once, then broadcast to the rows."""
+    """Classify each distinct name once, then broadcast to the rows (nsys's "_v7000" suffixes do not matter:
+    the patterns match name prefixes)."""
     unique, inverse = np.unique(names, return_inverse=True)
     kinds = np.array([int(runtime_kind(values[i])) if i >= 0 else 0 for i in unique], dtype=np.int8)
     return kinds[inverse] if len(names) else np.zeros(0, np.int8)
@@ -467,25 +449,21 @@ def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return np.where(ordered[pos] == queries, order[pos], -1)
 
 
-def _assign_runtime(runtime: Table | None, rank_keys: list, gpu_tables: list, physical: dict, pid_known: bool) -> np.ndarray:
+def _assign_runtime(runtime: Table | None, rank_keys: list, gpu_tables: list, pid_known: bool) -> np.ndarray:
     """Rank of each runtime row: the rank of the GPU work it launched, else its process's first rank."""
     if runtime is None:
         return np.zeros(0, dtype=np.int64)
-    rank_of = {(pid, dev): rank for rank, (_, pid, dev) in enumerate(rank_keys)}
+    rank_pairs = np.array([_join_key(np.int64(pid), np.int64(dev), True) for _, pid, dev in rank_keys], dtype=np.int64)
     keys, ranks = [], []
     for table in gpu_tables:
         if table is None or not len(table):
             continue
-        rank_col = np.array([rank_of[(p, d)] for p, d in zip(table["pid"].tolist(), table["device"].tolist())], dtype=np.int64)
         keys.append(_join_key(table["pid"], table["correlation"], pid_known))
-        ranks.append(rank_col)
+        ranks.append(_lookup(rank_pairs, _join_key(table["pid"], table["device"], True)))
     all_keys, all_ranks = np.concatenate(keys), np.concatenate(ranks)
     hit = _lookup(all_keys, _join_key(runtime["pid"], runtime["correlation"], pid_known))
-    first_rank: dict[int, int] = {}
-    for rank, (_, pid, _) in enumerate(rank_keys):
-        first_rank.setdefault(pid, rank)
-    if pid_known:
-        fallback = np.array([first_rank.get(p, -1) for p in runtime["pid"].tolist()], dtype=np.int64)
+    if pid_known:  # lookup returns the first match, and ranks are numbered in key order
+        fallback = _lookup(np.array([pid for _, pid, _ in rank_keys], dtype=np.int64), runtime["pid"])
     else:
         fallback = np.zeros(len(runtime), dtype=np.int64)
     return np.where(hit >= 0, all_ranks[np.maximum(hit, 0)], fallback)
