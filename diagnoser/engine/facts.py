@@ -94,7 +94,7 @@ class Claim(Fact):
 
 
 class Holds(Fact):
-    """A cause rule concluded: ``rule`` id and ``cap_ms``, the most its refinements may claim."""
+    """A cause concluded: ``rule`` id, ``cap_ms`` (the most a refinement may claim) and the ``step_ms`` it refers to."""
 
 
 class InputInfo(NamedTuple):

@@ -29,6 +29,7 @@ class Fixture(BaseModel):
     fires: list[str] = Field(default_factory=list, description="rule ids that must conclude")
     silent: list[str] = Field(default_factory=list, description="rule ids that must not conclude")
     healthy: bool = Field(default=False, description="no cause, guard or lesson at all")
+    no_cause: bool = Field(default=False, description="no cause named (checks, guards and lessons allowed)")
     speedup: dict[str, float] = Field(default_factory=dict, description="rule id -> expected bounded speed-up")
     rule_errors: list[str] = Field(default_factory=list, description="rule ids expected to raise")
 
@@ -76,6 +77,8 @@ def check_fixture(fixture: Fixture, rulebook: Rulebook) -> list[str]:
             problems.append(f"expected {fixture.first} first, got {top}")
     problems += [f"expected {r} to fire" for r in fixture.fires if r not in concluded]
     problems += [f"{r} fired but must not" for r in fixture.silent if r in concluded]
+    if fixture.no_cause and causes:
+        problems.append(f"expected no cause, got {', '.join(h.id for h in causes)}")
     if fixture.healthy:
         noisy = sorted(h.id for h in d.hypotheses if h.kind is not Kind.check)
         if noisy:

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any, Iterable
 
 from diagnoser.engine.facts import INPUTS
-from diagnoser.engine.spec import PARENT_CAP, RuleSet, RuleSpec
+from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, Rule
 from diagnoser.models.hypothesis import Kind
@@ -80,7 +80,7 @@ def lint_rule(name: str, compiled: Rule) -> list[str]:
         if unknown:
             problems.append(f"rule {spec.id}: TEST argument(s) {', '.join(unknown)} match no bound variable")
     body_args = list(inspect.signature(compiled.body).parameters)[1:]
-    unknown = sorted(set(body_args) - bound - {PARENT_CAP})
+    unknown = sorted(set(body_args) - bound - {PARENT_CAP, PARENT_STEP})
     if unknown:
         problems.append(f"rule {spec.id}: body argument(s) {', '.join(unknown)} match no bound variable")
     bad_inputs = sorted(set(spec.requires) - set(INPUTS))

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from diagnoser.engine.facts import INPUTS, Holds, case_facts, present_inputs, reference_step_ms
 from diagnoser.engine.loader import Rulebook
-from diagnoser.engine.spec import PARENT_CAP, Finding, RuleSpec
+from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import (
@@ -41,18 +41,20 @@ class DiagnosisEngine(KnowledgeEngine):
 
     def fire(self, spec: RuleSpec, body: Callable[..., Finding | None], bindings: dict[str, Any]) -> None:
         cap = bindings.get(PARENT_CAP)
+        step = bindings.get(PARENT_STEP) or self.reference_step_ms
         wanted = list(inspect.signature(body).parameters)[1:]
         try:
             finding = body(self, **{name: bindings[name] for name in wanted})
             if finding is None:
                 return
-            hypothesis = build_hypothesis(spec, finding, self.reference_step_ms, cap)
+            hypothesis = build_hypothesis(spec, finding, step, cap)
         except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
         self.found.append(hypothesis)
         if spec.kind is Kind.cause:
-            self.declare(Holds(rule=spec.id, cap_ms=hypothesis.gain.removable_ms if hypothesis.gain else None))
+            gain = hypothesis.gain
+            self.declare(Holds(rule=spec.id, cap_ms=gain.removable_ms if gain else None, step_ms=gain.step_ms if gain else None))
 
 
 def build_hypothesis(spec: RuleSpec, finding: Finding, reference_ms: float | None, cap_ms: float | None) -> Hypothesis:
@@ -91,11 +93,12 @@ def build_hypothesis(spec: RuleSpec, finding: Finding, reference_ms: float | Non
 
 def _rank_key(h: Hypothesis) -> tuple:
     speedup = h.gain.speedup if h.gain else 1.0
-    return (KIND_ORDER[h.kind], -speedup, -len(h.evidence), h.id, h.model_dump_json())
+    # At equal gain a cause comes before its refinements (they are capped by it, never above it).
+    return (KIND_ORDER[h.kind], -round(speedup, 9), h.parent is not None, -len(h.evidence), h.id, h.model_dump_json())
 
 
 def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
-    """Best first: causes by bounded speed-up, then evidence; one entry per id."""
+    """Best first: causes by bounded speed-up, parents before refinements, then evidence; one entry per id."""
     seen: set[str] = set()
     ranked = []
     for h in sorted(hypotheses, key=_rank_key):

@@ -18,8 +18,9 @@ from diagnoser.engine.facts import Holds
 from diagnoser.experta_compat import MATCH, Rule
 from diagnoser.models.hypothesis import Check, Evidence, Kind, UndoCriterion, UndoMetric
 
-# Name under which a child rule receives its parent's cap; reserved for the engine.
+# Names under which a child rule receives its parent's cap and step; reserved for the engine.
 PARENT_CAP = "parent_cap_ms"
+PARENT_STEP = "parent_step_ms"
 
 
 class RemedySpec(BaseModel):
@@ -78,7 +79,9 @@ def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callabl
     def wrap(body: Callable[..., Finding | None]) -> Rule:
         conditions = list(patterns)
         if spec.parent:
-            conditions.append(Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP)))
+            conditions.append(
+                Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP), step_ms=getattr(MATCH, PARENT_STEP))
+            )
 
         def fire(engine: Any, **bindings: Any) -> None:
             engine.fire(spec, body, bindings)
