@@ -58,18 +58,15 @@ def stream_bounded(ctx: ProbeContext, client: httpx.Client, url: str, body: dict
 
 
 def mean_tokens_per_chunk(responses: list[StreamedResponse]) -> tuple[float | None, str]:
-    counts, source = [], ""
-    for response in responses:
-        per_chunk, source = sm.tokens_per_chunk(response)
-        if per_chunk is None:
-            break
-        counts += per_chunk
-    else:
-        return statistics.fmean(counts), source
+    """Mean tokens per content chunk, and where the counts came from."""
+    per_request = [sm.tokens_per_chunk(r) for r in responses]
+    if all(counts is not None for counts in per_request):
+        return statistics.fmean(n for counts in per_request for n in counts), "per-chunk usage"
     tokens = [r.completion_tokens for r in responses]
-    if all(tokens):
-        return sum(tokens) / sum(len(sm.content_chunks(r)) for r in responses), source
-    return None, source
+    chunks = sum(len(sm.content_chunks(r)) for r in responses)
+    if all(tokens) and chunks:
+        return sum(tokens) / chunks, "final usage / content chunks"
+    return None, "unknown: the server sent no usage"
 
 
 def run(ctx: ProbeContext) -> dict[str, Any]:

@@ -95,7 +95,14 @@ def main(argv: list[str] | None = None) -> None:
                     }
                 )
                 previous = departure
-    document = {"rank": rank, "world_size": world, "host": socket.gethostname(), "backend": args.backend, "records": records}
+    document = {
+        "rank": rank,
+        "world_size": world,
+        "host": socket.gethostname(),
+        "backend": args.backend,
+        "dtype": str(dtype).removeprefix("torch."),
+        "records": records,
+    }
     write_atomic(Path(args.out) / f"rank{rank}.json", json.dumps(document))
     dist.barrier()
     dist.destroy_process_group()

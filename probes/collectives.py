@@ -134,16 +134,18 @@ def launch(command: list[str], env: dict[str, str], timeout_s: float) -> None:
         raise RuntimeError(f"torchrun exited with {proc.returncode}: {last_error_line(output)}")
 
 
-def read_records(out_dir: Path, ranks: int) -> tuple[list[CallRecord], set[str]]:
-    records, hosts = [], set()
+def read_records(out_dir: Path, ranks: int) -> tuple[list[CallRecord], set[str], str]:
+    """Every rank's calls, the hosts they ran on and the element type they moved."""
+    records, hosts, dtype = [], set(), ""
     for rank in range(ranks):
         path = out_dir / f"rank{rank}.json"
         if not path.exists():
             raise RuntimeError(f"rank {rank} wrote no timings")
         document = json.loads(path.read_text())
         hosts.add(document["host"])
+        dtype = document["dtype"]
         records.extend(CallRecord.model_validate(r) for r in document["records"])
-    return records, hosts
+    return records, hosts, dtype
 
 
 def run(ctx: ProbeContext) -> dict[str, Any]:
@@ -158,7 +160,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="diagnoser-collectives-") as tmp:
         out_dir = Path(tmp)
         launch(torchrun_command(out_dir, backend, ranks, sizes, ctx.options, budget), worker_env(backend), budget)
-        records, hosts = read_records(out_dir, ranks)
+        records, hosts, dtype = read_records(out_dir, ranks)
     if len(hosts) != 1:
         raise RuntimeError(f"ranks ran on {len(hosts)} hosts; their clocks cannot be compared")
     summaries = summarise(records, ranks)
@@ -169,6 +171,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     return {
         "backend": backend,
         "backend_note": note,
+        "dtype": dtype,
         "world_size": ranks,
         "clock": CLOCK,
         "injected_delay": injected,

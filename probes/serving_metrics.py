@@ -64,13 +64,12 @@ def content_chunks(response: StreamedResponse) -> list[Chunk]:
     return [c for c in response.chunks if c.text]
 
 
-def tokens_per_chunk(response: StreamedResponse) -> tuple[list[int] | None, str]:
-    """Tokens in each content chunk, and where that figure came from."""
-    chunks = content_chunks(response)
-    counts = [c.completion_tokens for c in chunks]
-    if chunks and all(isinstance(n, int) for n in counts):
-        return [b - a for a, b in zip([0, *counts], counts)], "per-chunk usage"
-    return None, "final usage / chunks" if response.completion_tokens else "chunks (one token each assumed)"
+def tokens_per_chunk(response: StreamedResponse) -> list[int] | None:
+    """Tokens in each content chunk, from cumulative per-chunk usage; None when not sent."""
+    counts = [c.completion_tokens for c in content_chunks(response)]
+    if not counts or not all(isinstance(n, int) for n in counts):
+        return None
+    return [b - a for a, b in zip([0, *counts], counts)]
 
 
 def gaps_ms(chunks: list[Chunk]) -> list[float]:
@@ -127,8 +126,7 @@ def itl_growth_per_1k_output(responses: list[StreamedResponse]) -> float | None:
     xs, ys = [], []
     for response in responses:
         chunks = content_chunks(response)
-        counts, _ = tokens_per_chunk(response)
-        counts = counts or [1] * len(chunks)
+        counts = tokens_per_chunk(response) or [1] * len(chunks)
         done = counts[0]
         for gap, tokens in zip(gaps_ms(chunks), counts[1:]):
             xs.append(done)

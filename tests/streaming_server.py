@@ -38,6 +38,7 @@ class DecodeConfig:
     stream_interval: int = 1
     burst: int = 1
     server_timing: bool = False
+    per_chunk_usage: bool = True  # honour stream_options.continuous_usage_stats
     truncate_after: int | None = None  # write half an event after this many tokens, then stop
     model: str = "toy-decoder"
 
@@ -104,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _decode(self, body: dict[str, Any], chat: bool, n_prompt: int, n_out: int) -> None:
         cfg = self.server.config
         options = body.get("stream_options") or {}
-        continuous = bool(options.get("continuous_usage_stats"))
+        continuous = cfg.per_chunk_usage and bool(options.get("continuous_usage_stats"))
         kind = "chat.completion.chunk" if chat else "text_completion"
         held: list[dict[str, Any] | str] = []
         held_content = 0  # token-carrying events held back (the chat role event does not count)

@@ -118,6 +118,13 @@ def test_chat_stream_with_coalesced_tokens():
     assert facts["itl_ms"]["p90"] == pytest.approx(3 * step, rel=0.15)
 
 
+def test_tokens_per_chunk_falls_back_to_final_usage():
+    with StreamingServer(DecodeConfig(step_ms=2, prefill_ms=1, stream_interval=2, per_chunk_usage=False)) as url:
+        facts = probe(url, max_tokens=10, requests=1)
+    assert facts["output_tokens"] == [10]
+    assert (facts["tokens_per_chunk"], facts["tokens_per_chunk_source"]) == (2.0, "final usage / content chunks")
+
+
 def test_no_endpoint_is_a_skip():
     with pytest.raises(ProbeSkipped, match="no endpoint"):
         client.run(ProbeContext(options={}))

@@ -96,7 +96,7 @@ def test_gloo_ranks_attribute_injected_delay_to_rank_1():
         options={"ranks": 2, "delay_rank": 1, "delay_ms": 20, "collective_iterations": 8, "batch_sizes": [8], "hidden": 4096},
     )
     facts = collectives.run(ctx)
-    assert facts["backend"] == "gloo" and facts["world_size"] == 2
+    assert facts["backend"] == "gloo" and facts["world_size"] == 2 and facts["dtype"] == "float32"
     assert facts["injected_delay"] == {"rank": 1, "ms": 20.0}
     assert facts["late_rank"] == 1
     assert {c["op"] for c in facts["collectives"]} == {"all_reduce", "all_to_all"}
