@@ -116,7 +116,8 @@ def sample_live(nvml: Any, uuid: str) -> dict[str, Any]:
         return {"missing": {"all": no_driver_reason(nvml, err)}}
     try:
         r = _Reader(nvml)
-        handle = nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.upper().startswith("GPU-") else f"GPU-{uuid}")
+        prefixed = uuid if uuid.upper().startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+        handle = nvml.nvmlDeviceGetHandleByUUID(prefixed)
         return {**live_readings(nvml, handle, r), "missing": r.missing}
     finally:
         nvml.nvmlShutdown()
