@@ -9,7 +9,8 @@ stamps its chunks (see ``sse_client``), engine step vs server emission vs client
 
 Options read from ``ctx.options``: ``endpoint`` (required), ``model_name`` (default: the
 first model the server lists), ``api`` (``completions`` or ``chat``), ``prompt``,
-``max_tokens`` (128), ``requests`` (3), ``ignore_eos`` (true).
+``max_tokens`` (128), ``requests`` (3), ``ignore_eos`` and ``per_chunk_usage`` (true; see
+``sse_client.request_body``).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     requests = bounded_int(ctx.options, "requests", 3, 1, MAX_REQUESTS)
     max_tokens = bounded_int(ctx.options, "max_tokens", 128, 2, MAX_TOKENS)
     with open_session(ctx, api) as (client, url, model):
-        body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, bool(ctx.options.get("ignore_eos", True)))
+        body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, ctx.options)
         responses = [stream_bounded(ctx, client, url, body) for _ in range(requests)]
     metrics = [sm.request_metrics(r) for r in responses]
     per_chunk, source = mean_tokens_per_chunk(responses)

@@ -12,7 +12,7 @@ through the points, in ms per 1k tokens of context.
 
 Options read from ``ctx.options``: ``endpoint`` (required), ``model_name``,
 ``context_lengths`` (prompt lengths, default 256..8192), ``sweep_output_tokens`` (64),
-``sweep_repeats`` (2), ``ignore_eos`` (true).
+``sweep_repeats`` (2), ``ignore_eos`` and ``per_chunk_usage`` (as for the client probe).
 """
 
 from __future__ import annotations
@@ -54,12 +54,11 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     lengths = prompt_lengths(ctx.options)
     output = bounded_int(ctx.options, "sweep_output_tokens", 64, 2, 4096)
     repeats = bounded_int(ctx.options, "sweep_repeats", 2, 1, 20)
-    ignore_eos = bool(ctx.options.get("ignore_eos", True))
     points = []
     with open_session(ctx, "completions") as (http, url, model):
         for length in lengths:
             responses = [
-                stream_bounded(ctx, http, url, request_body("completions", model, prompt_ids(length, r), output, ignore_eos))
+                stream_bounded(ctx, http, url, request_body("completions", model, prompt_ids(length, r), output, ctx.options))
                 for r in range(repeats)
             ]
             metrics = [request_metrics(r) for r in responses]

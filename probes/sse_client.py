@@ -90,27 +90,38 @@ def served_model(client: httpx.Client, endpoint: str) -> str:
         raise InputError(f"{url}: no model listed; pass the model name") from None
 
 
-def request_body(api: str, model: str, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
-    """A greedy streaming request of a fixed length, asking for per-chunk usage counts."""
+def request_body(api: str, model: str, prompt: str | list[int], max_tokens: int, options: dict[str, Any]) -> dict[str, Any]:
+    """A greedy streaming request of a fixed length.
+
+    Two vLLM extensions are on unless the options turn them off for a stricter server:
+    ``ignore_eos`` (generate exactly ``max_tokens``) and ``per_chunk_usage``
+    (``continuous_usage_stats``: a cumulative token count on every chunk).
+    """
+    stream_options = {"include_usage": True}
+    if options.get("per_chunk_usage", True):
+        stream_options["continuous_usage_stats"] = True
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "stream_options": stream_options,
     }
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
-    if ignore_eos:
-        body["ignore_eos"] = True  # vLLM/SGLang extension: generate exactly max_tokens
+    if options.get("ignore_eos", True):
+        body["ignore_eos"] = True
     return body
 
 
 def _choice_text(choice: dict[str, Any]) -> str:
+    """Generated text of a choice, counting a reasoning model's thinking tokens as generated."""
     delta = choice.get("delta")
-    return (delta.get("content") if isinstance(delta, dict) else choice.get("text")) or ""
+    if not isinstance(delta, dict):
+        return choice.get("text") or ""
+    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
 
 
 def _record(data: dict[str, Any], response: StreamedResponse, now_s: float, now_ns: int) -> None:
@@ -155,6 +166,9 @@ def stream(client: httpx.Client, url: str, body: dict[str, Any], timeout_s: floa
                     raise InputError(f"{url}: malformed stream event: {payload[:80]!r}") from None
                 if not isinstance(data, dict):
                     raise InputError(f"{url}: stream event is not a JSON object: {payload[:80]!r}")
+                if data.get("error"):
+                    error = data["error"]
+                    raise InputError(f"{url}: server error in stream: {error.get('message') if isinstance(error, dict) else error}")
                 _record(data, response, now_s, now_ns)
     except httpx.HTTPError as err:
         raise InputError(f"{url}: {type(err).__name__}: {err}") from None

@@ -8,7 +8,9 @@ with a known step time, so a test knows exactly what the probe ought to recover:
 - token i (i >= 2) takes ``step_ms + step_ms_per_1k_context * (prompt + i - 1)/1000``;
 - ``stream_interval`` tokens are coalesced into one chunk (a server-side stream interval);
 - ``burst`` chunks are held in the output path and written together (the buffering fault);
-- ``truncate_after`` cuts the stream off in the middle of an event (a crashed proxy);
+- ``truncate_after`` cuts the stream off in the middle of an event (a crashed proxy), and
+  ``error_after`` ends it with an error event (an engine failure mid-request);
+- ``reasoning_tokens``: chat deltas of the first tokens are ``reasoning_content``;
 - ``server_timing`` adds the per-chunk ``server_timing`` extension the client probe reads,
   stamped when the engine produced the chunk, i.e. before any buffering.
 
@@ -40,6 +42,8 @@ class DecodeConfig:
     server_timing: bool = False
     per_chunk_usage: bool = True  # honour stream_options.continuous_usage_stats
     truncate_after: int | None = None  # write half an event after this many tokens, then stop
+    error_after: int | None = None  # send an error event after this many tokens, then stop
+    reasoning_tokens: int = 0  # chat: the first tokens stream as reasoning_content
     model: str = "toy-decoder"
 
 
@@ -123,7 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
             if len(pending_tokens) < cfg.stream_interval and i < n_out:
                 continue
             text = "".join(pending_tokens)
-            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            field = "reasoning_content" if i <= cfg.reasoning_tokens else "content"
+            choice = {"index": 0, "delta": {field: text}} if chat else {"index": 0, "text": text}
             choice["finish_reason"] = "length" if i == n_out else None
             event: dict[str, Any] = {"id": "cmpl-test", "object": kind, "model": cfg.model, "choices": [choice]}
             if continuous:
@@ -140,6 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
             pending_tokens = []
             if cfg.truncate_after is not None and i > cfg.truncate_after:
                 self._write_chunk([*held, json.dumps(event)[:20]])
+                return
+            if cfg.error_after is not None and i > cfg.error_after:
+                self._write_chunk([*held, {"error": {"message": "engine died", "code": 500}}, "[DONE]"])
                 return
             held.append(event)
             held_content += 1

@@ -16,7 +16,7 @@ from diagnoser.models.observations import BoundaryTimings
 from diagnoser.probes import client
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
-from diagnoser.probes.sse_client import Chunk, StreamedResponse, api_url
+from diagnoser.probes.sse_client import Chunk, StreamedResponse, api_url, request_body
 
 
 def probe(url: str, **options) -> dict:
@@ -67,6 +67,15 @@ def test_endpoint_forms_normalise():
         api_url("localhost:8000", "completions")
 
 
+def test_vllm_extensions_can_be_turned_off_for_strict_servers():
+    body = request_body("chat", "m", "hi", 5, {})
+    assert body["ignore_eos"] is True and body["stream_options"]["continuous_usage_stats"] is True
+    assert body["messages"] == [{"role": "user", "content": "hi"}] and body["stream"] is True
+    strict = request_body("completions", "m", [1, 2], 5, {"ignore_eos": False, "per_chunk_usage": False})
+    assert "ignore_eos" not in strict and strict["stream_options"] == {"include_usage": True}
+    assert strict["prompt"] == [1, 2]
+
+
 def test_steady_stream_recovers_inter_token_delay():
     with StreamingServer(DecodeConfig(step_ms=20, prefill_ms=40)) as url:
         facts = probe(url, max_tokens=25, requests=2)
@@ -108,11 +117,12 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
 
 def test_chat_stream_with_coalesced_tokens():
     step = 10.0
-    with StreamingServer(DecodeConfig(step_ms=step, prefill_ms=5, stream_interval=3)) as url:
+    config = DecodeConfig(step_ms=step, prefill_ms=5, stream_interval=3, reasoning_tokens=9)
+    with StreamingServer(config) as url:
         facts = probe(url, api="chat", model_name="toy-decoder", max_tokens=30, requests=2)
     assert facts["endpoint"].endswith("/v1/chat/completions")
     assert facts["tokens_per_chunk"] == 3.0
-    # 10 content chunks plus the role announcement: 10 gaps per request, one of them ~0
+    # 10 content chunks (3 of reasoning) plus the role announcement: 10 gaps per request, one ~0
     assert facts["itl_ms"]["n"] == 2 * 10
     assert facts["tpot_ms"]["p50"] == pytest.approx(step, rel=0.15)
     assert facts["itl_ms"]["p90"] == pytest.approx(3 * step, rel=0.15)
@@ -145,6 +155,9 @@ def test_http_errors_and_truncated_streams_are_input_errors():
             probe(url, max_tokens=10, requests=1)
         with pytest.raises(InputError, match="HTTP 404"):
             probe(url + "/v2", model_name="m")
+    with StreamingServer(DecodeConfig(step_ms=1, error_after=2)) as url:
+        with pytest.raises(InputError, match="server error in stream: engine died"):
+            probe(url, max_tokens=10, requests=1)
 
 
 def test_cli_probe_feeds_the_case_file(tmp_path):
