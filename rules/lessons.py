@@ -13,13 +13,13 @@ from diagnoser.engine import (
     Check,
     Claim,
     Finding,
+    Holds,
     Kind,
     RuleSet,
     RuleSpec,
     ev,
     rule,
 )
-from diagnoser.engine.facts import Holds
 
 # Below half of the ceiling people start asking whether this is "normal".
 LOW_FRACTION = 0.5

@@ -14,6 +14,7 @@ from diagnoser.engine.facts import (
     Collective,
     ContextSweep,
     Graph,
+    Holds,
     Host,
     KernelClass,
     KernelSum,
@@ -34,7 +35,7 @@ from diagnoser.models.hypothesis import Check, Kind
 __all__ = [
     "AS", "MATCH", "NOT", "OR", "TEST", "L", "P", "W",
     "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ContextSweep",
-    "Graph", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
+    "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation",
     "Check", "Finding", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
     "diagnose", "ev", "load_rulebook", "rule", "undo",

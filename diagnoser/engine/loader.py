@@ -20,6 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable
 
+from pydantic import ValidationError
+
 from diagnoser.engine.facts import INPUTS
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
 from diagnoser.errors import InputError
@@ -97,6 +99,16 @@ def _rulesets_in(module: ModuleType) -> list[type]:
     ]
 
 
+def _one_line(err: Exception) -> str:
+    """A load failure as one line: the first error of a pydantic report, else the first line."""
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{err.title}: {where + ': ' if where else ''}{first['msg']}"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
 def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise InputError(f"{path}: no such rule file")
@@ -111,7 +123,7 @@ def _import_file(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as err:  # noqa: BLE001 - any failure in a user file is bad input
         sys.modules.pop(name, None)
-        raise InputError(f"{path}: cannot load rules: {type(err).__name__}: {err}") from None
+        raise InputError(f"{path}: cannot load rules: {_one_line(err)}") from None
     return module
 
 
@@ -130,7 +142,7 @@ def _entry_point_modules() -> list[tuple[str, list[type]]]:
         try:
             target = ep.load()
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load rules: {type(err).__name__}: {err}") from None
+            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load rules: {_one_line(err)}") from None
         rulesets = [target] if inspect.isclass(target) else _rulesets_in(target)
         found.append((f"entry point {ep.name}", rulesets))
     return found

@@ -1,0 +1,222 @@
+"""The engine: loading and linting rule packs, error isolation, parent gating, deterministic order."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, run_cli
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.errors import InputError
+from diagnoser.models.case import Case
+from diagnoser.models.hypothesis import Kind
+
+HEADER = """
+from diagnoser.engine import MATCH, TEST, Budget, Check, Finding, Kind, RuleSet, RuleSpec, ev, rule
+"""
+
+RAISING_PACK = HEADER + '''
+BOOM = RuleSpec(id="boom", title="A rule with a bug", explanation="divides by zero")
+QUIET = RuleSpec(id="always-launch", title="Launch share seen", kind=Kind.lesson, explanation="fires on any budget")
+
+class Broken(RuleSet):
+    @rule(BOOM, Budget(step_ms=MATCH.step))
+    def boom(self, step):
+        return Finding(evidence=[ev("x", step / 0)])
+
+    @rule(QUIET, Budget(launch_ms=MATCH.launch))
+    def always_launch(self, launch):
+        return Finding(evidence=[ev("budget.launch_ms", launch)])
+'''
+
+LAUNCH_CASE = {
+    "observations": {
+        "budget": {"step_ms": 9, "device_ms": 4.5, "exposed_comm_ms": 2, "launch_ms": 1.5, "host_ms": 1},
+        "server": {"cuda_graphs": False},
+    }
+}
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_raising_rule_is_reported_and_the_others_still_run(tmp_path):
+    pack = write(tmp_path, "broken.py", RAISING_PACK)
+    d = diagnose(Case.model_validate(LAUNCH_CASE), load_rulebook([pack]))
+    assert [(e.rule, e.error) for e in d.rule_errors] == [("boom", "ZeroDivisionError: float division by zero")]
+    fired = {h.rule for h in d.hypotheses}
+    assert {"launch-gaps", "graphs-off", "exposed-comm", "always-launch"} <= fired
+    assert "boom" not in fired
+
+
+def test_raising_rule_through_the_cli(tmp_path):
+    pack = write(tmp_path, "broken.py", RAISING_PACK)
+    case = tmp_path / "case.json"
+    case.write_text(json.dumps(LAUNCH_CASE))
+    out = run_cli("diagnose", str(case), "--rules", str(pack))
+    assert out.returncode == 0, out.stderr
+    assert "Rule errors" in out.stdout and "boom: ZeroDivisionError" in out.stdout
+    assert "[launch-gaps]" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (
+            '''
+            SPEC = RuleSpec(id="typo", title="t", explanation="e")
+            class Typo(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch), TEST(lambda lanch: lanch > 1))
+                def typo(self, launch):
+                    return None
+            ''',
+            "rule typo: TEST argument(s) lanch match no bound variable",
+        ),
+        (
+            '''
+            SPEC = RuleSpec(id="thr", title="t", explanation="e")
+            class Default(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch), TEST(lambda launch, thr=0.9: launch > thr))
+                def thr(self, launch):
+                    return None
+            ''',
+            "TEST argument(s) thr match no bound variable",
+        ),
+        (
+            '''
+            SPEC = RuleSpec(id="body-arg", title="t", explanation="e")
+            class Body(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch))
+                def body_arg(self, lunch):
+                    return None
+            ''',
+            "body argument(s) lunch match no bound variable",
+        ),
+        (
+            '''
+            SPEC = RuleSpec(id="orphan", title="t", parent="no-such-rule", explanation="e")
+            class Orphan(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch))
+                def orphan(self, launch):
+                    return None
+            ''',
+            "parent no-such-rule is not a loaded rule",
+        ),
+        (
+            '''
+            SPEC = RuleSpec(id="launch-gaps", title="clash", explanation="e")
+            class Clash(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch))
+                def clash(self, launch):
+                    return None
+            ''',
+            "rule id launch-gaps already defined",
+        ),
+        (
+            '''
+            SPEC = RuleSpec(id="needs", title="t", requires=("gpu_vibes",), explanation="e")
+            class Needs(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch))
+                def needs(self, launch):
+                    return None
+            ''',
+            "unknown input(s) gpu_vibes",
+        ),
+        ("def broken(:\n", "cannot load rules: SyntaxError"),
+    ],
+)
+def test_bad_rule_files_are_rejected_at_load(tmp_path, body, needle):
+    path = write(tmp_path, "bad_rules.py", HEADER + textwrap.dedent(body))
+    with pytest.raises(InputError) as err:
+        load_rulebook([path])
+    assert str(err.value).startswith(str(path)) and needle in str(err.value)
+
+
+def test_bad_rule_file_via_cli_is_one_line(tmp_path):
+    path = write(tmp_path, "bad_rules.py", HEADER + "X = RuleSpec(id='Bad Id', title='t', explanation='e')\n")
+    out = run_cli("rules", "list", "--rules", str(path))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_rules_from_an_entry_point_plugin(tmp_path):
+    """A real installed-style plug-in: a dist-info folder whose entry_points.txt names a rule module."""
+    plugin = tmp_path / "site"
+    plugin.mkdir()
+    write(plugin, "my_rules.py", HEADER + textwrap.dedent('''
+        SPEC = RuleSpec(id="plugin-lesson", title="From a plug-in", kind=Kind.lesson, explanation="e")
+        class PluginRules(RuleSet):
+            @rule(SPEC, Budget(step_ms=MATCH.step))
+            def plugin_lesson(self, step):
+                return Finding(evidence=[ev("budget.step_ms", step)])
+        '''))
+    dist = plugin / "my_rules-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-rules\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[diagnoser.rules]\nmine = my_rules\n")
+    case = tmp_path / "case.json"
+    case.write_text(json.dumps(LAUNCH_CASE))
+    out = run_cli("diagnose", str(case), "--json", env={"PYTHONPATH": str(plugin)})
+    assert out.returncode == 0, out.stderr
+    fired = {h["rule"] for h in json.loads(out.stdout)["hypotheses"]}
+    assert "plugin-lesson" in fired and "launch-gaps" in fired
+    listed = run_cli("rules", "show", "plugin-lesson", env={"PYTHONPATH": str(plugin)})
+    assert "entry point mine" in listed.stdout
+
+
+def test_children_refine_only_when_the_parent_holds():
+    book = load_rulebook()
+    quiet = {"observations": {"budget": {"step_ms": 9, "device_ms": 8.4, "launch_ms": 0.3, "host_ms": 0.3}, "server": {"cuda_graphs": False}}}
+    assert not {h.rule for h in diagnose(Case.model_validate(quiet), book).hypotheses} & {"launch-gaps", "graphs-off"}
+    d = diagnose(Case.model_validate(LAUNCH_CASE), book)
+    graphs_off = next(h for h in d.hypotheses if h.rule == "graphs-off")
+    launch = next(h for h in d.hypotheses if h.rule == "launch-gaps")
+    assert graphs_off.parent == "launch-gaps"
+    assert graphs_off.gain.removable_ms == pytest.approx(1.5) and launch.gain.speedup == pytest.approx(9 / 7.5)
+
+
+def test_child_gain_is_capped_by_the_parent():
+    # late rank waits 2.5 ms but only 1.2 ms of communication is exposed on the critical path.
+    case = Case.model_validate(
+        {
+            "observations": {
+                "budget": {"step_ms": 10, "device_ms": 8.5, "exposed_comm_ms": 1.2, "launch_ms": 0.2, "host_ms": 0.1},
+                "collectives": [{"op": "all_to_all", "interval_ms": 3.0, "wait_ms": 2.5, "transfer_ms": 0.5, "late_rank": 5}],
+            }
+        }
+    )
+    late = next(h for h in diagnose(case, load_rulebook()).hypotheses if h.rule == "late-rank")
+    assert late.gain.removable_ms == pytest.approx(1.2) and late.gain.capped_by == "exposed-comm"
+    assert late.id == "late-rank:all_to_all"
+
+
+def test_missing_inputs_become_checks_not_silence():
+    d = diagnose(Case.model_validate({"observations": {"boundaries": {"device_step_ms": 10}}}), load_rulebook())
+    checks = {h.id: h for h in d.of_kind(Kind.check)}
+    assert "missing:budget" in checks and "launch-gaps" in checks["missing:budget"].explanation
+    assert "diagnoser analyze" in checks["missing:budget"].check.measure
+    assert not d.of_kind(Kind.cause)
+    # a refinement whose parent did not conclude is not asked for
+    assert all("graph-capture-too-small" not in h.explanation for h in checks.values())
+
+
+def test_output_order_is_the_same_under_different_hash_seeds():
+    case = REPO / "rules" / "fixtures" / "beyond.yaml"
+    script = (
+        "import sys, yaml; from diagnoser.engine import diagnose, load_rulebook; from diagnoser.models.case import Case\n"
+        f"fx = yaml.safe_load(open({str(case)!r}))['fixtures']\n"
+        "book = load_rulebook()\n"
+        "for f in fx: print([h.id for h in diagnose(Case.model_validate(f['case']), book).hypotheses])\n"
+    )
+    outputs = []
+    for seed in ("0", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") >= 10
