@@ -52,14 +52,15 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
+    if args.backend == "nccl":
+        # The device is chosen before the group exists so NCCL binds each rank to its own GPU.
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dtype, sync, barrier_ids = torch.bfloat16, torch.cuda.synchronize, [device.index]
+    else:
+        device, dtype, sync, barrier_ids = torch.device("cpu"), torch.float32, (lambda: None), None
     dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
-    if args.backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-        torch.cuda.set_device(device)
-        dtype, sync = torch.bfloat16, torch.cuda.synchronize
-    else:
-        device, dtype, sync = torch.device("cpu"), torch.float32, (lambda: None)
     element = torch.tensor([], dtype=dtype).element_size()
     delay_s = args.delay_ms / 1e3 if rank == args.delay_rank else 0.0
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.warmup):
                 call()
             sync()
-            dist.barrier()
+            dist.barrier(device_ids=barrier_ids)
             previous = time.time_ns()
             for iteration in range(args.iterations):
                 if delay_s:
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         "records": records,
     }
     write_atomic(Path(args.out) / f"rank{rank}.json", json.dumps(document))
-    dist.barrier()
+    dist.barrier(device_ids=barrier_ids)
     dist.destroy_process_group()
 
 
