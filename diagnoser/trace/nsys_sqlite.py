@@ -87,18 +87,21 @@ class _Strings:
         return out
 
     def intern(self, texts: list[str]) -> np.ndarray:
-        """Indices for ``texts`` (inline strings), adding new values once each."""
-        if not texts:
-            return np.zeros(0, dtype=np.int32)
-        unique, inverse = np.unique(np.array(texts, dtype=object), return_inverse=True)
+        """Indices for ``texts`` (inline strings), adding each new value once.
+
+        A dict, not ``np.unique``: sorting a million Python strings costs seconds, hashing them
+        a fraction of that.
+        """
         known = {value: index for index, value in enumerate(self.values)}
-        mapped = np.empty(len(unique), dtype=np.int32)
-        for i, value in enumerate(unique):
+        local: dict[str, int] = {}
+        codes = np.fromiter((local.setdefault(t, len(local)) for t in texts), dtype=np.int32, count=len(texts))
+        mapped = np.empty(len(local), dtype=np.int32)
+        for value, code in local.items():
             if value not in known:
                 known[value] = len(self.values)
                 self.values.append(value)
-            mapped[i] = known[value]
-        return mapped[inverse]
+            mapped[code] = known[value]
+        return mapped[codes]
 
     def add(self, value: str) -> int:
         self.values.append(value)
@@ -481,32 +484,29 @@ def _note_unlaunched(table: Table, runtime: Table, what: str, notes: list[str]) 
 def _read_ranges(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, notes: list[str]) -> Table:
     if not schema.has(NVTX):
         return _empty_ranges()
-    text = "text" if schema.has(NVTX, "text") else "NULL"
-    text_id = _opt(schema, NVTX, "textId")
     types = ", ".join(map(str, _NVTX_RANGE_TYPES))
-    where = f"WHERE eventType IN ({types})" if schema.has(NVTX, "eventType") else ""
-    rows = db.execute(
-        f'SELECT start, "end", COALESCE(globalTid, -1), {text_id}, {_opt(schema, NVTX, "domainId", 0)}, {text} FROM {NVTX} {where}'
-    ).fetchall()
-    open_ended = [r for r in rows if r[1] is None]
-    rows = [r for r in rows if r[1] is not None]
+    where = f"eventType IN ({types})" if schema.has(NVTX, "eventType") else "1"
+    open_ended = db.execute(f'SELECT COUNT(*) FROM {NVTX} WHERE {where} AND "end" IS NULL').fetchone()[0]
     if open_ended:
-        notes.append(f"{len(open_ended)} NVTX ranges were still open at the end of the export and were left out")
-    if not rows:
+        notes.append(f"{open_ended} NVTX ranges were still open at the end of the export and were left out")
+    where += ' AND "end" IS NOT NULL'
+    fields = {"start": "start", "end": '"end"', "gtid": "COALESCE(globalTid, -1)",
+              "text_id": _opt(schema, NVTX, "textId"), "domain": _opt(schema, NVTX, "domainId", 0)}
+    # One scan for the integers, one for the inline texts, both in rowid order so they line up.
+    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {NVTX} WHERE {where} ORDER BY rowid", list(fields))
+    if not len(cols["start"]):
         return _empty_ranges()
-    ints = np.array([r[:5] for r in rows], dtype=np.int64)
-    cols = {"start": ints[:, 0], "end": ints[:, 1]}
     _check_durations(cols, NVTX, path)
-    gtid = ints[:, 2]
+    gtid = cols.pop("gtid")
     cols["pid"] = np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1)
     cols["tid"] = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
-    cols["domain"] = ints[:, 4]
     # Registered strings live in textId with text NULL (NCCL's ranges are all like that).
-    name = strings.by_id(ints[:, 3])
-    inline = np.flatnonzero(np.array([r[5] is not None for r in rows]))
-    if len(inline):
-        name[inline] = strings.intern([str(rows[i][5]) for i in inline])
-    cols["name"] = name
+    cols["name"] = strings.by_id(cols.pop("text_id"))
+    if schema.has(NVTX, "text"):
+        rows = db.execute(f"SELECT rowid, text FROM {NVTX} WHERE {where} ORDER BY rowid").fetchall()
+        has_text = np.array([r[1] is not None for r in rows], dtype=bool)
+        if has_text.any():
+            cols["name"][has_text] = strings.intern([str(r[1]) for r in rows if r[1] is not None])
     return _sorted_table(cols)
 
 
