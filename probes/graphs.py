@@ -46,17 +46,18 @@ def make_step(layers: int, hidden: int, device: str) -> Callable[[Any], Any]:
 
 
 def count_launches(step: Callable[[Any], Any], x: Any) -> int:
-    """Aten compute ops one step dispatches; on a GPU each is at least one kernel launch.
+    """Torch operations one step issues; on a GPU each is at least one kernel launch.
 
-    A dispatch mode counts them in-process, without the profiler (which cannot start from the
-    probe's worker thread cleanly and costs seconds on a CPU).
+    A torch-function mode counts them in-process and costs microseconds, where the profiler
+    cannot start cleanly from the probe's worker thread and a dispatch mode's first use takes
+    seconds on a CPU.
     """
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.overrides import TorchFunctionMode
 
-    class Counter(TorchDispatchMode):
+    class Counter(TorchFunctionMode):
         calls = 0
 
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             Counter.calls += 1
             return func(*args, **(kwargs or {}))
 
@@ -97,7 +98,7 @@ def measure_batch(ctx: ProbeContext, step: Callable[[Any], Any], batch: int) -> 
         "batch": batch,
         "eager_step_ms": eager_s * 1e3,
         "launches_per_step": launches,
-        "launches_counted_as": "aten ops per step",
+        "launches_counted_as": "torch operations per step",
         "eager_us_per_launch": eager_s * 1e6 / launches,
     }
     if ctx.device != "cuda":

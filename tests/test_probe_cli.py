@@ -43,16 +43,22 @@ def test_default_run_on_a_cpu_machine_is_a_valid_report():
 
 def test_case_is_read_for_shapes_and_written_back(tmp_path):
     case = tmp_path / "case.yaml"
-    case.write_text("title: mixtral on one box\nworkload:\n  model: mixtral-8x7b\n  hardware: h200\n  layout: {tp: 2}\n")
+    case.write_text(
+        "title: mixtral on one box\nworkload:\n  model: mixtral-8x7b\n  hardware: h200\n  batch: 6\n  layout: {tp: 2, dp: 2}\n"
+    )
     before = case.read_text()
     done = diagnoser(
-        "probe", "--json", "--only", "bandwidth,gemm", "--case", str(case),
-        "--option", "bandwidth_buffer_bytes=8388608", "--option", "gemm_max_m=2",
+        "probe", "--json", "--only", "bandwidth,gemm,graphs", "--case", str(case),
+        "--option", "bandwidth_buffer_bytes=8388608", "--option", "gemm_max_m=2", "--option", "graph_layers=1",
     )
     assert done.returncode == 0, done.stderr
-    gemm = ProbeReport.model_validate_json(done.stdout).result("gemm")
+    report = ProbeReport.model_validate_json(done.stdout)
+    gemm = report.result("gemm")
     assert gemm.facts["shapes_source"] == "workload model"
+    # Mixtral experts are 14336 wide; TP 2 with EP 1 shards each expert in two (scaled to 512 on a CPU)
     assert gemm.facts["shapes"][0]["name"].startswith("mixtral-8x7b expert")
+    # batch 6 over dp 2: each attention rank decodes 3 sequences
+    assert [p["batch"] for p in report.result("graphs").facts["batches"]] == [1, 3]
     merged = load_case(case)
     assert merged.title == "mixtral on one box" and merged.workload.model == "mixtral-8x7b"
     assert merged.observations.probe.measured_bandwidth_gbs > 0

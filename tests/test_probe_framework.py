@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +145,13 @@ def test_update_case_file_writes_a_valid_case_and_keeps_existing_parts(tmp_path)
     update_case_file(new, _bandwidth_report())
     assert load_case(new).observations.probe.measured_bandwidth_gbs == 21.5
     assert merge_report(Case(), ProbeReport(created="t", host="h")).observations == Observations()
+
+
+def test_probes_only_read_device_state():
+    """Safety: no NVML setter, reset or nvidia-smi reconfiguration anywhere in the probes."""
+    probes_dir = Path(__file__).resolve().parents[1] / "probes"
+    forbidden = re.compile(r"nvmlDevice(Set|Reset|Clear)|nvmlGpuInstance|nvidia-smi\s+.*-(lgc|lmc|pl|pm|c|mig|rgc|ac|rac)\b")
+    sources = sorted(probes_dir.glob("*.py"))
+    assert len(sources) >= 8
+    offenders = [f"{p.name}: {m.group(0)}" for p in sources for m in forbidden.finditer(p.read_text())]
+    assert offenders == []

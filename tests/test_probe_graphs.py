@@ -22,7 +22,7 @@ def test_step_computes_rmsnorm_mlp_residual():
 
 
 def test_launches_counted_per_layer():
-    # per layer: pow, mean, add, rsqrt, mul, mul, mm, silu, mm, add
+    # per layer: pow, mean, add, rsqrt, mul, mul, matmul, silu, matmul, add
     assert count_launches(make_step(3, 16, "cpu"), torch.randn(1, 16)) == 30
 
 

@@ -29,7 +29,7 @@ def parse_option(text: str) -> tuple[str, Any]:
 
 
 def workload_options(case_path: str) -> dict[str, Any]:
-    """Probe options implied by the case's workload: its model, expert sharding and hardware."""
+    """Probe options implied by the case's workload: model, expert sharding, hardware, local batch."""
     from pathlib import Path
 
     from diagnoser.models.case import load_case
@@ -43,6 +43,8 @@ def workload_options(case_path: str) -> dict[str, Any]:
         "model": workload.model,
         "expert_tp": workload.layout.moe_tp,
         "hardware": workload.hardware,
+        # graph capture is tried at the batch one attention rank really runs
+        "graph_batch_sizes": sorted({1, workload.batch // workload.layout.dp}),
     }
     if workload.measured_bandwidth_gbs:
         options["measured_bandwidth_gbs"] = workload.measured_bandwidth_gbs
