@@ -1,0 +1,78 @@
+"""`diagnoser diagnose` end to end on the bundled example cases, in all three formats."""
+
+import json
+
+import pytest
+
+from conftest import REPO, run_cli
+
+SYNTHETIC = REPO / "examples" / "case-synthetic-20ms.yaml"
+MOE = REPO / "examples" / "case-moe-small-experts.yaml"
+
+
+def test_synthetic_20ms_names_no_cause_and_asks_for_a_trace():
+    out = run_cli("diagnose", str(SYNTHETIC))
+    assert out.returncode == 0, out.stderr
+    assert "floor 5 ms" in out.stdout and "unexplained 15 ms" in out.stdout and "25% of the ceiling" in out.stdout
+    assert "No cause named yet: get a trace / run probes." in out.stdout
+    assert "Causes, ranked" not in out.stdout
+    assert "[missing:budget]" in out.stdout
+
+
+def test_synthetic_20ms_json():
+    out = run_cli("diagnose", str(SYNTHETIC), "--json")
+    d = json.loads(out.stdout)
+    assert d["bound"]["floor_ms"] == pytest.approx(5.0) and d["bound"]["unexplained_ms"] == pytest.approx(15.0)
+    kinds = {h["kind"] for h in d["hypotheses"]}
+    assert "cause" not in kinds
+    gap = next(h for h in d["hypotheses"] if h["id"] == "unexplained-gap")
+    assert {e["name"]: e["value"] for e in gap["evidence"]}["bound.unexplained_ms"] == pytest.approx(15.0)
+
+
+def test_moe_example_ranks_small_expert_kernels_first():
+    d = json.loads(run_cli("diagnose", str(MOE), "--json").stdout)
+    causes = [h for h in d["hypotheses"] if h["kind"] == "cause"]
+    top = causes[0]
+    assert top["rule"] == "small-expert-kernels"
+    # 13.6 ms device x 0.6 MoE share x (1 - 0.25 of peak) = 6.12 ms of the 16 ms step
+    assert top["gain"]["removable_ms"] == pytest.approx(6.12)
+    assert top["gain"]["speedup"] == pytest.approx(16 / (16 - 6.12))
+    assert top["check"]["refutes"] and top["undo"] and top["remedies"][0]["predicted_speedup"] == pytest.approx(16 / 9.88)
+    assert d["bound"]["source"] == "compute_bound"
+    gains = [h["gain"]["speedup"] for h in causes]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_markdown_and_output_file(tmp_path):
+    target = tmp_path / "report.md"
+    before = MOE.read_bytes()
+    out = run_cli("diagnose", str(MOE), "--markdown", "-o", str(target))
+    assert out.returncode == 0 and out.stdout == ""
+    text = target.read_text()
+    assert text.startswith("# Diagnosis: MoE decode") and "## Causes, ranked by bounded gain" in text
+    assert "### 1. [small-expert-kernels]" in text
+    assert MOE.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("observations: {budget: {step_ms: -1}}", "observations.budget.step_ms"),
+        ("schema_version: 7", "schema_version 7 not supported"),
+        ("observations: [", "not valid JSON/YAML"),
+        ("observations: {claims: [gpu_is_sad]}", "observations.claims.0"),
+    ],
+)
+def test_bad_case_is_one_line_exit_2(tmp_path, content, needle):
+    path = tmp_path / "case.yaml"
+    path.write_text(content)
+    out = run_cli("diagnose", str(path))
+    assert out.returncode == 2 and needle in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_conflicting_formats_and_missing_file(tmp_path):
+    out = run_cli("diagnose", str(SYNTHETIC), "--json", "--markdown")
+    assert out.returncode == 2 and "choose one" in out.stderr
+    out = run_cli("diagnose", str(tmp_path / "nope.yaml"))
+    assert out.returncode == 2 and "no such file" in out.stderr

@@ -1,0 +1,89 @@
+"""The bundled rule base against its fixtures, and fixture coverage of every rule."""
+
+import pytest
+import yaml
+
+from conftest import REPO, run_cli
+from diagnoser.engine import load_rulebook
+from diagnoser.engine.fixtures import bundled_fixtures, check_fixture, load_fixtures
+from diagnoser.models.hypothesis import Kind
+
+FIXTURE_DIR = REPO / "rules" / "fixtures"
+ALL = [(path.name, fx) for path in sorted(FIXTURE_DIR.glob("*.yaml")) for fx in load_fixtures(path)]
+
+TABLE_ROWS = ["small-expert-kernels", "launch-gaps", "exposed-comm", "client-gap", "long-context-slowdown"]
+GUARDS = [
+    "active-params-as-traffic",
+    "expert-tensors-uncoalesced",
+    "overlap-summed",
+    "kernel-sum-as-elapsed",
+    "speculation-without-cost",
+    "boundary-mismatch",
+]
+LESSONS = ["low-fraction-not-a-diagnosis", "smaller-tp-same-calls", "graphs-remove-launch-share-only", "sparsity-is-not-ep", "sampling-not-necessarily-cpu"]
+BEYOND = [
+    "graphs-off", "graph-capture-too-small", "host-overhead", "output-length-growth", "penalty-over-history",
+    "proxy-buffering", "sort-sampling", "moe-untuned-config", "custom-allreduce-off", "pcie-topology",
+    "clock-throttle", "cpu-offload", "prefill-stalls", "speculation-slowdown", "slow-kernel-path",
+]
+
+
+@pytest.fixture(scope="module")
+def book():
+    return load_rulebook()
+
+
+@pytest.mark.parametrize("fixture", [fx for _, fx in ALL], ids=[f"{f}:{fx.name}" for f, fx in ALL])
+def test_fixture(fixture, book):
+    assert check_fixture(fixture, book) == []
+
+
+def test_every_rule_fires_in_some_fixture(book):
+    fired = {r for _, fx in ALL for r in fx.fires} | {fx.first for _, fx in ALL if fx.first}
+    assert set(book.specs) - fired == set()
+
+
+@pytest.mark.parametrize("rule_id", TABLE_ROWS)
+def test_table_row_ranks_first_and_has_a_near_miss(rule_id):
+    assert any(fx.first == rule_id for _, fx in ALL)
+    assert any(rule_id in fx.silent and not fx.first for _, fx in ALL)
+
+
+@pytest.mark.parametrize("rule_id", GUARDS + LESSONS + BEYOND)
+def test_named_rules_exist_with_the_right_kind(book, rule_id):
+    expected = Kind.guard if rule_id in GUARDS else Kind.lesson if rule_id in LESSONS else Kind.cause
+    assert book.specs[rule_id].kind is expected
+
+
+def test_every_cause_states_check_remedies_and_undo(book):
+    for spec in book.specs.values():
+        assert spec.check is not None, spec.id
+        if spec.kind is Kind.cause:
+            assert spec.remedies and spec.undo, spec.id
+
+
+def test_near_miss_detection_is_real(book):
+    """A fixture that expects the wrong thing must fail: the harness can say no."""
+    fx = next(fx for _, fx in ALL if fx.name.startswith("gaps before ready kernels"))
+    wrong = fx.model_copy(update={"first": "client-gap", "silent": ["graphs-off"]})
+    problems = check_fixture(wrong, book)
+    assert "expected client-gap first, got launch-gaps" in problems and "graphs-off fired but must not" in problems
+
+
+def test_bundled_fixture_folder_is_the_package_data():
+    assert bundled_fixtures().resolve() == FIXTURE_DIR.resolve()
+
+
+def test_rules_cli_list_show_test(tmp_path):
+    listed = run_cli("rules", "list")
+    assert listed.returncode == 0 and "launch-gaps" in listed.stdout and "graphs-off" in listed.stdout
+    shown = run_cli("rules", "show", "graphs-off")
+    doc = yaml.safe_load(shown.stdout)
+    assert doc["parent"] == "launch-gaps" and doc["undo"] and doc["check"]["refutes"]
+    assert run_cli("rules", "show", "nope").returncode == 2
+    ok = run_cli("rules", "test")
+    assert ok.returncode == 0 and f"{len(ALL)} passed, 0 failed" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"fixtures": [{"name": "wrong", "case": {}, "fires": ["launch-gaps"]}]}))
+    failed = run_cli("rules", "test", str(bad))
+    assert failed.returncode == 1 and "expected launch-gaps to fire" in failed.stdout
