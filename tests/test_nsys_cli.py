@@ -80,3 +80,19 @@ def test_export_without_kernel_table_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table" in err
+
+
+def test_analyze_takes_an_nsys_export_like_any_trace(exports, capsys):
+    assert main(["analyze", str(exports / "mfu_2gpu_before.sqlite"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["analysis"]
+    assert doc["ranks"] == [0, 1] and {r["rank"] for r in doc["rank_steps"]} == {0, 1}
+    assert any(row["kernel_class"] == "communication" for row in doc["kernel_table"])
+    assert any("TARGET_INFO_GPU" in note for note in doc["notes"])
+
+
+def test_analyze_refuses_an_export_without_kernels_in_one_line(tmp_path, capsys):
+    path = tmp_path / "empty_export.sqlite"
+    sqlite3.connect(path).execute("CREATE TABLE META_DATA_EXPORT(name TEXT, value TEXT)").connection.close()
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table" in err

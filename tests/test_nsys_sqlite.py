@@ -10,6 +10,7 @@ import pytest
 
 from diagnoser.errors import InputError
 from diagnoser.trace.model import CopyKind, RuntimeKind
+from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.kineto import runtime_kind
 from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
 
@@ -142,7 +143,6 @@ def build(path: Path, *, kernel_ddl: str | None = KERNEL_316, extra: str = "") -
         CREATE TABLE ANALYSIS_DETAILS(startTime INT);
         INSERT INTO ANALYSIS_DETAILS VALUES (1000);
         CREATE TABLE NVTX_EVENTS(start INT, end INT, eventType INT, text TEXT, globalTid INT, textId INT, domainId INT);
-        {extra}
         """
     )
     if kernel_ddl:
@@ -171,6 +171,7 @@ def build(path: Path, *, kernel_ddl: str | None = KERNEL_316, extra: str = "") -
             (30, None, 34, "a mark", 10 * GLOBAL + 3, None, 0),
         ],
     )
+    db.executescript(extra)
     db.commit()
     db.close()
     return path
@@ -284,3 +285,23 @@ def test_reading_never_modifies_the_export(tmp_path):
     read_nsys_sqlite(path)
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.sqlite"]
+
+
+def test_node_mode_graph_replay_is_detected_and_its_kernels_are_in_the_budget(tmp_path):
+    # One cudaGraphLaunch (correlation 30) replays three kernels that carry its correlation id.
+    pid10 = 10 * GLOBAL
+    extra = f"""
+        INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (1000, 1010, 0, {pid10 + 3}, 30, 5);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+            (1100, 1200, 0, 1, 7, 30, {pid10}, 2, 2, 32, 4, 1, 1, 128, 1, 1, 0, 0, 101),
+            (1200, 1300, 0, 1, 7, 30, {pid10}, 2, 2, 32, 4, 1, 1, 128, 1, 1, 0, 0, 102),
+            (1310, 1400, 0, 1, 7, 30, {pid10}, 2, 2, 32, 4, 1, 1, 128, 1, 1, 0, 0, 103);
+    """
+    r0, _ = read_nsys_sqlite(build(tmp_path / "node.sqlite", extra=extra))
+    assert r0.kernels["graph_node"].tolist() == [-1, 101, 102, 103]
+    assert not any("no per-node kernels" in n for n in r0.notes)
+    step = analyze_traces([r0], step_range="decode_step").budget(rank=0)
+    assert step is None or step.graph_ops == 0  # the NVTX step holds only the eager gemm
+    whole = analyze_traces([r0]).budget(rank=0)
+    assert (whole.graph_launches, whole.graph_ops, whole.kernels) == (1, 3, 4)
+    assert whole.graph_status in ("partial", "full")
