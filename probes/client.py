@@ -2,21 +2,23 @@
 
 A device step can be fast while users still see slow tokens: detokenisation and output
 processing, an HTTP proxy that buffers, or chunking all sit between the engine and the
-client. This probe streams a few fixed-length requests one at a time (a single user, the
-regime a decode bound describes) and reports TTFT, TPOT, ITL and E2EL as vLLM ``bench
-serve`` defines them, tokens per chunk, how bunched the arrivals are, and, when the server
-stamps its chunks (see ``sse_client``), engine step vs server emission vs client receipt.
+client. This probe streams a few fixed-length requests, by default one at a time (a single
+user, the regime a per-sequence decode bound describes; ``concurrency`` runs several at
+once), and reports TTFT, TPOT, ITL and E2EL as vLLM ``bench serve`` defines them, output
+tokens/s, tokens per chunk, how bunched the arrivals are, and, when the server stamps its
+chunks (see ``sse_client``), engine step vs server emission vs client receipt.
 
 Options read from ``ctx.options``: ``endpoint`` (required), ``model_name`` (default: the
 first model the server lists), ``api`` (``completions`` or ``chat``), ``prompt``,
-``max_tokens`` (128), ``requests`` (3), ``ignore_eos`` and ``per_chunk_usage`` (true; see
-``sse_client.request_body``).
+``max_tokens`` (128), ``requests`` (3), ``concurrency`` (1), ``ignore_eos`` and
+``per_chunk_usage`` (true; see ``sse_client.request_body``).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +32,7 @@ from diagnoser.probes.sse_client import StreamedResponse, api_url, request_body,
 
 DEFAULT_PROMPT = "Describe, step by step, how a decode step on a GPU reads the model weights and the KV cache."
 MAX_REQUESTS = 100
+MAX_CONCURRENCY = 64
 MAX_TOKENS = 4096
 
 
@@ -74,23 +77,28 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     api = str(ctx.options.get("api", "completions"))
     requests = bounded_int(ctx.options, "requests", 3, 1, MAX_REQUESTS)
     max_tokens = bounded_int(ctx.options, "max_tokens", 128, 2, MAX_TOKENS)
-    with open_session(ctx, api) as (client, url, model):
+    concurrency = bounded_int(ctx.options, "concurrency", 1, 1, MAX_CONCURRENCY)
+    with open_session(ctx, api) as (client, url, model), ThreadPoolExecutor(concurrency) as pool:
         body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, ctx.options)
-        responses = [stream_bounded(ctx, client, url, body) for _ in range(requests)]
+        responses = list(pool.map(lambda _: stream_bounded(ctx, client, url, body), range(requests)))
     metrics = [sm.request_metrics(r) for r in responses]
     per_chunk, source = mean_tokens_per_chunk(responses)
+    tpot = sm.summary([m.tpot_ms for m in metrics if m.tpot_ms is not None])
     return {
         "endpoint": url,
         "api": api,
         "model": model,
         "requests": requests,
+        "concurrency": concurrency,
         "max_tokens": max_tokens,
         "definitions": "vLLM bench serve: TTFT/E2EL to first/last choice event, ITL per chunk, TPOT=(E2EL-TTFT)/(tokens-1)",
         "output_tokens": [m.output_tokens for m in metrics],
         "ttft_ms": sm.summary([m.ttft_ms for m in metrics]),
-        "tpot_ms": sm.summary([m.tpot_ms for m in metrics if m.tpot_ms is not None]),
+        "tpot_ms": tpot,
         "itl_ms": sm.summary([gap for m in metrics for gap in m.itl_ms]),
         "e2el_ms": sm.summary([m.e2el_ms for m in metrics]),
+        "output_throughput_tok_s": sm.output_throughput(responses),
+        "per_user_tok_s": 1e3 / tpot["mean"] if tpot else None,
         "tokens_per_chunk": per_chunk,
         "tokens_per_chunk_source": source,
         "bunching": sm.bunching(responses),

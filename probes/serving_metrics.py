@@ -51,6 +51,19 @@ def request_metrics(response: StreamedResponse) -> RequestMetrics:
     )
 
 
+def output_throughput(responses: list[StreamedResponse]) -> float | None:
+    """Output tokens per second over the run, first request sent to last chunk received.
+
+    This is the figure a spreadsheet's tokens/s is compared with; it includes prefill and
+    the gaps between requests, so it sits below 1/TPOT for one stream.
+    """
+    tokens = [r.completion_tokens for r in responses]
+    if not responses or not all(tokens):
+        return None
+    duration = max(r.chunks[-1].received_s for r in responses) - min(r.start_s for r in responses)
+    return sum(tokens) / duration if duration > 0 else None
+
+
 def summary(values: list[float]) -> dict[str, float] | None:
     """Mean and p50/p90/p99 in the units given; None for no values (JSON has no NaN)."""
     if not values:

@@ -85,6 +85,9 @@ def test_steady_stream_recovers_inter_token_delay():
     assert facts["itl_ms"]["p50"] == pytest.approx(20.0, rel=0.15)
     assert facts["itl_ms"]["n"] == 2 * 24
     assert facts["ttft_ms"]["p50"] >= 40.0
+    # one stream: 25 tokens in about 40 + 24 * 20 = 520 ms -> about 48 tokens/s; 1/TPOT = 50
+    assert facts["output_throughput_tok_s"] == pytest.approx(25 / 0.52, rel=0.15)
+    assert facts["per_user_tok_s"] == pytest.approx(50.0, rel=0.1)
     assert facts["tokens_per_chunk"] == 1.0 and facts["tokens_per_chunk_source"] == "per-chunk usage"
     assert facts["bunching"]["bunched_fraction"] < 0.1
     assert facts["server_timing"] is None
@@ -133,6 +136,15 @@ def test_tokens_per_chunk_falls_back_to_final_usage():
         facts = probe(url, max_tokens=10, requests=1)
     assert facts["output_tokens"] == [10]
     assert (facts["tokens_per_chunk"], facts["tokens_per_chunk_source"]) == (2.0, "final usage / content chunks")
+
+
+def test_concurrent_streams_multiply_throughput_not_per_user_rate():
+    # four 20-token requests, two at a time: two rounds of 5 + 19 * 10 = 195 ms -> 80 / 0.39 s
+    with StreamingServer(DecodeConfig(step_ms=10, prefill_ms=5)) as url:
+        facts = probe(url, max_tokens=20, requests=4, concurrency=2)
+    assert facts["output_tokens"] == [20] * 4
+    assert facts["output_throughput_tok_s"] == pytest.approx(80 / 0.39, rel=0.2)
+    assert facts["per_user_tok_s"] == pytest.approx(100.0, rel=0.15)
 
 
 def test_no_endpoint_is_a_skip():
