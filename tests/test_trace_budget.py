@@ -76,3 +76,15 @@ def test_kernel_table_geometry(analysis):
     gemm = table[("gemm", None)]
     # rank 0 GEMMs over both steps: 20, 10, 20 and the 4 us one replayed by the graph
     assert gemm.count == 4 and gemm.count_per_step == 2 and gemm.median_us == 15 and gemm.total_us == 54
+
+
+def test_gemm_roofline_from_recorded_shapes(analysis):
+    gemm = next(r for r in analysis.kernel_table if r.kernel_class == "gemm")
+    assert gemm.priced_ops == 1
+    assert gemm.achieved_tflops == pytest.approx(2_147_483_648 / 20e-6 / 1e12)
+    assert gemm.achieved_tbs == pytest.approx(34_603_008 / 20e-6 / 1e12)
+    assert gemm.flops_fraction == pytest.approx(107.374 / 989, rel=1e-4)
+    assert gemm.bw_fraction == pytest.approx(1.73015 / 3.35, rel=1e-4)
+    assert gemm.roofline_bound == "memory" and gemm.roof_fraction == pytest.approx(gemm.bw_fraction)
+    obs = {k.kernel_class: k for k in to_observations(analysis).kernel_classes}
+    assert obs["gemm"].achieved_bw_fraction == pytest.approx(gemm.bw_fraction)

@@ -33,3 +33,17 @@ def test_empty_sets_and_epoch_nanoseconds_keep_exact_values():
     assert as_pairs(iv.intersect(a, iv.EMPTY)) == []
     assert as_pairs(iv.subtract(a, iv.EMPTY)) == [(base + 1, base + 3)]
     assert iv.total(iv.subtract(a, iv.merge(*s((base + 2, base + 5))))) == 1
+
+
+def test_matmul_costs_by_hand():
+    from diagnoser.models.precision import DType
+    from diagnoser.trace.roofline import hardware_for, matmul_cost
+
+    assert matmul_cost("aten::mm", [[64, 4096], [4096, 4096]], ["c10::BFloat16"] * 2) == (2_147_483_648.0, 34_603_008.0, DType.bf16)
+    # linear: x [2, 8, 16] (M = 16 rows), weight [32, 16]: 2*16*32*16 FLOPs; (16*16 + 32*16 + 16*32) fp32 elements
+    assert matmul_cost("aten::linear", [[2, 8, 16], [32, 16], [32]], ["float"] * 3) == (16384.0, 5120.0, DType.fp32)
+    # addmm(bias, a, b) and bmm with a batch
+    assert matmul_cost("aten::addmm", [[8], [4, 2], [2, 8]], ["c10::Half"] * 3)[0] == 2 * 4 * 2 * 8
+    assert matmul_cost("aten::bmm", [[3, 4, 2], [3, 2, 5]], ["float"] * 2)[0] == 2 * 3 * 4 * 2 * 5
+    assert matmul_cost("aten::mm", [[], []], ["float"] * 2) is None
+    assert hardware_for("NVIDIA A100-SXM4-80GB").sm_count == 108 and hardware_for("Some NPU") is None

@@ -19,7 +19,8 @@ BASE_NS = 1_700_000_000_000_000_000
 
 def test_columns_units_and_kinds():
     t = read_kineto(SYNTH / "rank0.json")
-    assert t.rank == 0 and t.device_sm_count == 100 and t.device_name == "Synthetic GPU"
+    assert t.rank == 0 and t.device_sm_count == 100 and t.device_name == "NVIDIA H100 SXM5 80GB (synthetic)"
+    assert len(t.shapes) == 1 and t.shapes["flops"][0] == 2_147_483_648
     assert len(t.kernels) == 7 and len(t.copies) == 1 and len(t.runtime) == 8 and len(t.ranges) == 2
     # microseconds become exact int64 nanoseconds even at epoch scale
     assert t.kernels["start"].dtype == np.int64

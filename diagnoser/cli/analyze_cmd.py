@@ -98,13 +98,14 @@ def _print_report(analysis, observations) -> None:
         "[italic](not elapsed time)[/]"
     )
     kt = Table(title=f"Kernel classes, rank {row.rank}, all steps", header_style="bold")
-    for name in ("class", "count/step", "total ms", "median us", "CTAs", "SMs", "under-filled", "top kernel"):
+    for name in ("class", "count/step", "total ms", "median us", "CTAs", "SMs", "under-filled", "TFLOP/s", "TB/s", "roof", "top kernel"):
         kt.add_column(name)
     for k in analysis.kernel_table:
         label = f"{k.kernel_class}/{k.implementation}" if k.implementation else k.kernel_class
         kt.add_row(
             label, f"{k.count_per_step:.1f}", f"{k.total_us / 1000:.3f}", f"{k.median_us:.1f}",
-            _opt(k.median_grid_ctas), _opt(k.sm_count), {True: "yes", False: "no", None: "?"}[k.underfilled], k.top_kernel[:50],
+            _opt(k.median_grid_ctas), _opt(k.sm_count), {True: "yes", False: "no", None: "?"}[k.underfilled],
+            _opt(k.achieved_tflops, ".1f"), _opt(k.achieved_tbs, ".2f"), _roof(k), k.top_kernel[:50],
         )
     console.print(kt)
     for c in observations.collectives:
@@ -114,5 +115,12 @@ def _print_report(analysis, observations) -> None:
         console.print(f"[dim]note: {note}[/]")
 
 
-def _opt(value) -> str:
-    return "?" if value is None else f"{value:g}"
+def _opt(value, spec: str = "g") -> str:
+    return "?" if value is None else format(value, spec)
+
+
+def _roof(row) -> str:
+    """Where the class sits under the roofline: which roof, and the fraction of it reached."""
+    if row.roofline_bound is None:
+        return "?"
+    return f"{row.roofline_bound} {row.roof_fraction:.0%}"

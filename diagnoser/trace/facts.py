@@ -97,6 +97,8 @@ def _kernel_classes(analysis: Analysis) -> list[KernelClassObs]:
                 median_us=row.median_us,
                 grid_ctas=row.median_grid_ctas,
                 sm_count=row.sm_count,
+                achieved_bw_fraction=row.bw_fraction,
+                achieved_flops_fraction=row.flops_fraction,
             )
         else:
             prev.share_of_step = min(prev.share_of_step + share, 1.0)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 
+from diagnoser.models.precision import DType
 from diagnoser.trace.classes import classify_names
 from diagnoser.trace.model import RankTrace
+from diagnoser.trace.roofline import hardware_for, roofline
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
 from diagnoser.trace.steps import Step
 
@@ -35,11 +37,59 @@ class KernelClassRow(BaseModel):
     sm_count: int | None = None
     underfilled: bool | None = None  # median CTAs below the SM count
     top_kernel: str
+    # roofline, from the recorded shapes of the matmul ops that launched the class's kernels
+    priced_ops: int = 0  # matmul ops with recorded shapes whose time this class owns
+    achieved_tflops: float | None = None
+    achieved_tbs: float | None = None
+    flops_fraction: float | None = None
+    bw_fraction: float | None = None
+    roofline_bound: str | None = None  # memory or compute
+    roof_fraction: float | None = None
 
 
 def _median_known(values: np.ndarray) -> float | None:
     known = values[values >= 0]
     return float(np.median(known)) if len(known) else None
+
+
+def _matmul_owners(matmul: np.ndarray, duration_us: np.ndarray, labels: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per class label: the matmul ops it owns and their kernel time.
+
+    An op may launch several kernels (a cast, the GEMM, a split-K reduction); its FLOPs go once,
+    over all its kernels' time, to the class of its longest kernel, so a small elementwise
+    kernel inside ``aten::addmm`` is not credited with the whole GEMM.
+    """
+    priced = np.flatnonzero(matmul >= 0)
+    if not len(priced):
+        return {}
+    op_ids, inverse = np.unique(matmul[priced], return_inverse=True)
+    op_time = np.bincount(inverse, weights=duration_us[priced], minlength=len(op_ids))
+    longest = np.full(len(op_ids), -1, dtype=np.int64)
+    for i in np.argsort(duration_us[priced], kind="stable"):  # ascending: the last write is the longest
+        longest[inverse[i]] = priced[i]
+    owner = labels[longest]
+    return {str(label): (op_ids[owner == label], op_time[owner == label]) for label in np.unique(owner)}
+
+
+def _roofline_fields(trace: RankTrace, op_ids: np.ndarray, op_time_us: np.ndarray) -> dict:
+    flops = float(trace.shapes["flops"][op_ids].sum())
+    nbytes = float(trace.shapes["bytes"][op_ids].sum())
+    seconds = float(op_time_us.sum()) / 1e6
+    fields: dict = {"priced_ops": len(op_ids)}
+    if seconds <= 0:
+        return fields
+    fields.update(achieved_tflops=flops / seconds / 1e12, achieved_tbs=nbytes / seconds / 1e12)
+    hw = hardware_for(trace.device_name)
+    if hw is not None:
+        dtype = list(DType)[int(np.bincount(trace.shapes["dtype"][op_ids]).argmax())]
+        roof = roofline(flops, nbytes, seconds, dtype, hw)
+        fields.update(
+            flops_fraction=roof.flops_fraction,
+            bw_fraction=roof.bw_fraction,
+            roofline_bound=roof.bound,
+            roof_fraction=roof.roof_fraction,
+        )
+    return fields
 
 
 def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[KernelClassRow]:
@@ -48,10 +98,12 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
     if not len(rows):
         return []
     k = trace.kernels.take(ops.row[rows])
+    matmul = ops.matmul[rows]
     duration = (k["end"] - k["start"]).astype(np.float64) / 1000.0
     classes, index = classify_names(trace.strings, k["name"])
     labels = np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes])[index]
     grand_total = float(duration.sum()) or 1.0
+    owners = _matmul_owners(matmul, duration, labels)
     table = []
     for label in np.unique(labels):
         mine = labels == label
@@ -79,6 +131,7 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
                 sm_count=sm,
                 underfilled=(grid < sm) if grid is not None and sm else None,
                 top_kernel=trace.strings[max(by_time, key=by_time.get)],
+                **(_roofline_fields(trace, *owners[str(label)]) if str(label) in owners else {}),
             )
         )
     return sorted(table, key=lambda r: -r.total_us)

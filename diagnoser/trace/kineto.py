@@ -26,7 +26,9 @@ import numpy as np
 import orjson
 
 from diagnoser.errors import InputError
+from diagnoser.models.precision import DType
 from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind, Table
+from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
 
 _KERNEL_CATS = {"kernel", "Kernel"}
 _COPY_CATS = {"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -153,6 +155,7 @@ def read_kineto(path: str | Path) -> RankTrace:
     path = Path(path)
     document = _parse(path, read_bytes(path))
     buckets: dict[str, list[dict]] = {"kernels": [], "copies": [], "runtime": [], "ranges": []}
+    matmuls: list[dict] = []
     route = {cat: buckets["kernels"] for cat in _KERNEL_CATS}
     route.update({cat: buckets["copies"] for cat in _COPY_CATS})
     route.update({cat: buckets["runtime"] for cat in _RUNTIME_CATS})
@@ -167,6 +170,9 @@ def read_kineto(path: str | Path) -> RankTrace:
         sink = route.get(cat)
         if sink is not None:
             sink.append(event)
+        elif cat == "cpu_op":
+            if event.get("name") in MATMUL_OPS:
+                matmuls.append(event)
         elif cat == "cuda_sync":
             syncs += 1
 
@@ -238,6 +244,29 @@ def read_kineto(path: str | Path) -> RankTrace:
         device_sm_count=device.get("numSms"),
         device_name=device.get("name"),
         notes=notes,
+        shapes=_shapes(path, matmuls, base_us),
+    )
+
+
+def _shapes(path: Path, matmuls: list[dict], base_us: int) -> Table:
+    """FLOPs and bytes of the matmul ops whose input shapes were recorded."""
+    dtypes = list(DType)
+    priced = []
+    for event in matmuls:
+        args = event.get("args") or {}
+        cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
+        if cost is not None:
+            priced.append((event, cost))
+    start, end = _times(path, [e for e, _ in priced], base_us)
+    return Table(
+        {
+            "start": start,
+            "end": end,
+            "tid": np.array([_int(e.get("tid")) for e, _ in priced], dtype=np.int64),
+            "flops": np.array([c[0] for _, c in priced], dtype=np.float64),
+            "bytes": np.array([c[1] for _, c in priced], dtype=np.float64),
+            "dtype": np.array([dtypes.index(c[2]) for _, c in priced], dtype=np.int8),
+        }
     )
 
 

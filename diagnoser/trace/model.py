@@ -65,6 +65,8 @@ class Table:
 # copies:   start, end, kind (CopyKind), bytes, device, stream, correlation
 # runtime:  start, end, name, kind (RuntimeKind), pid, tid, correlation
 # ranges:   start, end, name, pid, tid, [depth]     (host-side user annotations, NVTX, ProfilerStep#N)
+# shapes:   start, end, tid, flops, bytes, dtype (index into list(DType))   (host matmul ops with
+#           recorded input shapes; a launch call inside one on the same thread belongs to it; may be empty)
 # correlation joins a runtime call to the device work it launched; every kernel replayed by one
 # cudaGraphLaunch carries that launch's correlation. -1 means "no launching call recorded".
 
@@ -84,3 +86,4 @@ class RankTrace:
     device_sm_count: int | None = None
     device_name: str | None = None
     notes: list[str] = field(default_factory=list)  # what the reader could not find ("no NVTX table")
+    shapes: Table = field(default_factory=Table)

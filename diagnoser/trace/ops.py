@@ -31,6 +31,7 @@ class DeviceOps:
     launch_start: np.ndarray  # -1 when unknown
     launch_end: np.ndarray  # -1 when unknown
     by_graph: np.ndarray  # launched by a graph launch
+    matmul: np.ndarray  # row in trace.shapes of the host matmul op that launched it, -1 if none
 
     def __len__(self) -> int:
         return len(self.start)
@@ -48,6 +49,25 @@ def launch_rows(trace: RankTrace, correlation: np.ndarray) -> np.ndarray:
     if len(sorted_corr):
         found &= sorted_corr[pos_clipped] == correlation
     return np.where(found, order[pos_clipped] if len(order) else -1, -1)
+
+
+def matmul_rows(trace: RankTrace, launch_row: np.ndarray) -> np.ndarray:
+    """For each launch, the innermost priced matmul op enclosing the call on the same thread (-1 if none)."""
+    out = np.full(len(launch_row), -1, dtype=np.int64)
+    shapes, rt = trace.shapes, trace.runtime
+    if not len(shapes) or not len(rt):
+        return out
+    known = np.flatnonzero(launch_row >= 0)
+    call_start, call_tid = rt["start"][launch_row[known]], rt["tid"][launch_row[known]]
+    for tid in np.unique(shapes["tid"]):
+        rows = np.flatnonzero(shapes["tid"] == tid)
+        rows = rows[np.argsort(shapes["start"][rows], kind="stable")]
+        mine = np.flatnonzero(call_tid == tid)
+        pos = np.searchsorted(shapes["start"][rows], call_start[mine], side="right") - 1
+        candidate = rows[np.maximum(pos, 0)]
+        inside = (pos >= 0) & (shapes["end"][candidate] >= call_start[mine])
+        out[known[mine]] = np.where(inside, candidate, -1)
+    return out
 
 
 def device_ops(trace: RankTrace) -> DeviceOps:
@@ -84,4 +104,5 @@ def device_ops(trace: RankTrace) -> DeviceOps:
         launch_start=launch_start,
         launch_end=launch_end,
         by_graph=by_graph,
+        matmul=matmul_rows(trace, lrow),
     )
