@@ -36,11 +36,19 @@ class Rulebook:
     rulesets: list[type] = field(default_factory=list)
     specs: dict[str, RuleSpec] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # rule id -> where it was defined
+    _engine: Any = field(default=None, repr=False)
 
     def engine_class(self) -> type:
         from diagnoser.engine.runner import DiagnosisEngine
 
         return type("ComposedRules", (*self.rulesets, DiagnosisEngine), {})
+
+    def engine(self, reference_step_ms: float | None) -> Any:
+        """A reset engine for one diagnosis; the RETE network is built once per rule book."""
+        if self._engine is None:
+            self._engine = self.engine_class()()
+        self._engine.start(reference_step_ms)
+        return self._engine
 
 
 def _rules_of(ruleset: type) -> list[tuple[str, Rule]]:

@@ -33,8 +33,9 @@ from diagnoser.whatif import bounded_gain
 class DiagnosisEngine(KnowledgeEngine):
     """Base of the composed engine: collects hypotheses and rule errors as rules fire."""
 
-    def __init__(self, reference_step_ms: float | None) -> None:
-        super().__init__()
+    def start(self, reference_step_ms: float | None) -> None:
+        """Forget the previous case: facts, agenda and conclusions."""
+        self.reset()
         self.reference_step_ms = reference_step_ms
         self.found: list[Hypothesis] = []
         self.errors: list[RuleError] = []
@@ -178,8 +179,7 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
-    engine = rulebook.engine_class()(step)
-    engine.reset()
+    engine = rulebook.engine(step)
     engine.declare(*case_facts(case, bound))
     engine.run()
     held = {h.rule for h in engine.found if h.kind is Kind.cause}
