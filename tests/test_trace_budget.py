@@ -88,3 +88,20 @@ def test_gemm_roofline_from_recorded_shapes(analysis):
     assert gemm.roofline_bound == "memory" and gemm.roof_fraction == pytest.approx(gemm.bw_fraction)
     obs = {k.kernel_class: k for k in to_observations(analysis).kernel_classes}
     assert obs["gemm"].achieved_bw_fraction == pytest.approx(gemm.bw_fraction)
+
+
+def test_collective_alignment_recovers_a_skewed_clock(tmp_path):
+    import json
+
+    for rank, shift in ((0, 0), (1, 1000)):  # rank 1's host clock runs 1 ms ahead
+        doc = json.loads((SYNTH / f"rank{rank}.json").read_text())
+        for e in doc["traceEvents"]:
+            if "ts" in e:
+                e["ts"] += shift
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    skewed = analyze_traces(load_traces([tmp_path], workers=1))
+    assert skewed.collectives[0].wait_us == 1015  # on raw clocks rank 1 seems to arrive 1 ms late
+    aligned = analyze_traces(load_traces([tmp_path], workers=1), align="collective")
+    coll = aligned.collectives[0]
+    assert (coll.wait_us, coll.transfer_us, coll.late_rank) == (15, 10, 1)
+    assert any("shifted by -1000.0 us" in n for n in aligned.notes)

@@ -21,17 +21,24 @@ _PART_LABELS = {
 @click.command("analyze")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--step-range", "step_range", metavar="NAME", help="segment steps by host ranges whose name contains NAME")
+@click.option(
+    "--align",
+    type=click.Choice(["clock", "collective"]),
+    default="clock",
+    show_default=True,
+    help="put ranks on one clock by their trace clocks, or by making the first collective end together",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the analysis and the facts as JSON")
 @click.option("--case", "case_out", type=click.Path(path_type=Path), help="write the facts into this case file (created or updated)")
 @click.option("--perfetto", "perfetto_out", type=click.Path(path_type=Path), help="write a Chrome/Perfetto trace of the budget")
-def analyze(traces: tuple[Path, ...], step_range: str | None, as_json: bool, case_out: Path | None, perfetto_out: Path | None) -> None:
+def analyze(traces: tuple[Path, ...], step_range: str | None, align: str, as_json: bool, case_out: Path | None, perfetto_out: Path | None) -> None:
     """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget."""
     from diagnoser.fileio import write_atomic
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.load import load_traces
 
-    analysis = analyze_traces(load_traces(list(traces)), step_range)
+    analysis = analyze_traces(load_traces(list(traces)), step_range, align)
     observations = to_observations(analysis)
     if case_out is not None:
         write_atomic(case_out, _case_text(case_out, observations))

@@ -1,9 +1,10 @@
 """From ranks' traces to one analysis: steps, the per-rank budget, the critical rank, collectives.
 
-    analyze_traces(traces, step_range=None) -> Analysis
+    analyze_traces(traces, step_range=None, align="clock") -> Analysis
 
 Format-agnostic: it takes ``RankTrace`` objects, whichever reader filled them. Ranks are put
-on a common clock (each trace's ``clock_offset_ns``); steps are matched across ranks by name
+on a common clock (each trace's ``clock_offset_ns``; with ``align="collective"`` corrected so
+the first collective ends together on every rank, see ``ranks.py``); steps are matched across ranks by name
 when names are unique (``ProfilerStep#551``), else by order. A synchronized step is limited by
 its slowest rank: ranks that wait for a late peer show the wait as communication, so the
 critical rank is the one with the most time outside exposed communication. The representative
@@ -23,6 +24,7 @@ from diagnoser.trace.graphs import graph_replay
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps, device_ops
+from diagnoser.trace.ranks import align_on_first_collective
 from diagnoser.trace.steps import Segmentation, segment_steps
 
 
@@ -132,11 +134,13 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
     )
 
 
-def analyze_traces(traces: list[RankTrace], step_range: str | None = None) -> Analysis:
+def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align: str = "clock") -> Analysis:
     notes: list[str] = []
     per_rank = []
-    for trace in traces:
-        ops = device_ops(trace)
+    all_ops = [device_ops(trace) for trace in traces]
+    if align == "collective" and len(traces) > 1:
+        notes += align_on_first_collective(traces, all_ops)
+    for trace, ops in zip(traces, all_ops):
         seg = segment_steps(trace, ops, step_range)
         notes += [f"rank {trace.rank}: {n}" for n in trace.notes + seg.notes]
         per_rank.append((trace, ops, seg, _keys(seg)))

@@ -7,6 +7,7 @@ Kineto ``.json``/``.json.gz`` files or a directory of them (one per rank), an Ns
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from diagnoser.errors import InputError
@@ -55,15 +56,11 @@ def load_traces(paths: list[str | Path], workers: int | None = None) -> list[Ran
             traces.extend(_read_nsys(path, kind))
     if kineto:
         traces.extend(read_kineto_many(kineto, workers))
-    ranks = [t.rank for t in traces]
-    if len(set(ranks)) != len(ranks):
-        raise InputError(f"{paths[0]}: the inputs hold rank {_first_duplicate(ranks)} more than once")
+    repeated = [rank for rank, n in Counter(t.rank for t in traces).items() if n > 1]
+    if repeated:
+        sources = ", ".join(t.source for t in traces if t.rank == repeated[0])
+        raise InputError(f"{sources}: rank {repeated[0]} appears more than once")
     return sorted(traces, key=lambda t: t.rank)
-
-
-def _first_duplicate(values: list[int]) -> int:
-    seen: set[int] = set()
-    return next(v for v in values if v in seen or seen.add(v))  # type: ignore[func-returns-value]
 
 
 def _read_nsys(path: Path, kind: str) -> list[RankTrace]:
