@@ -80,5 +80,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_table_output_without_json():
     done = diagnoser("probe", "--only", "device")
     assert done.returncode == 0, done.stderr
-    assert "device" in done.stdout and "ok" in done.stdout and not done.stdout.lstrip().startswith("{")
-    assert json.loads(diagnoser("probe", "--only", "device", "--json").stdout)["schema_version"] == 1
+    assert "device" in done.stdout and "ok" in done.stdout
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(done.stdout)
