@@ -61,15 +61,15 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def _logger(interactive: bool) -> logging.Logger:
+def _logger(console: Any | None) -> logging.Logger:
+    """INFO through rich on the shared stderr console when a person watches, else warnings only."""
     log = logging.getLogger("diagnoser.probes")
     log.handlers.clear()
     log.propagate = False
-    if interactive:
-        from rich.console import Console
+    if console is not None:
         from rich.logging import RichHandler
 
-        log.addHandler(RichHandler(console=Console(stderr=True), show_path=False))
+        log.addHandler(RichHandler(console=console, show_path=False))
         log.setLevel(logging.INFO)
     else:
         log.addHandler(logging.StreamHandler(sys.stderr))
@@ -127,15 +127,18 @@ def probe(
     options: dict[str, Any] = workload_options(case_path) if case_path else {}
     options.update({key: value for key, value in flags.items() if value is not None})
     options.update(dict(parse_option(item) for item in extra))
-    interactive = sys.stderr.isatty()
+    from rich.console import Console
+
+    # one console for logs and progress, so log lines print above the live spinner
+    console = Console(stderr=True) if sys.stderr.isatty() else None
     ctx = ProbeContext(
         device=resolve_device(device),
         max_memory_fraction=max_memory_fraction,
         timeout_s=timeout_s,
         options=options,
-        log=_logger(interactive),
+        log=_logger(console),
     )
-    report = _run_with_progress(ctx, names, interactive)
+    report = _run_with_progress(ctx, names, console)
     if case_path:
         from diagnoser.probes.to_case import update_case_file
 
@@ -147,15 +150,14 @@ def probe(
         print_table(report)
 
 
-def _run_with_progress(ctx: Any, names: list[str], interactive: bool) -> Any:
-    from rich.console import Console
+def _run_with_progress(ctx: Any, names: list[str], console: Any | None) -> Any:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from diagnoser.probes.registry import run_probes
 
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True, disable=not interactive,
+        console=console, transient=True, disable=console is None,
     ) as progress:
         task = progress.add_task("probes", total=len(names))
 
