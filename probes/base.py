@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diagnoser.probes.report import ProbeResult
@@ -91,14 +91,7 @@ def run_probe(name: str, func: Callable[["ProbeContext"], dict[str, Any]], ctx: 
     be interrupted from Python, so after the timeout the runner reports failure and moves on
     rather than hanging the whole report.
     """
-    probe_ctx = ProbeContext(
-        device=ctx.device,
-        max_memory_fraction=ctx.max_memory_fraction,
-        timeout_s=ctx.timeout_s,
-        options=ctx.options,
-        log=ctx.log,
-        deadline=time.monotonic() + ctx.timeout_s,
-    )
+    probe_ctx = replace(ctx, deadline=time.monotonic() + ctx.timeout_s)
     outcome: dict[str, Any] = {}
 
     def target() -> None:
