@@ -10,7 +10,6 @@ from diagnoser.engine import (
     TEST,
     BoundaryPair,
     Budget,
-    Check,
     Claim,
     ClaimedStep,
     Finding,
@@ -22,6 +21,7 @@ from diagnoser.engine import (
     RuleSpec,
     Speculation,
     ev,
+    note,
     rule,
 )
 
@@ -30,14 +30,8 @@ OVERCOUNT = 1.05
 CLAIM_OVERCOUNT = 1.1
 
 
-def _guard(id: str, title: str, explanation: str, measure: str, confirms: str, refutes: str) -> RuleSpec:
-    return RuleSpec(
-        id=id,
-        title=title,
-        kind=Kind.guard,
-        explanation=explanation,
-        check=Check(measure=measure, confirms=confirms, refutes=refutes),
-    )
+def _guard(*texts: str) -> RuleSpec:
+    return note(Kind.guard, *texts)
 
 
 ACTIVE_PARAMS = _guard(

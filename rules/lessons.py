@@ -10,7 +10,6 @@ from diagnoser.engine import (
     TEST,
     Bound,
     Budget,
-    Check,
     Claim,
     Finding,
     Holds,
@@ -18,6 +17,7 @@ from diagnoser.engine import (
     RuleSet,
     RuleSpec,
     ev,
+    note,
     rule,
 )
 
@@ -25,8 +25,8 @@ from diagnoser.engine import (
 LOW_FRACTION = 0.5
 
 
-def _lesson(id: str, title: str, explanation: str, measure: str, confirms: str, refutes: str) -> RuleSpec:
-    return RuleSpec(id=id, title=title, kind=Kind.lesson, explanation=explanation, check=Check(measure=measure, confirms=confirms, refutes=refutes))
+def _lesson(*texts: str) -> RuleSpec:
+    return note(Kind.lesson, *texts)
 
 
 LOW_FRACTION_LESSON = _lesson(

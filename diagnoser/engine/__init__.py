@@ -28,7 +28,7 @@ from diagnoser.engine.facts import (
 )
 from diagnoser.engine.loader import Rulebook, load_rulebook
 from diagnoser.engine.runner import diagnose
-from diagnoser.engine.spec import Finding, RemedySpec, RuleSet, RuleSpec, ev, rule, undo
+from diagnoser.engine.spec import Finding, RemedySpec, RuleSet, RuleSpec, ev, note, rule, undo
 from diagnoser.experta_compat import AS, MATCH, NOT, OR, TEST, L, P, W
 from diagnoser.models.hypothesis import Check, Kind
 
@@ -38,5 +38,5 @@ __all__ = [
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation",
     "Check", "Finding", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
-    "diagnose", "ev", "load_rulebook", "rule", "undo",
+    "diagnose", "ev", "load_rulebook", "note", "rule", "undo",
 ]

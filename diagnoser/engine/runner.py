@@ -142,6 +142,18 @@ def missing_input_checks(rulebook: Rulebook, present: set[str], held: set[str]) 
     return checks
 
 
+def _summary(source: str, floor_ms: float, result) -> BoundSummary:
+    return BoundSummary(
+        source=source,
+        floor_ms=floor_ms,
+        observed_step_ms=result.observed_step_ms,
+        unexplained_ms=result.unexplained_ms,
+        fraction_of_ceiling=result.fraction_of_ceiling,
+        ceiling_tokens_per_s=result.ceiling_tokens_per_s,
+        sanity=result.sanity,
+    )
+
+
 def compute_bound_summary(case: Case) -> BoundSummary | None:
     """The lead's bound for this case: the pinned workload if any, else the quoted bytes/bandwidth."""
     from diagnoser.bound import compute_bound, floor_from_bytes
@@ -152,27 +164,11 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
         if workload.observed is None and step is not None:
             workload = type(workload).model_validate({**workload.model_dump(), "observed": {"step_ms": step}})
         report = compute_bound(workload)
-        return BoundSummary(
-            source="compute_bound",
-            floor_ms=report.step_floor_ms,
-            observed_step_ms=report.observed_step_ms,
-            unexplained_ms=report.unexplained_ms,
-            fraction_of_ceiling=report.fraction_of_ceiling,
-            ceiling_tokens_per_s=report.ceiling_tokens_per_s,
-            sanity=report.sanity,
-        )
+        return _summary("compute_bound", report.step_floor_ms, report)
     quoted = case.bound_inputs
     if quoted is not None and quoted.bytes_per_step and quoted.bandwidth_gbs:
         result = floor_from_bytes(quoted.bytes_per_step, quoted.bandwidth_gbs, observed_step_ms=step, boundary=quoted.boundary)
-        return BoundSummary(
-            source="floor_from_bytes",
-            floor_ms=result.floor_ms,
-            observed_step_ms=result.observed_step_ms,
-            unexplained_ms=result.unexplained_ms,
-            fraction_of_ceiling=result.fraction_of_ceiling,
-            ceiling_tokens_per_s=result.ceiling_tokens_per_s,
-            sanity=result.sanity,
-        )
+        return _summary("floor_from_bytes", result.floor_ms, result)
     return None
 
 

@@ -59,6 +59,11 @@ class Finding:
     missing: list[str] = field(default_factory=list)
 
 
+def note(kind: Kind, id: str, title: str, explanation: str, measure: str, confirms: str, refutes: str) -> RuleSpec:
+    """A guard or lesson spec: no gain, remedies or undo, only the check that settles it."""
+    return RuleSpec(id=id, title=title, kind=kind, explanation=explanation, check=Check(measure=measure, confirms=confirms, refutes=refutes))
+
+
 def ev(name: str, value: Any, unit: str = "") -> Evidence:
     if isinstance(value, float):
         value = round(value, 4)
