@@ -122,10 +122,14 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
 
 def readings_under_load(copy: Any) -> dict[str, Any]:
     """NVML clocks, clock-event reasons and power sampled while queued copies keep the GPU busy."""
-    import pynvml
     import torch
 
     from diagnoser.probes.device import sample_live
+
+    try:
+        import pynvml
+    except ImportError:
+        return {"missing": {"all": "nvidia-ml-py is not installed"}}
 
     uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
     for _ in range(LOAD_COPIES):

@@ -117,7 +117,9 @@ def sample_live(nvml: Any, uuid: str) -> dict[str, Any]:
     try:
         r = _Reader(nvml)
         prefixed = uuid if uuid.upper().startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-        handle = nvml.nvmlDeviceGetHandleByUUID(prefixed)
+        handle = r.read("all", lambda: nvml.nvmlDeviceGetHandleByUUID(prefixed))
+        if handle is None:
+            return {"missing": r.missing}
         return {**live_readings(nvml, handle, r), "missing": r.missing}
     finally:
         nvml.nvmlShutdown()

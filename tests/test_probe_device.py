@@ -176,3 +176,11 @@ def test_live_sample_by_uuid():
     sample = device.sample_live(ByUUID(), UUID.removeprefix("GPU-"))
     assert sample["sm_clock_mhz"] == 345 and sample["power_w"] == pytest.approx(113.25)
     assert sample["clock_event_reasons"] == ["GpuIdle"] and sample["missing"] == {}
+
+
+def test_live_sample_of_an_unknown_uuid_says_why():
+    class NotFound(RecordedNVML):
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    assert device.sample_live(NotFound(), "ffff") == {"missing": {"all": "NVML NotFound"}}
