@@ -220,3 +220,23 @@ def test_output_order_is_the_same_under_different_hash_seeds():
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     assert outputs[0] == outputs[1] and outputs[0].count("\n") >= 10
+
+
+def test_a_cause_without_evidence_is_listed_as_a_check(tmp_path):
+    pack = write(tmp_path, "empty.py", HEADER + '''
+HUNCH = RuleSpec(id="hunch", title="A hunch", explanation="no evidence given")
+CHILD = RuleSpec(id="hunch-detail", title="Refines the hunch", parent="hunch", explanation="e")
+
+class Hunches(RuleSet):
+    @rule(HUNCH, Budget(step_ms=MATCH.step))
+    def hunch(self, step):
+        return Finding(evidence=[], removable_ms=step / 2)
+
+    @rule(CHILD, Budget(step_ms=MATCH.step))
+    def hunch_detail(self, step):
+        return Finding(evidence=[ev("budget.step_ms", step)], removable_ms=1.0)
+''')
+    d = diagnose(Case.model_validate(LAUNCH_CASE), load_rulebook([pack]))
+    hunch = next(h for h in d.hypotheses if h.rule == "hunch")
+    assert hunch.kind is Kind.check
+    assert "hunch-detail" not in {h.rule for h in d.hypotheses}  # a check does not let refinements fire

@@ -53,7 +53,7 @@ class DiagnosisEngine(KnowledgeEngine):
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
         self.found.append(hypothesis)
-        if spec.kind is Kind.cause:
+        if hypothesis.kind is Kind.cause:
             gain = hypothesis.gain
             self.declare(Holds(rule=spec.id, cap_ms=gain.removable_ms if gain else None, step_ms=gain.step_ms if gain else None))
 
@@ -76,10 +76,12 @@ def build_hypothesis(spec: RuleSpec, finding: Finding, reference_ms: float | Non
                 predicted_speedup=predicted.speedup if predicted else None,
             )
         )
+    # A cause with nothing to show for it is a check to run, not a conclusion.
+    kind = Kind.check if spec.kind is Kind.cause and not finding.evidence else spec.kind
     return Hypothesis(
         id=f"{spec.id}:{finding.key}" if finding.key else spec.id,
         rule=spec.id,
-        kind=spec.kind,
+        kind=kind,
         title=spec.title,
         explanation=f"{spec.explanation} {finding.detail}".strip(),
         evidence=finding.evidence,
