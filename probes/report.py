@@ -6,9 +6,12 @@ probe`` can read a saved report on a machine without a GPU stack.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from diagnoser.errors import InputError
 
 PROBE_SCHEMA_VERSION = 1
 
@@ -37,3 +40,19 @@ class ProbeReport(BaseModel):
     def result(self, name: str) -> ProbeResult | None:
         """The result of one probe, or None when it was not run."""
         return next((r for r in self.results if r.name == name), None)
+
+
+def load_report(path: str | Path) -> ProbeReport:
+    """A saved ``probe --json`` report, with one-line errors for the usual mistakes."""
+    from diagnoser.models.workload import load_document, validation_message
+
+    data = load_document(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a probe report (a mapping)")
+    version = data.get("schema_version")
+    if version != PROBE_SCHEMA_VERSION:
+        raise InputError(f"{path}: probe report schema_version {version} not supported (this diagnoser reads {PROBE_SCHEMA_VERSION})")
+    try:
+        return ProbeReport.model_validate(data)
+    except ValidationError as err:
+        raise InputError(validation_message(err, str(path))) from None

@@ -83,3 +83,20 @@ def test_table_output_without_json():
     assert "device" in done.stdout and "ok" in done.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(done.stdout)
+
+
+def test_saved_report_merges_into_a_case_without_running_probes(tmp_path):
+    saved = tmp_path / "report.json"
+    saved.write_text(
+        '{"schema_version": 1, "created": "t", "host": "gpu-box", "results": [{"name": "bandwidth", "status": "ok",'
+        ' "duration_s": 2.0, "facts": {"measured_bandwidth_gbs": 4310.5, "theoretical_bandwidth_gbs": 4916.7}}]}'
+    )
+    case = tmp_path / "case.yaml"
+    done = diagnoser("probe", "--from-report", str(saved), "--case", str(case))
+    assert done.returncode == 0, done.stderr
+    assert load_case(case).observations.probe.measured_bandwidth_gbs == 4310.5
+    saved.write_text('{"schema_version": 1, "created": "t", "host": "h", "results": [{"name": "x", "status": "odd"}]}')
+    done = diagnoser("probe", "--from-report", str(saved), "--case", str(case))
+    assert done.returncode == 2 and "report.json: results.0" in done.stderr
+    done = diagnoser("probe", "--from-report", str(saved))
+    assert done.returncode == 2 and "--case" in done.stderr

@@ -105,10 +105,12 @@ def print_table(report: Any) -> None:
 @click.option("--delay-rank", type=int, help="collectives: rank that sleeps before each collective")
 @click.option("--delay-ms", type=float, help="collectives: how long that rank sleeps")
 @click.option("--option", "extra", multiple=True, metavar="KEY=VALUE", help="any other probe option, repeatable (value read as YAML)")
+@click.option("--from-report", type=click.Path(dir_okay=False), help="run nothing: merge a saved probe --json report into --case")
 def probe(
     only: str | None,
     as_json: bool,
     case_path: str | None,
+    from_report: str | None,
     device: str,
     timeout_s: float,
     max_memory_fraction: float,
@@ -120,6 +122,11 @@ def probe(
     Every probe reports ok, skipped (with the reason) or failed (with the reason); one that
     fails never stops the others, and a machine without a GPU is a normal result.
     """
+    if from_report:
+        _merge_saved(from_report, case_path)
+        return
+    from rich.console import Console
+
     from diagnoser.probes.base import ProbeContext
     from diagnoser.probes.registry import select
 
@@ -127,8 +134,6 @@ def probe(
     options: dict[str, Any] = workload_options(case_path) if case_path else {}
     options.update({key: value for key, value in flags.items() if value is not None})
     options.update(dict(parse_option(item) for item in extra))
-    from rich.console import Console
-
     # one console for logs and progress, so log lines print above the live spinner
     console = Console(stderr=True) if sys.stderr.isatty() else None
     ctx = ProbeContext(
@@ -148,6 +153,16 @@ def probe(
         click.echo(report.model_dump_json(indent=2))
     else:
         print_table(report)
+
+
+def _merge_saved(report_path: str, case_path: str | None) -> None:
+    """Fold a report measured elsewhere (say, on the GPU box) into a case here."""
+    from diagnoser.probes.report import load_report
+    from diagnoser.probes.to_case import update_case_file
+
+    if not case_path:
+        raise InputError("--from-report needs --case CASE to merge into")
+    update_case_file(case_path, load_report(report_path))
 
 
 def _run_with_progress(ctx: Any, names: list[str], console: Any | None) -> Any:
