@@ -83,6 +83,13 @@ def _clock_events(nvml: Any, handle: Any) -> int:
         return nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
 
+def _temperature(nvml: Any, handle: Any) -> int:
+    try:
+        return nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)
+    except nvml.NVMLError_FunctionNotFound:  # drivers older than the versioned call
+        return nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+
+
 def _nvlink(nvml: Any, handle: Any) -> dict[str, int]:
     """Active links; NotSupported or InvalidArgument mark the end of the links a board has."""
     active = checked = 0
@@ -146,9 +153,7 @@ def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]
         "max_sm_clock_mhz": r.read("max_sm_clock_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)),
         **live_readings(nvml, handle, r),
         "power_limit_w": limit / 1000 if limit is not None else None,
-        "temperature_c": r.read(
-            "temperature_c", lambda: nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)
-        ),
+        "temperature_c": r.read("temperature_c", lambda: _temperature(nvml, handle)),
         "pcie_generation": r.read("pcie_generation", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
         "pcie_width": r.read("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
         "pcie_max_generation": r.read("pcie_max_generation", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),

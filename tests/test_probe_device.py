@@ -56,8 +56,9 @@ def test_no_driver_here_is_a_normal_result():
 class RecordedNVML:
     """pynvml's surface, replaying readings recorded on an idle H200 (MIG unsupported, 18 NVLinks)."""
 
-    def __init__(self, *, event_call_missing: bool = False) -> None:
+    def __init__(self, *, event_call_missing: bool = False, old_temperature_call: bool = False) -> None:
         self.event_call_missing = event_call_missing
+        self.old_temperature_call = old_temperature_call
         self.shutdowns = 0
 
     def __getattr__(self, name):  # constants and error classes come from the real module
@@ -114,7 +115,12 @@ class RecordedNVML:
         return 700_000
 
     def nvmlDeviceGetTemperatureV(self, h, sensor):
+        if self.old_temperature_call:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return 36
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
         return 5
@@ -157,9 +163,10 @@ def test_recorded_h200_readings_become_facts_with_reasons_for_gaps():
     assert obs.theoretical_bandwidth_gbs == pytest.approx(4916.736) and obs.temperature_c is None
 
 
-def test_old_driver_falls_back_to_the_throttle_reason_call():
-    (dev,) = collect(RecordedNVML(event_call_missing=True), TORCH_DEVICES)["devices"]
+def test_old_driver_falls_back_to_the_older_calls():
+    (dev,) = collect(RecordedNVML(event_call_missing=True, old_temperature_call=True), TORCH_DEVICES)["devices"]
     assert dev["clock_event_reasons"] == ["GpuIdle", "SwPowerCap"]
+    assert dev["temperature_c"] == 36 and "temperature_c" not in dev["missing"]
 
 
 def test_device_hidden_from_torch_is_not_matched():
