@@ -33,12 +33,11 @@ BANDWIDTH_GOAL = 0.95
 
 
 def card_name(report: ProbeReport) -> str:
-    device = report.result("device")
-    devices = device.facts.get("devices") if device and device.status == "ok" else None
-    if devices:
-        return devices[0]["name"]
-    gemm = report.result("gemm")
-    return (gemm.facts.get("device_name") if gemm and gemm.status == "ok" else None) or "cpu"
+    device, _ = ok_facts(report, "device")
+    if device and device.get("devices"):
+        return device["devices"][0]["name"]
+    gemm, _ = ok_facts(report, "gemm")
+    return (gemm or {}).get("device_name") or "cpu"
 
 
 def slug(text: str) -> str:
@@ -49,11 +48,20 @@ def _pct(value: float | None) -> str:
     return f"{100 * value:.1f}%" if value is not None else "n/a"
 
 
+def ok_facts(report: ProbeReport, name: str) -> tuple[dict[str, Any] | None, str]:
+    """The probe's facts when it succeeded, else None and a line saying what happened."""
+    result = report.result(name)
+    if result is None:
+        return None, f"{name} probe: not run"
+    if result.status != "ok":
+        return None, f"{name} probe: {result.status} ({result.reason})"
+    return result.facts, ""
+
+
 def bandwidth_lines(report: ProbeReport) -> list[str]:
-    bw = report.result("bandwidth")
-    if bw is None or bw.status != "ok":
-        return [f"bandwidth probe: {bw.status if bw else 'not run'} ({bw.reason if bw else ''})"]
-    f = bw.facts
+    f, why = ok_facts(report, "bandwidth")
+    if f is None:
+        return [why]
     verdict = "PASS" if f["fraction_of_best_torch_copy"] >= BANDWIDTH_GOAL else "FAIL"
     return [
         f"buffer {f['buffer_bytes'] / 2**20:.0f} MiB per side ({f['buffer_over_cache'] or 0:.1f}x the last-level cache), float32",
@@ -66,10 +74,9 @@ def bandwidth_lines(report: ProbeReport) -> list[str]:
 
 
 def graph_table(report: ProbeReport) -> list[str]:
-    graphs = report.result("graphs")
-    if graphs is None or graphs.status != "ok":
-        return [f"graphs probe: {graphs.status if graphs else 'not run'} ({graphs.reason if graphs else ''})"]
-    f = graphs.facts
+    f, why = ok_facts(report, "graphs")
+    if f is None:
+        return [why]
     rows = [
         f"{f['layers']} layers, hidden {f['hidden']}, {f['dtype']}; mode: {f['mode']}",
         "",
@@ -87,10 +94,9 @@ def graph_table(report: ProbeReport) -> list[str]:
 
 
 def gemm_table(report: ProbeReport) -> list[str]:
-    gemm = report.result("gemm")
-    if gemm is None or gemm.status != "ok":
-        return [f"gemm probe: {gemm.status if gemm else 'not run'} ({gemm.reason if gemm else ''})"]
-    f = gemm.facts
+    f, why = ok_facts(report, "gemm")
+    if f is None:
+        return [why]
     rows = [
         f"shapes from {f['shapes_source']}; {f['dtype']}; peaks: {f['peak_tflops'] or 'n/a'} TFLOP/s, "
         f"{f['peak_bandwidth_gbs'] or 'n/a'} GB/s ({f['hardware'] or 'no preset'}){'; scaled for CPU' if f['scaled_for_cpu'] else ''}"

@@ -63,3 +63,11 @@ def test_a_slow_probe_figure_fails_the_goal(bench):
     report = gpu_report()
     report.result("bandwidth").facts["fraction_of_best_torch_copy"] = 0.9
     assert any("FAIL" in line for line in bench.bandwidth_lines(report))
+
+
+def test_missing_or_failed_probes_are_said(bench):
+    report = gpu_report()
+    report.results = [r for r in report.results if r.name != "gemm"]
+    report.result("graphs").status, report.result("graphs").reason = "failed", "capture refused"
+    text = bench.render_markdown(report, "NVIDIA H200", 1.0)
+    assert "gemm probe: not run" in text and "graphs probe: failed (capture refused)" in text
