@@ -76,3 +76,18 @@ def test_conflicting_formats_and_missing_file(tmp_path):
     assert out.returncode == 2 and "choose one" in out.stderr
     out = run_cli("diagnose", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_real_eager_trace_points_at_launch_gaps(shared_dir, tmp_path):
+    """A real vLLM eager (no CUDA graphs) B200 trace: analyze writes the case, diagnose reads it."""
+    trace = shared_dir / "data" / "decode" / "TraceLens" / "eager_trace.json.gz"
+    if not trace.is_file():
+        pytest.skip("TraceLens trace not present")
+    case = tmp_path / "case.yaml"
+    assert run_cli("analyze", str(trace), "--case", str(case)).returncode == 0
+    d = json.loads(run_cli("diagnose", str(case), "--json").stdout)
+    causes = [h for h in d["hypotheses"] if h["kind"] == "cause"]
+    assert causes[0]["rule"] == "launch-gaps"
+    assert "graphs-off" in {h["rule"] for h in causes}  # the trace has no graph launches
+    # eager MoE kernels with ~1,000 CTAs on 148 SMs are not "small expert kernels"
+    assert "small-expert-kernels" not in {h["rule"] for h in d["hypotheses"]}
