@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,12 @@ mode = os.environ.get("FAKE_NSYS_MODE", "ok")
 if mode == "fail":
     sys.stderr.write("Processing events...\nERROR: the report is corrupt\n")
     sys.exit(3)
-if mode == "hang":
-    time.sleep(30)
+if mode == "hang":  # like nsys, leave a helper process behind
+    quiet = subprocess.DEVNULL  # holds none of our pipes, so only a group kill can stop it
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdin=quiet, stdout=quiet, stderr=quiet)
+    with open(os.environ["FAKE_NSYS_HELPER"], "w") as out:
+        out.write(str(helper.pid))
+    time.sleep(60)
 def value(flag):
     return args[args.index(flag) + 1]
 if args[0] == "export":
@@ -132,10 +137,26 @@ def test_failed_export_is_one_line_with_nsys_last_words_and_no_partial_file(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "nsys-calls.jsonl", "run.export.log", "run.nsys-rep"]
 
 
-def test_export_timeout_is_an_input_error(tmp_path, fake_nsys, monkeypatch):
+def test_export_timeout_is_an_input_error_and_stops_nsys_helpers(tmp_path, fake_nsys, monkeypatch):
     monkeypatch.setenv("FAKE_NSYS_MODE", "hang")
-    with pytest.raises(InputError, match=r"`nsys export` did not finish within 0.5 s"):
-        export_sqlite(report(tmp_path), timeout_s=0.5)
+    helper_file = tmp_path / "helper.pid"
+    monkeypatch.setenv("FAKE_NSYS_HELPER", str(helper_file))
+    with pytest.raises(InputError, match=r"`nsys export` did not finish within 1 s"):
+        export_sqlite(report(tmp_path), timeout_s=1)
+    helper = int(helper_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(helper), "the helper nsys started outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
 
 
 def test_missing_nsys_is_one_clear_line(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,33 +37,48 @@ def nsys_executable() -> str:
 def run_nsys(args: list[str], subject: Path, timeout_s: float, log: Path | None, check: bool = True) -> int:
     """Run ``nsys ARGS`` and return its exit code; with ``check``, a failure is one line naming ``subject``.
 
-    With a ``log``, nsys's stderr is kept there (the error line quotes its last line); without
-    one, nsys and the program it runs talk straight to the terminal.
+    With a ``log``, nsys's output is kept there (the error line quotes the last line of its
+    stderr); without one, nsys and the program it runs talk straight to the terminal. nsys runs
+    in its own process group because it starts helper processes (and, for ``profile``, the
+    user's program): a timeout or Ctrl-C must reach all of them, not leave them running.
     """
     command = [nsys_executable(), *args]
     where = f" (log: {log})" if log else ""
+    pipe = subprocess.PIPE if log else None
     try:
-        done = subprocess.run(
-            command, capture_output=log is not None, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as err:
-        if log:
-            _keep_log(log, command, err.stderr)
-        raise InputError(f"{subject}: `nsys {args[0]}` did not finish within {timeout_s:g} s{where}") from err
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL if log else None, stdout=pipe, stderr=pipe,
+                                text=True, errors="replace", start_new_session=True)
     except OSError as err:
         raise ToolMissingError(f"nsys: cannot run {command[0]} ({err.strerror})") from err
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        _signal_group(proc, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        if log:
+            _keep_log(log, command, stderr)
+        raise InputError(f"{subject}: `nsys {args[0]}` did not finish within {timeout_s:g} s{where}") from err
+    except KeyboardInterrupt:
+        _signal_group(proc, signal.SIGINT)  # lets nsys profile stop the program and still write its report
+        proc.wait()
+        raise
     if log:
-        _keep_log(log, command, done.stderr)
-    if check and done.returncode != 0:
-        last = _last_line(done.stderr) if log else ""
+        _keep_log(log, command, stderr)
+    if check and proc.returncode != 0:
+        last = _last_line(stderr) if log else ""
         reason = f": {last}" if last else ""
-        raise InputError(f"{subject}: `nsys {args[0]}` failed with exit code {done.returncode}{reason}{where}")
-    return done.returncode
+        raise InputError(f"{subject}: `nsys {args[0]}` failed with exit code {proc.returncode}{reason}{where}")
+    return proc.returncode
 
 
-def _keep_log(log: Path, command: list[str], stderr: str | bytes | None) -> None:
-    if isinstance(stderr, bytes):
-        stderr = stderr.decode(errors="replace")
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # already gone
+        pass
+
+
+def _keep_log(log: Path, command: list[str], stderr: str | None) -> None:
     write_atomic(log, "$ " + " ".join(command) + "\n" + (stderr or ""))
 
 
