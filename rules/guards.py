@@ -7,6 +7,7 @@ what), not on how large it is: a wrong denominator produces a gap no kernel work
 from diagnoser.engine import (
     AS,
     MATCH,
+    Bound,
     TEST,
     BoundaryPair,
     Budget,
@@ -28,6 +29,8 @@ from diagnoser.engine import (
 # Parts or totals more than 5-10 % above the measured step cannot all be on one serial path.
 OVERCOUNT = 1.05
 CLAIM_OVERCOUNT = 1.1
+# Two byte counts within 5 % are the same figure.
+SAME_FIGURE = 0.05
 
 
 def _guard(*texts: str) -> RuleSpec:
@@ -96,6 +99,22 @@ class GuardRules(RuleSet):
     @rule(ACTIVE_PARAMS, QuotedBound(bytes_basis="active_parameters"))
     def active_params_as_traffic(self):
         return Finding(evidence=[ev("bound_inputs.bytes_basis", "active_parameters")])
+
+    @rule(
+        ACTIVE_PARAMS,
+        QuotedBound(bytes_per_step=MATCH.quoted),
+        Bound(active_parameter_bytes=MATCH.naive, critical_rank_bytes=MATCH.real),
+        TEST(lambda quoted, naive, real: abs(quoted - naive) <= SAME_FIGURE * naive and abs(real - naive) > SAME_FIGURE * naive),
+    )
+    def quoted_bytes_are_active_params(self, quoted, naive, real):
+        return Finding(
+            evidence=[
+                ev("bound_inputs.bytes_per_step", quoted, "B"),
+                ev("bound.active_parameter_bytes", naive, "B"),
+                ev("bound.critical_rank_bytes", real, "B"),
+            ],
+            detail=f"The quoted {quoted / 1e9:.3g} GB is the active-parameter figure; the busiest rank moves {real / 1e9:.3g} GB.",
+        )
 
     @rule(SUMMED_BANDWIDTH, QuotedBound(bandwidth_is_summed_over_ranks=True))
     def summed_bandwidth(self):

@@ -144,8 +144,9 @@ def missing_input_checks(rulebook: Rulebook, present: set[str], held: set[str]) 
     return checks
 
 
-def _summary(source: str, floor_ms: float, result) -> BoundSummary:
+def _summary(source: str, floor_ms: float, result, **extra: float) -> BoundSummary:
     return BoundSummary(
+        **extra,
         source=source,
         floor_ms=floor_ms,
         observed_step_ms=result.observed_step_ms,
@@ -166,7 +167,14 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
         if workload.observed is None and step is not None:
             workload = type(workload).model_validate({**workload.model_dump(), "observed": {"step_ms": step}})
         report = compute_bound(workload)
-        return _summary("compute_bound", report.step_floor_ms, report)
+        critical = next(r for r in report.per_rank if r.rank == report.critical_rank)
+        return _summary(
+            "compute_bound",
+            report.step_floor_ms,
+            report,
+            critical_rank_bytes=critical.bytes_total,
+            active_parameter_bytes=report.naive.bytes_total,
+        )
     quoted = case.bound_inputs
     if quoted is not None and quoted.bytes_per_step and quoted.bandwidth_gbs:
         result = floor_from_bytes(quoted.bytes_per_step, quoted.bandwidth_gbs, observed_step_ms=step, boundary=quoted.boundary)

@@ -95,6 +95,8 @@ class BoundSummary(_Out):
     unexplained_ms: float | None = None
     fraction_of_ceiling: float | None = None
     ceiling_tokens_per_s: float | None = None
+    critical_rank_bytes: float | None = Field(default=None, description="bytes the busiest rank moves per step")
+    active_parameter_bytes: float | None = Field(default=None, description="the naive active params x bytes figure")
     sanity: list[str] = Field(default_factory=list)
 
 
