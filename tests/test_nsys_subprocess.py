@@ -273,3 +273,18 @@ def test_recipe_on_an_export_instead_of_a_report(tmp_path, fake_nsys):
     with pytest.raises(InputError, match=r"run\.sqlite: not an Nsight Systems report"):
         run_recipe("cuda_gpu_kern_sum", export)
     assert shutil.which("nsys") is not None and fake_nsys() == []
+
+
+def test_recipe_over_several_rank_reports_from_the_cli(tmp_path, fake_nsys, monkeypatch, capsys):
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    (prepared / "analysis.csv").write_text("Duration,In-Use,PID,Device ID,Rank\n0,40.0,11,0,0\n0,80.0,12,0,1\n")
+    monkeypatch.setenv("FAKE_NSYS_RECIPE", str(prepared))
+    ranks = [report(tmp_path, f"run_{r}.nsys-rep") for r in (0, 1)]
+    out = tmp_path / "util"
+    assert main(["nsys", "recipe", "cuda_gpu_time_util_map", *map(str, ranks), "--out", str(out), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["summary"]["mean_busy_percent"] == pytest.approx(60.0)
+    (argv,) = fake_nsys()
+    assert argv[:5] == ["recipe", "cuda_gpu_time_util_map", "--input", str(ranks[0]), str(ranks[1])]
+    assert argv[5:7] == ["--output", str(out)]

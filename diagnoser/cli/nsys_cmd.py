@@ -118,19 +118,22 @@ def show(export_file: Path, step_range: str | None, as_json: bool) -> None:
 
 @nsys.command()
 @click.argument("name")
-@click.argument("report", type=click.Path(path_type=Path))
+@click.argument("reports", metavar="REPORT...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="recipe output folder (default: REPORT.NAME)")
 @click.option("--timeout", type=float, default=1800, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def recipe(name: str, report: Path, out_dir: Path | None, timeout: float, as_json: bool) -> None:
-    """Run `nsys recipe NAME` on REPORT and read its output into facts.
+def recipe(name: str, reports: tuple[Path, ...], out_dir: Path | None, timeout: float, as_json: bool) -> None:
+    """Run `nsys recipe NAME` on REPORT... (one per rank) and read its output into facts.
 
-    REPORT may also be an existing recipe output folder, which is read without running nsys.
+    A single existing recipe output folder is read without running nsys.
     Read: cuda_gpu_kern_sum, cuda_gpu_time_util_map, nccl_gpu_overlap_trace, nvtx_gpu_proj_trace.
     """
     from diagnoser.trace.recipes import read_recipe_output, run_recipe
 
-    folder = report if report.is_dir() else run_recipe(name, report, out_dir, timeout)
+    if len(reports) == 1 and reports[0].is_dir():
+        folder = reports[0]
+    else:
+        folder = run_recipe(name, list(reports), out_dir, timeout)
     facts = read_recipe_output(name, folder)
     if as_json:
         click.echo(facts.model_dump_json(indent=2))

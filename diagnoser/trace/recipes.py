@@ -145,22 +145,30 @@ RECIPES: dict[str, _Recipe] = {
 }
 
 
-def recipe_command(name: str, report: Path, out_dir: Path) -> list[str]:
-    """``--csv`` as well as Parquet, so the output stays readable without pyarrow."""
-    return ["recipe", name, "--input", str(report), "--output", str(out_dir), "--force-overwrite", "--csv"]
+def recipe_command(name: str, reports: list[Path], out_dir: Path) -> list[str]:
+    """``--csv`` as well as Parquet, so the output stays readable without pyarrow.
+
+    Several reports (one per rank, as ``nsys profile -o run_%q{RANK}`` writes them) go to one
+    ``--input``; the recipe numbers ranks by sorting the report names.
+    """
+    return ["recipe", name, "--input", *map(str, reports), "--output", str(out_dir), "--force-overwrite", "--csv"]
 
 
-def run_recipe(name: str, report: Path, out_dir: Path | None = None, timeout_s: float = 1800) -> Path:
-    """Run ``nsys recipe NAME`` on one report; return its output folder."""
+def run_recipe(name: str, reports: Path | list[Path], out_dir: Path | None = None, timeout_s: float = 1800) -> Path:
+    """Run ``nsys recipe NAME`` on one report or several (one per rank); return its output folder."""
     if name not in RECIPES:
         raise InputError(f"nsys recipe: {name!r} is not one diagnoser reads (known: {', '.join(sorted(RECIPES))})")
-    report = Path(report)
-    check_report(report)
-    out_dir = Path(out_dir) if out_dir is not None else report.parent / f"{report.stem}.{name}"
+    reports = [Path(r) for r in (reports if isinstance(reports, list) else [reports])]
+    if not reports:
+        raise InputError(f"nsys recipe {name}: no report given")
+    for report in reports:
+        check_report(report)
+    first = reports[0]
+    out_dir = Path(out_dir) if out_dir is not None else first.parent / f"{first.stem}.{name}"
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    run_nsys(recipe_command(name, report, out_dir), report, timeout_s, out_dir.parent / f"{out_dir.name}.log")
+    run_nsys(recipe_command(name, reports, out_dir), first, timeout_s, out_dir.parent / f"{out_dir.name}.log")
     if not out_dir.is_dir():
-        raise InputError(f"{report}: `nsys recipe {name}` succeeded but wrote no folder {out_dir}")
+        raise InputError(f"{first}: `nsys recipe {name}` succeeded but wrote no folder {out_dir}")
     return out_dir
 
 
