@@ -99,3 +99,13 @@ def test_cli_batch_uses_the_bound(tmp_path):
     assert points[16]["aggregate_tokens_per_s"] == pytest.approx(16e3 / points[16]["step_ms"])
     out = run_cli("whatif", "batch", str(path), "--batch", "x")
     assert out.returncode == 2
+
+
+def test_cli_amdahl_from_a_case_budget(tmp_path):
+    case = tmp_path / "case.yaml"
+    case.write_text("observations:\n  budget: {step_ms: 9, device_ms: 4.5, exposed_comm_ms: 2, launch_ms: 1.5, host_ms: 1}\n")
+    out = run_cli("whatif", "amdahl", "--case", str(case), "--set", "launch=0.5", "--json")
+    r = json.loads(out.stdout)
+    assert r["before_ms"] == pytest.approx(9) and r["after_ms"] == pytest.approx(8) and r["speedup"] == pytest.approx(1.125)
+    both = run_cli("whatif", "amdahl", "--case", str(case), "--part", "a=1", "--set", "a=0.5")
+    assert both.returncode == 2 and "not both" in both.stderr

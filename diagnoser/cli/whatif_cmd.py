@@ -29,18 +29,31 @@ def whatif() -> None:
     """Calculators: what one change can buy at most."""
 
 
+def _budget_parts(path: str) -> dict[str, float]:
+    from diagnoser.models.case import load_case
+
+    budget = load_case(path).observations.budget
+    if budget is None:
+        raise InputError(f"{path}: the case has no observations.budget to take parts from")
+    names = ("device", "exposed_comm", "launch", "queue", "host")
+    return {name: getattr(budget, f"{name}_ms") for name in names}
+
+
 @whatif.command("amdahl")
-@click.option("--part", "parts", multiple=True, required=True, metavar="NAME=MS", help="A non-overlapping part of the step (repeat).")
+@click.option("--part", "parts", multiple=True, metavar="NAME=MS", help="A non-overlapping part of the step (repeat).")
+@click.option("--case", "case_path", metavar="CASE", help="Take the parts from the case's step budget instead.")
 @click.option("--set", "change", required=True, metavar="NAME=MS", help="The part to change and its new time.")
 @click.option("--json", "as_json", is_flag=True)
-def amdahl_cmd(parts: tuple[str, ...], change: str, as_json: bool) -> None:
+def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_json: bool) -> None:
     """Recompute a serial step after changing one part: 'before / after' is the speed-up."""
     from diagnoser.report import render_amdahl
     from diagnoser.whatif import amdahl
 
+    if bool(parts) == bool(case_path):
+        raise InputError("amdahl: give the parts with --part NAME=MS, or --case CASE (not both)")
     (name, value), = _pairs((change,), "--set").items()
     try:
-        result = amdahl(_pairs(parts, "--part"), name, value)
+        result = amdahl(_budget_parts(case_path) if case_path else _pairs(parts, "--part"), name, value)
     except ValueError as err:
         raise InputError(f"amdahl: {err}") from None
     _emit(result, render_amdahl(result), as_json)
