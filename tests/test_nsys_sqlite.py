@@ -305,3 +305,16 @@ def test_node_mode_graph_replay_is_detected_and_its_kernels_are_in_the_budget(tm
     whole = analyze_traces([r0]).budget(rank=0)
     assert (whole.graph_launches, whole.graph_ops, whole.kernels) == (1, 3, 4)
     assert whole.graph_status in ("partial", "full")
+
+
+def test_names_missing_from_string_ids_get_a_placeholder_not_minus_one(tmp_path):
+    path = build(tmp_path / "nostrings.sqlite", extra="DELETE FROM StringIds WHERE id = 2;")
+    r0, r1 = read_nsys_sqlite(path)
+    assert names(r0, "kernels") == ["<name not in the export>"]
+    assert names(r1, "kernels") == ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]
+
+
+def test_null_times_are_an_input_error(tmp_path):
+    path = build(tmp_path / "nulls.sqlite", extra='UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = NULL WHERE start = 50;')
+    with pytest.raises(InputError, match=r"nulls\.sqlite: CUPTI_ACTIVITY_KIND_RUNTIME has empty or non-integer values"):
+        read_nsys_sqlite(path)

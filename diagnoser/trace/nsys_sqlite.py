@@ -47,6 +47,7 @@ GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 NVTX = "NVTX_EVENTS"
 
 TESTED_SCHEMAS = ((3, 16), (3, 25))
+UNNAMED = "<name not in the export>"
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PID_SQL = "(({col} >> 24) & 16777215)"
@@ -80,10 +81,13 @@ class _Strings:
     lut: np.ndarray  # StringIds.id -> index into values (-1 when unknown)
 
     def by_id(self, ids: np.ndarray) -> np.ndarray:
+        """Indices for StringIds ids; an id StringIds lacks gets a placeholder name, never -1."""
         ids = ids.astype(np.int64)
         inside = (ids >= 0) & (ids < len(self.lut))
         out = np.full(len(ids), -1, dtype=np.int32)
         out[inside] = self.lut[ids[inside]]
+        if (out < 0).any():
+            out[out < 0] = self.intern([UNNAMED])[0]
         return out
 
     def intern(self, texts: list[str]) -> np.ndarray:
@@ -241,11 +245,14 @@ def _read_strings(db: sqlite3.Connection, schema: _Schema, notes: list[str]) -> 
 # --- GPU activity ---------------------------------------------------------------------------
 
 
-def _int_columns(db: sqlite3.Connection, sql: str, names: list[str]) -> dict[str, np.ndarray]:
-    """Run ``sql`` (integer columns only, NULLs already coalesced) into one numpy column each."""
-    rows = db.execute(sql).fetchall()
-    data = np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
-    return {name: data[:, i] for i, name in enumerate(names)}
+def _int_columns(db: sqlite3.Connection, path: Path, table: str, fields: dict[str, str], tail: str = "") -> dict[str, np.ndarray]:
+    """``SELECT`` the integer expressions ``fields`` of ``table`` into one numpy column each."""
+    rows = db.execute(f"SELECT {', '.join(fields.values())} FROM {table} {tail}").fetchall()
+    try:
+        data = np.array(rows, dtype=np.int64).reshape(len(rows), len(fields))
+    except (TypeError, ValueError, OverflowError) as err:
+        raise InputError(f"{path}: {table} has empty or non-integer values where times and ids belong") from err
+    return {name: data[:, i] for i, name in enumerate(fields)}
 
 
 def _opt(schema: _Schema, table: str, column: str, default: int = -1) -> str:
@@ -290,7 +297,7 @@ def _read_kernels(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
     shared = [c for c in ("staticSharedMemory", "dynamicSharedMemory") if schema.has(KERNEL, c)]
     if shared:
         fields["shared_mem"] = " + ".join(f"COALESCE({c}, 0)" for c in shared)
-    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {KERNEL}", list(fields))
+    cols = _int_columns(db, path, KERNEL, fields)
     _check_durations(cols, KERNEL, path)
     cols["name"] = strings.by_id(cols.pop("name_id"))
     if has_dims:  # the model wants CTAs per launch and threads per CTA
@@ -309,7 +316,7 @@ def _read_graph_trace(db: sqlite3.Connection, schema: _Schema, strings: _Strings
         "stream": _opt(schema, GRAPH_TRACE, "streamId"), "correlation": _opt(schema, GRAPH_TRACE, "correlationId"),
         "pid": _pid_expr(schema, GRAPH_TRACE), "graph_id": _opt(schema, GRAPH_TRACE, "graphId"),
     }
-    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {GRAPH_TRACE}", list(fields))
+    cols = _int_columns(db, path, GRAPH_TRACE, fields)
     _check_durations(cols, GRAPH_TRACE, path)
     graph_ids, which = np.unique(cols["graph_id"], return_inverse=True)
     names = np.array([strings.add(f"CUDA graph {int(g)} (whole graph; nodes not traced)") for g in graph_ids], dtype=np.int32)
@@ -330,7 +337,7 @@ def _read_copies(db: sqlite3.Connection, schema: _Schema, path: Path) -> Table:
             "pid": _pid_expr(schema, table), "bytes": _opt(schema, table, "bytes", 0),
             "cupti_kind": "-1" if is_memset else _opt(schema, table, "copyKind", 0),
         }
-        cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {table}", list(fields))
+        cols = _int_columns(db, path, table, fields)
         _check_durations(cols, table, path)
         parts.append(cols)
     if not parts:
@@ -404,11 +411,11 @@ def _read_runtime(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
         "correlation": _opt(schema, RUNTIME, "correlationId"),
         "name_id": _opt(schema, RUNTIME, "nameId"),
     }
-    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {RUNTIME}", list(fields))
+    cols = _int_columns(db, path, RUNTIME, fields)
     _check_durations(cols, RUNTIME, path)
     cols["name"] = strings.by_id(cols.pop("name_id"))
     cols["kind"] = _classify(cols["name"], strings.values)
-    cols["sync_type"] = _sync_types(db, schema, cols)
+    cols["sync_type"] = _sync_types(db, schema, cols, path)
     if not schema.has(SYNC):
         notes.append(f"no {SYNC} table: sync waits known only from API names")
     return _sorted_table(cols)
@@ -422,14 +429,15 @@ def _classify(names: np.ndarray, values: list[str]) -> np.ndarray:
     return kinds[inverse] if len(names) else np.zeros(0, np.int8)
 
 
-def _sync_types(db: sqlite3.Connection, schema: _Schema, runtime: dict[str, np.ndarray]) -> np.ndarray:
+def _sync_types(db: sqlite3.Connection, schema: _Schema, runtime: dict[str, np.ndarray], path: Path) -> np.ndarray:
     """CUPTI's sync record type per runtime call (1 event, 2 stream-wait-event, 3 stream, 4 context)."""
     out = np.zeros(len(runtime["start"]), dtype=np.int64)
     if not schema.has(SYNC) or not schema.has(SYNC, "correlationId"):
         return out
     type_col = schema.first(SYNC, "syncType", "deprecatedSyncType")
-    sql = f"SELECT {_pid_expr(schema, SYNC)}, correlationId, {f'COALESCE({type_col}, 0)' if type_col else '0'} FROM {SYNC}"
-    sync = _int_columns(db, sql, ["pid", "correlation", "type"])
+    fields = {"pid": _pid_expr(schema, SYNC), "correlation": "correlationId",
+              "type": f"COALESCE({type_col}, 0)" if type_col else "0"}
+    sync = _int_columns(db, path, SYNC, fields)
     keys = _join_key(sync["pid"], sync["correlation"], schema.has(SYNC, "globalPid"))
     mine = _join_key(runtime["pid"], runtime["correlation"], schema.has(SYNC, "globalPid"))
     index = _lookup(keys, mine)
@@ -493,7 +501,7 @@ def _read_ranges(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pat
     fields = {"start": "start", "end": '"end"', "gtid": "COALESCE(globalTid, -1)",
               "text_id": _opt(schema, NVTX, "textId"), "domain": _opt(schema, NVTX, "domainId", 0)}
     # One scan for the integers, one for the inline texts, both in rowid order so they line up.
-    cols = _int_columns(db, f"SELECT {', '.join(fields.values())} FROM {NVTX} WHERE {where} ORDER BY rowid", list(fields))
+    cols = _int_columns(db, path, NVTX, fields, f"WHERE {where} ORDER BY rowid")
     if not len(cols["start"]):
         return _empty_ranges()
     _check_durations(cols, NVTX, path)
