@@ -99,3 +99,35 @@ def test_the_input_file_is_not_modified(tmp_path):
     before = path.read_bytes()
     load_traces([path], workers=1)
     assert path.read_bytes() == before
+
+
+def _tables(trace):
+    return {
+        (name, col): values.tolist()
+        for name in ("kernels", "copies", "runtime", "ranges", "shapes")
+        for col, values in getattr(trace, name).columns.items()
+    }
+
+
+def test_piecewise_parse_equals_whole_parse(monkeypatch, tmp_path):
+    import diagnoser.trace.chunked_json as chunked
+
+    doc = json.loads((SYNTH / "rank0.json").read_text())
+    # an event whose name holds the cut pattern: a cut there must be rejected, not mis-parsed
+    doc["traceEvents"].insert(5, {"ph": "X", "cat": "cpu_op", "name": "odd }, { name", "ts": 1_700_000_000_000_001, "dur": 1})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    whole = read_kineto(path)  # the file is far below two pieces: parsed whole
+    monkeypatch.setattr(chunked, "PIECE_BYTES", 300)
+    pieces = list(chunked.event_pieces(path.read_bytes()))
+    assert len(pieces) > 3 and sum(len(events) for _, events in pieces) == len(doc["traceEvents"])
+    assert pieces[-1][0]["distributedInfo"]["rank"] == 0
+    assert _tables(read_kineto(path)) == _tables(whole)
+
+
+def test_a_cut_inside_an_event_falls_back_to_a_whole_parse(monkeypatch):
+    import diagnoser.trace.chunked_json as chunked
+
+    data = b'{"traceEvents": [{"args": {"x": [{"a": 1}, {"b": 2}]}, "pad": "' + b"p" * 40 + b'"}, {"c": 3}]}'
+    with pytest.raises(chunked.NotSplittable):
+        list(chunked.event_pieces(data, piece_bytes=20))

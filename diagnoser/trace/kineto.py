@@ -27,6 +27,7 @@ import orjson
 
 from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
+from diagnoser.trace.chunked_json import NotSplittable, event_pieces
 from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind, Table
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
 
@@ -75,8 +76,6 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _parse(path: Path, data: bytes) -> dict:
-    if not data.strip():
-        raise InputError(f"{path}: file is empty")
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as err:
@@ -88,55 +87,186 @@ def _parse(path: Path, data: bytes) -> dict:
     return document
 
 
-class _Interner:
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
+def _num(value: object, default: int = -1) -> int:
+    """Integer fields; pid/tid are strings on Kineto's synthetic rows ("Spans"), those become the default."""
+    return int(value) if isinstance(value, (int, float)) else default
+
+
+def _dims(value: object) -> int:
+    """Product of a [x, y, z] launch dimension, -1 when absent."""
+    if not isinstance(value, list) or not value:
+        return -1
+    out = 1
+    for d in value:
+        out *= _num(d, 1)
+    return out
+
+
+class _Router:
+    """Turns each piece of events into compact row tuples at once and drops the event dicts.
+
+    Only what the analysis reads survives (no Python stack frames, CPU ops or flow arrows),
+    as tuples of numbers with interned names, so memory holds a few numbers per kept event.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name_index: dict[str, int] = {}
         self.strings: list[str] = []
+        self.kernels: list[tuple] = []
+        self.copies: list[tuple] = []
+        self.runtime: list[tuple] = []
+        self.ranges: list[tuple] = []
+        self.matmuls: list[tuple] = []
+        self.syncs = 0
 
-    def ids(self, names: list[str]) -> np.ndarray:
-        index, strings = self.index, self.strings
-        out = np.empty(len(names), dtype=np.int32)
-        for i, name in enumerate(names):
-            found = index.get(name)
-            if found is None:
-                found = index[name] = len(strings)
-                strings.append(name)
-            out[i] = found
-        return out
+    def _name(self, event: dict) -> int:
+        name = event.get("name", "")
+        found = self.name_index.get(name)
+        if found is None:
+            found = self.name_index[name] = len(self.strings)
+            self.strings.append(str(name))
+        return found
+
+    def consume(self, events: list) -> None:
+        for event in events:
+            if not isinstance(event, dict):
+                raise InputError(f"{self.path}: traceEvents holds a non-object entry")
+            if event.get("ph") != "X":
+                continue
+            cat = event.get("cat")
+            if cat in _RUNTIME_CATS:
+                args = event.get("args") or {}
+                self.runtime.append(
+                    (event.get("ts"), event.get("dur", 0), self._name(event), _num(event.get("pid")), _num(event.get("tid")),
+                     _num(args.get("correlation")))
+                )
+            elif cat in _KERNEL_CATS:
+                args = event.get("args") or {}
+                self.kernels.append(
+                    (event.get("ts"), event.get("dur", 0), self._name(event), _num(args.get("device"), 0), _num(args.get("stream")),
+                     _num(args.get("correlation")), _dims(args.get("grid")), _dims(args.get("block")),
+                     _num(args.get("registers per thread")), _num(args.get("shared memory")))
+                )
+            elif cat in _COPY_CATS:
+                args = event.get("args") or {}
+                self.copies.append(
+                    (event.get("ts"), event.get("dur", 0), self._name(event), _num(args.get("device"), 0), _num(args.get("stream")),
+                     _num(args.get("correlation")), _num(args.get("bytes"), 0))
+                )
+            elif cat in _RANGE_CATS:
+                self.ranges.append((event.get("ts"), event.get("dur", 0), self._name(event), _num(event.get("pid")), _num(event.get("tid"))))
+            elif cat == "cpu_op":
+                if event.get("name") in MATMUL_OPS:
+                    args = event.get("args") or {}
+                    cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
+                    if cost is not None:
+                        self.matmuls.append((event.get("ts"), event.get("dur", 0), _num(event.get("tid")), *cost))
+            elif cat == "cuda_sync":
+                self.syncs += 1
+
+    def empty(self) -> bool:
+        return not (self.kernels or self.copies or self.runtime or self.ranges)
 
 
-def _times(path: Path, events: list[dict], base_us: int) -> tuple[np.ndarray, np.ndarray]:
+def _route_events(path: Path, data: bytes) -> tuple[dict, _Router]:
+    """Parse in pieces when the bytes allow it (lower peak memory), else whole."""
+    router = _Router(path)
     try:
-        ts = np.fromiter((e["ts"] for e in events), dtype=np.float64, count=len(events))
-        dur = np.fromiter((e.get("dur", 0) for e in events), dtype=np.float64, count=len(events))
-    except (KeyError, TypeError, ValueError):
-        raise InputError(f"{path}: an event has a missing or non-numeric ts/dur") from None
-    if len(dur) and (dur < 0).any():
-        bad = events[int(np.argmax(dur < 0))]
-        raise InputError(f"{path}: {int((dur < 0).sum())} events with negative duration (first: {bad.get('name')!r})")
+        for document, events in event_pieces(data):
+            router.consume(events)
+        return document, router
+    except NotSplittable:
+        router = _Router(path)
+        document = _parse(path, data)
+        router.consume(document["traceEvents"])
+        return document, router
+
+
+def _columns(path: Path, rows: list[tuple], names: tuple[str, ...], base_us: int) -> dict[str, np.ndarray]:
+    """Row tuples (ts, dur, then int fields) to int64 columns, times as nanoseconds."""
+    if not rows:
+        return {name: np.zeros(0, dtype=np.int64) for name in ("start", "end", *names)}
+    fields = list(zip(*rows))
+    try:
+        ts = np.array(fields[0], dtype=np.float64)
+        dur = np.array(fields[1], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{path}: an event has a non-numeric ts or dur") from None
+    if np.isnan(ts).any() or np.isnan(dur).any():
+        raise InputError(f"{path}: an event has no ts or dur")
+    if (dur < 0).any():
+        raise InputError(f"{path}: {int((dur < 0).sum())} events with negative duration")
     start = np.rint((ts - base_us) * 1000.0).astype(np.int64) + base_us * 1000
-    return start, start + np.rint(dur * 1000.0).astype(np.int64)
+    out = {"start": start, "end": start + np.rint(dur * 1000.0).astype(np.int64)}
+    out.update({name: np.array(fields[i + 2], dtype=np.int64) for i, name in enumerate(names)})
+    return out
 
 
-def _arg_ints(args: list[dict], key: str, default: int = -1) -> np.ndarray:
-    def value(a: dict) -> int:
-        v = a.get(key, default)
-        return int(v) if isinstance(v, (int, float)) else default
+def _base_us(path: Path, router: _Router) -> int:
+    """The earliest timestamp, whole microseconds: subtracted before scaling to keep precision."""
+    try:
+        return int(math.floor(min(r[0] for rows in (router.kernels, router.copies, router.runtime, router.ranges) for r in rows)))
+    except TypeError:
+        raise InputError(f"{path}: an event has a missing or non-numeric ts") from None
 
-    return np.fromiter((value(a) for a in args), dtype=np.int64, count=len(args))
+
+def read_kineto(path: str | Path) -> RankTrace:
+    path = Path(path)
+    data = read_bytes(path)
+    if not data.strip():
+        raise InputError(f"{path}: file is empty")
+    document, router = _route_events(path, data)
+    del data
+    if router.empty():
+        raise InputError(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
+    base_us = _base_us(path, router)
+    notes: list[str] = []
+    rank = _rank(path, document, notes)
+
+    kcols = _columns(path, router.kernels, ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem"), base_us)
+    kcols["name"] = kcols["name"].astype(np.int32)
+    ccols = _columns(path, router.copies, ("name", "device", "stream", "correlation", "bytes"), base_us)
+    ccols["name"] = ccols["name"].astype(np.int32)
+    copy_kinds = np.array([copy_kind(s) for s in router.strings], dtype=np.int8)
+    ccols["kind"] = copy_kinds[ccols["name"]] if len(ccols["name"]) else np.zeros(0, np.int8)
+    rcols = _columns(path, router.runtime, ("name", "pid", "tid", "correlation"), base_us)
+    rcols["name"] = rcols["name"].astype(np.int32)
+    kinds = np.array([runtime_kind(s) for s in router.strings], dtype=np.int8)
+    rcols["kind"] = kinds[rcols["name"]] if len(rcols["name"]) else np.zeros(0, np.int8)
+    gcols = _columns(path, router.ranges, ("name", "pid", "tid"), base_us)
+    gcols["name"] = gcols["name"].astype(np.int32)
+
+    device = _device(document, kcols["device"])
+    if router.syncs:
+        notes.append(f"{router.syncs} cuda_sync events seen; host syncs are taken from runtime calls")
+    if not router.kernels:
+        notes.append("no kernel events")
+    base_ns = document.get("baseTimeNanoseconds")
+    return RankTrace(
+        source=str(path),
+        rank=rank,
+        strings=router.strings,
+        kernels=Table(kcols),
+        copies=Table(ccols),
+        runtime=Table(rcols),
+        ranges=Table(gcols),
+        clock_offset_ns=int(base_ns) if isinstance(base_ns, int) else 0,
+        device_sm_count=device.get("numSms"),
+        device_name=device.get("name"),
+        notes=notes,
+        shapes=_shapes(path, router.matmuls, base_us),
+    )
 
 
-def _dims_product(args: list[dict], key: str) -> np.ndarray:
-    def product(a: dict) -> int:
-        dims = a.get(key)
-        if not isinstance(dims, list) or not dims:
-            return -1
-        out = 1
-        for d in dims:
-            out *= int(d)
-        return out
-
-    return np.fromiter((product(a) for a in args), dtype=np.int64, count=len(args))
+def _shapes(path: Path, matmuls: list[tuple], base_us: int) -> Table:
+    """FLOPs and bytes of the matmul ops whose input shapes were recorded."""
+    cols = _columns(path, [(ts, dur, tid) for ts, dur, tid, *_ in matmuls], ("tid",), base_us)
+    dtypes = list(DType)
+    cols["flops"] = np.array([m[3] for m in matmuls], dtype=np.float64)
+    cols["bytes"] = np.array([m[4] for m in matmuls], dtype=np.float64)
+    cols["dtype"] = np.array([dtypes.index(m[5]) for m in matmuls], dtype=np.int8)
+    return Table(cols)
 
 
 def _rank(path: Path, document: dict, notes: list[str]) -> int:
@@ -149,130 +279,6 @@ def _rank(path: Path, document: dict, notes: list[str]) -> int:
         return int(match.group(1))
     notes.append("no distributedInfo.rank: assumed rank 0")
     return 0
-
-
-def read_kineto(path: str | Path) -> RankTrace:
-    path = Path(path)
-    document = _parse(path, read_bytes(path))
-    buckets: dict[str, list[dict]] = {"kernels": [], "copies": [], "runtime": [], "ranges": []}
-    matmuls: list[dict] = []
-    route = {cat: buckets["kernels"] for cat in _KERNEL_CATS}
-    route.update({cat: buckets["copies"] for cat in _COPY_CATS})
-    route.update({cat: buckets["runtime"] for cat in _RUNTIME_CATS})
-    route.update({cat: buckets["ranges"] for cat in _RANGE_CATS})
-    syncs = 0
-    for event in document["traceEvents"]:
-        if not isinstance(event, dict):
-            raise InputError(f"{path}: traceEvents holds a non-object entry")
-        if event.get("ph") != "X":
-            continue
-        cat = event.get("cat")
-        sink = route.get(cat)
-        if sink is not None:
-            sink.append(event)
-        elif cat == "cpu_op":
-            if event.get("name") in MATMUL_OPS:
-                matmuls.append(event)
-        elif cat == "cuda_sync":
-            syncs += 1
-
-    every = [e for bucket in buckets.values() for e in bucket]
-    if not every:
-        raise InputError(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
-    try:
-        base_us = int(math.floor(min(e["ts"] for e in every)))
-    except (KeyError, TypeError):
-        raise InputError(f"{path}: an event has a missing or non-numeric ts") from None
-
-    names = _Interner()
-    notes: list[str] = []
-    rank = _rank(path, document, notes)
-
-    def common(events: list[dict]) -> tuple[dict[str, np.ndarray], list[dict]]:
-        start, end = _times(path, events, base_us)
-        args = [e.get("args") or {} for e in events]
-        return {"start": start, "end": end, "name": names.ids([str(e.get("name", "")) for e in events])}, args
-
-    kcols, kargs = common(buckets["kernels"])
-    kcols.update(
-        device=_arg_ints(kargs, "device", 0),
-        stream=_arg_ints(kargs, "stream"),
-        correlation=_arg_ints(kargs, "correlation"),
-        grid=_dims_product(kargs, "grid"),
-        block=_dims_product(kargs, "block"),
-        registers=_arg_ints(kargs, "registers per thread"),
-        shared_mem=_arg_ints(kargs, "shared memory"),
-    )
-    ccols, cargs = common(buckets["copies"])
-    copy_kinds = np.array([copy_kind(str(e.get("name", ""))) for e in buckets["copies"]], dtype=np.int8)
-    ccols.update(
-        kind=copy_kinds,
-        bytes=_arg_ints(cargs, "bytes", 0),
-        device=_arg_ints(cargs, "device", 0),
-        stream=_arg_ints(cargs, "stream"),
-        correlation=_arg_ints(cargs, "correlation"),
-    )
-    rcols, rargs = common(buckets["runtime"])
-    kinds = np.array([runtime_kind(s) for s in names.strings], dtype=np.int8)
-    rcols.update(
-        kind=kinds[rcols["name"]] if len(rcols["name"]) else np.zeros(0, np.int8),
-        pid=np.fromiter((_int(e.get("pid")) for e in buckets["runtime"]), np.int64, len(buckets["runtime"])),
-        tid=np.fromiter((_int(e.get("tid")) for e in buckets["runtime"]), np.int64, len(buckets["runtime"])),
-        correlation=_arg_ints(rargs, "correlation"),
-    )
-    gcols, _ = common(buckets["ranges"])
-    gcols.update(
-        pid=np.fromiter((_int(e.get("pid")) for e in buckets["ranges"]), np.int64, len(buckets["ranges"])),
-        tid=np.fromiter((_int(e.get("tid")) for e in buckets["ranges"]), np.int64, len(buckets["ranges"])),
-    )
-
-    device = _device(document, kcols["device"])
-    if syncs:
-        notes.append(f"{syncs} cuda_sync events seen; host syncs are taken from runtime calls")
-    if not buckets["kernels"]:
-        notes.append("no kernel events")
-    base_ns = document.get("baseTimeNanoseconds")
-    return RankTrace(
-        source=str(path),
-        rank=rank,
-        strings=names.strings,
-        kernels=Table(kcols),
-        copies=Table(ccols),
-        runtime=Table(rcols),
-        ranges=Table(gcols),
-        clock_offset_ns=int(base_ns) if isinstance(base_ns, int) else 0,
-        device_sm_count=device.get("numSms"),
-        device_name=device.get("name"),
-        notes=notes,
-        shapes=_shapes(path, matmuls, base_us),
-    )
-
-
-def _shapes(path: Path, matmuls: list[dict], base_us: int) -> Table:
-    """FLOPs and bytes of the matmul ops whose input shapes were recorded."""
-    dtypes = list(DType)
-    priced = []
-    for event in matmuls:
-        args = event.get("args") or {}
-        cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
-        if cost is not None:
-            priced.append((event, cost))
-    start, end = _times(path, [e for e, _ in priced], base_us)
-    return Table(
-        {
-            "start": start,
-            "end": end,
-            "tid": np.array([_int(e.get("tid")) for e, _ in priced], dtype=np.int64),
-            "flops": np.array([c[0] for _, c in priced], dtype=np.float64),
-            "bytes": np.array([c[1] for _, c in priced], dtype=np.float64),
-            "dtype": np.array([dtypes.index(c[2]) for _, c in priced], dtype=np.int8),
-        }
-    )
-
-
-def _int(value: object) -> int:
-    """pid/tid are ints in Kineto, except on synthetic rows ("Spans"); those map to -1."""
-    return int(value) if isinstance(value, (int, float)) else -1
 
 
 def _device(document: dict, devices: np.ndarray) -> dict:
