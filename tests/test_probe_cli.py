@@ -38,7 +38,6 @@ def test_default_run_on_a_cpu_machine_is_a_valid_report():
     assert status["graphs"].facts["mode"] == "eager only" and status["graphs"].facts["graph_skipped_reason"]
     for name in ("client", "context_sweep"):
         assert status[name].status in {"skipped", "failed"} and status[name].reason
-    assert sum(r.duration_s for r in report.results) < 60
 
 
 def test_case_is_read_for_shapes_and_written_back(tmp_path):
