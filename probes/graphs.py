@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from diagnoser.probes.base import ProbeContext
+from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
 from diagnoser.probes.timing import median_s, require_device
 
 DEFAULT_BATCH_SIZES = {"cuda": (1, 8, 32, 128), "cpu": (1, 8)}
@@ -119,6 +119,10 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     require_device(ctx)
     batches = [int(b) for b in ctx.options.get("graph_batch_sizes") or DEFAULT_BATCH_SIZES[ctx.device]]
     layers = int(ctx.options.get("graph_layers") or DEFAULT_LAYERS[ctx.device])
+    # weights (hidden x 2 hidden, twice, per layer) plus activations for the largest batch, float32
+    needed = 4 * (layers * (4 * HIDDEN * HIDDEN + HIDDEN) + 8 * max(batches) * HIDDEN)
+    if bounded_bytes(ctx, needed) < needed:
+        raise ProbeSkipped(f"memory guard: the step needs {needed} bytes, more than the allowed share of free memory")
     step = make_step(layers, HIDDEN, ctx.device)
     with torch.inference_mode(False), torch.no_grad():
         points = [measure_batch(ctx, step, b) for b in batches]

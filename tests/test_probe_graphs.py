@@ -44,3 +44,10 @@ def test_gpu_facts_become_a_partial_graph_update():
         ]
     }
     assert to_observations(facts) == {"graph": {"launch_cost_us": 3.75, "eager_step_ms": 1.6, "graph_step_ms": 0.4}}
+
+
+def test_memory_guard_refuses_before_allocating():
+    from diagnoser.probes.base import ProbeSkipped
+
+    with pytest.raises(ProbeSkipped, match="memory guard"):
+        run(ProbeContext(max_memory_fraction=1e-12))
