@@ -35,6 +35,8 @@ def select(names: Iterable[str] | None) -> list[str]:
         return list(PROBES)
     wanted = {n.strip() for n in names if n.strip()}
     unknown = sorted(wanted - PROBES.keys())
+    if not wanted:
+        raise InputError(f"--only: name at least one probe ({', '.join(PROBES)})")
     if unknown:
         raise InputError(f"--only: unknown probe(s) {', '.join(unknown)} (known: {', '.join(PROBES)})")
     return [n for n in PROBES if n in wanted]

@@ -109,6 +109,8 @@ def test_registry_order_selection_and_missing_module(monkeypatch):
     assert registry.select(["graphs", "device"]) == ["device", "graphs"]
     with pytest.raises(InputError, match="unknown probe"):
         registry.select(["gpu"])
+    with pytest.raises(InputError, match="at least one"):
+        registry.select([" ", ""])
     monkeypatch.setitem(registry.PROBES, "device", "diagnoser.probes.no_such_module:run")
     report = registry.run_probes(ProbeContext(), ["device"])
     (result,) = report.results
