@@ -27,6 +27,8 @@ def test_rank0_step1_budget_matches_hand_worked_parts(analysis):
     assert window == 100
     assert parts == {"device": 33, "exposed_comm": 20, "launch": 23, "queue": 12, "host": 12}
     assert sum(parts.values()) == window
+    # after the last op (98) until step 2's first op (110): 7 us host gap + 5 us queue
+    assert analysis.budget(rank=0, key="ProfilerStep#1").between_steps_ns == 12_000
 
 
 def test_rank1_step1_budget_and_critical_rank(analysis):
@@ -63,6 +65,8 @@ def test_observations_carry_the_critical_budget_and_label_kernel_sums(analysis):
     assert {b.rank for b in obs.rank_budgets} == {0, 1}
     # 5 + 3 kernels of rank 0 (20+10+25+3+20+4+4 = 86 us) and 4 of rank 1 (20+28+10+20 = 78 us)
     assert obs.kernel_sum_across_ranks_ms == pytest.approx((86 + 78) / 1000)
+    # critical rank 0 of the representative step: a 12 us gap after step 1; the last step has none to measure
+    assert obs.host.gap_between_steps_ms == pytest.approx(0.012)
     (coll,) = obs.collectives
     assert coll.wait_ms == pytest.approx(0.015) and coll.late_rank == 1 and coll.group_size == 2
 

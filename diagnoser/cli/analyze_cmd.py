@@ -10,11 +10,11 @@ from pathlib import Path
 import click
 
 _PART_LABELS = {
-    "device": "device kernels (compute/memory)",
+    "device": "device (compute/memory)",
     "exposed_comm": "exposed communication",
-    "launch": "launch dependencies (host-bound)",
-    "queue": "queueing (launched, waiting)",
-    "host": "other host work (syncs, D2H, gaps)",
+    "launch": "launch (host-bound)",
+    "queue": "queue (launched, waiting)",
+    "host": "host (sync, D2H, gaps)",
 }
 
 
@@ -87,7 +87,7 @@ def _print_report(analysis, observations) -> None:
     for name in ("part", "ms", "share", ""):
         waterfall.add_column(name, justify="right" if name in ("ms", "share") else "left")
     cumulative = 0
-    width = 40
+    width = 24
     for part, ns in row.parts_ns.items():
         begin = round(width * cumulative / row.window_ns)
         cumulative += ns

@@ -46,6 +46,7 @@ class RankStep(BaseModel):
     window_ns: int
     parts_ns: dict[str, int] = Field(description="non-overlapping parts; they sum to window_ns")
     segments: dict[str, list[tuple[int, int]]] = Field(default_factory=dict, exclude=True, description="common clock")
+    between_steps_ns: int | None = Field(description="GPU idle after the step's last op, before the next step's first (None: last step)")
     kernels: int
     graph_status: str
     graph_launches: int
@@ -107,6 +108,7 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
     if window is None:
         return None
     lo, hi, tail = window
+    has_next = i + 1 < len(seg.steps) and len(seg.steps[i + 1].ops) > 0
     offset = trace.clock_offset_ns
     parts = budget_parts(ops, blocking, lo, hi, tail)
     hta = temporal_breakdown(ops, step.ops)
@@ -118,6 +120,7 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
         window_start_ns=lo + trace.clock_offset_ns,
         window_ns=hi - lo,
         parts_ns={p: iv.total(parts[p]) for p in PARTS},
+        between_steps_ns=sum(iv.total(iv.clip(parts[p], tail, hi)) for p in ("launch", "queue", "host")) if has_next else None,
         segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS},
         kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
         graph_status=replay.status.value,

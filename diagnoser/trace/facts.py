@@ -111,13 +111,13 @@ def to_observations(analysis: Analysis) -> Observations:
     if critical is None:
         return Observations(kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms)
     same_step = [r for r in analysis.rank_steps if r.key == critical.key]
-    host_parts = [r.parts_ns["host"] / 1e6 for r in analysis.rank_steps if r.rank == critical.rank]
+    gaps = [r.between_steps_ns / 1e6 for r in analysis.rank_steps if r.rank == critical.rank and r.between_steps_ns is not None]
     return Observations(
         budget=step_budget(critical, analysis.step_spread_ms),
         rank_budgets=[step_budget(r) for r in same_step],
         kernel_classes=_kernel_classes(analysis),
         graph=_graph(analysis, critical),
         collectives=_collectives(analysis),
-        host=HostObs(gap_between_steps_ms=float(np.median(host_parts))),
+        host=HostObs(gap_between_steps_ms=float(np.median(gaps))) if gaps else None,
         kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms,
     )
