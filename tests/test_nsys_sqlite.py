@@ -129,7 +129,7 @@ def build(path: Path, *, kernel_ddl: str | None = KERNEL_316, extra: str = "") -
     """An export in the shape of schema 3.16 (no graphId), two processes on two GPUs."""
     db = sqlite3.connect(path)
     db.executescript(
-        f"""
+        """
         CREATE TABLE META_DATA_EXPORT(name TEXT, value TEXT);
         INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.16.1');
         CREATE TABLE StringIds(id INT, value TEXT);
@@ -318,3 +318,11 @@ def test_null_times_are_an_input_error(tmp_path):
     path = build(tmp_path / "nulls.sqlite", extra='UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = NULL WHERE start = 50;')
     with pytest.raises(InputError, match=r"nulls\.sqlite: CUPTI_ACTIVITY_KIND_RUNTIME has empty or non-integer values"):
         read_nsys_sqlite(path)
+
+
+def test_schema_versions_outside_the_tested_range_are_noted(tmp_path):
+    newer = build(tmp_path / "with space 3.30.sqlite", extra="UPDATE META_DATA_EXPORT SET value = '3.30.2';")
+    r0, _ = read_nsys_sqlite(newer)
+    assert "export schema 3.30.2 is outside the tested range 3.16-3.25" in r0.notes
+    r0, _ = read_nsys_sqlite(build(tmp_path / "old.sqlite"))  # 3.16.1 is inside
+    assert not any("outside the tested range" in n for n in r0.notes)
