@@ -288,3 +288,14 @@ def test_recipe_over_several_rank_reports_from_the_cli(tmp_path, fake_nsys, monk
     (argv,) = fake_nsys()
     assert argv[:5] == ["recipe", "cuda_gpu_time_util_map", "--input", str(ranks[0]), str(ranks[1])]
     assert argv[5:7] == ["--output", str(out)]
+
+
+def test_export_to_a_folder_that_cannot_exist_says_where_to_write(tmp_path, fake_nsys, real_export, capsys):
+    rep = report(tmp_path)
+    blocked = tmp_path / "run.nsys-rep" / "sub"  # under a file: no one, root included, can create it
+    assert main(["nsys", "export", str(rep), "--out-dir", str(blocked)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{blocked}: cannot create this folder" in err and "pass --out-dir" in err
+    assert fake_nsys() == []
+    assert main(["nsys", "export", str(rep), "--out-dir", str(tmp_path / "elsewhere"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["export"] == str(tmp_path / "elsewhere" / "run.sqlite")

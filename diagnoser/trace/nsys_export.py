@@ -94,6 +94,17 @@ def check_report(report: Path) -> None:
         raise InputError(f"{report}: not an Nsight Systems report (expected {' or '.join(REPORT_SUFFIXES)})")
 
 
+def writable_dir(folder: Path, hint: str) -> Path:
+    """Create ``folder`` if needed; one clear line when outputs cannot go there (a read-only mount)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{folder}: cannot create this folder ({err.strerror}); {hint}") from err
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{folder}: not writable; {hint}")
+    return folder
+
+
 def export_command(report: Path, output: Path) -> list[str]:
     """Arguments of ``nsys export`` for a complete SQLite export.
 
@@ -114,7 +125,7 @@ def export_sqlite(report: Path, out_dir: Path | None = None, timeout_s: float = 
     target = out_dir / f"{report.stem}.sqlite"
     if target.is_file() and target.stat().st_mtime_ns >= report.stat().st_mtime_ns:
         return target
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_dir(out_dir, "pass --out-dir to put the export elsewhere")
     partial = out_dir / f".{report.stem}.{os.getpid()}.partial.sqlite"
     try:
         run_nsys(export_command(report, partial), report, timeout_s, out_dir / f"{report.stem}.export.log")
@@ -182,7 +193,7 @@ def profile(options: ProfileOptions, command: list[str], timeout_s: float | None
     """
     base = report_base(options.output)
     args = profile_command(replace(options, output=base), command)
-    base.parent.mkdir(parents=True, exist_ok=True)
+    writable_dir(base.parent, "pass --output in a writable folder")
     code = run_nsys(args, base, timeout_s or 24 * 3600, log=None, check=False)
     report = base.with_name(base.name + ".nsys-rep")
     if not report.is_file():

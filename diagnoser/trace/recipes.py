@@ -19,7 +19,7 @@ from statistics import median
 from pydantic import BaseModel, ConfigDict, Field
 
 from diagnoser.errors import InputError
-from diagnoser.trace.nsys_export import check_report, run_nsys
+from diagnoser.trace.nsys_export import check_report, run_nsys, writable_dir
 
 Columns = dict[str, list]
 
@@ -165,7 +165,7 @@ def run_recipe(name: str, reports: Path | list[Path], out_dir: Path | None = Non
         check_report(report)
     first = reports[0]
     out_dir = Path(out_dir) if out_dir is not None else first.parent / f"{first.stem}.{name}"
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    writable_dir(out_dir.parent, "pass --out to put the recipe output elsewhere")
     run_nsys(recipe_command(name, reports, out_dir), first, timeout_s, out_dir.parent / f"{out_dir.name}.log")
     if not out_dir.is_dir():
         raise InputError(f"{first}: `nsys recipe {name}` succeeded but wrote no folder {out_dir}")
