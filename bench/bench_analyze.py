@@ -55,7 +55,9 @@ def run_measured(code: str, trace_dir: Path) -> tuple[float, float, float]:
     """(import seconds, work seconds, peak RSS in MB of the child and its workers together)."""
     import psutil
 
-    proc = subprocess.Popen([sys.executable, "-c", code, str(trace_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(trace_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     root = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
@@ -88,7 +90,8 @@ def build_big_set(out: Path, ranks: int = 8, copies: int = 2) -> Path:
     if target.is_dir() and len(list(target.glob("rank-*.json"))) == ranks:
         return target
     target.mkdir(parents=True, exist_ok=True)
-    src = orjson.loads(gzip.open(SHARED / "hta" / "negative_queue_length_values_check" / "rank0.json.gz").read())
+    with gzip.open(SHARED / "hta" / "negative_queue_length_values_check" / "rank0.json.gz") as handle:
+        src = orjson.loads(handle.read())
     events = src["traceEvents"]
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000

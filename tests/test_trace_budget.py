@@ -32,7 +32,7 @@ def test_rank0_step1_budget_matches_hand_worked_parts(analysis):
 
 
 def test_rank1_step1_budget_and_critical_rank(analysis):
-    parts, window = parts_us(analysis, 1, "ProfilerStep#1")
+    parts, _ = parts_us(analysis, 1, "ProfilerStep#1")
     assert parts == {"device": 48, "exposed_comm": 10, "launch": 8, "queue": 9, "host": 25}
     step1 = next(s for s in analysis.steps if s.key == "ProfilerStep#1")
     # rank 0 spends 20 us waiting in the all-reduce, rank 1 only 10: rank 1 is the one the step waits for

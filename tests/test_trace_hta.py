@@ -37,7 +37,12 @@ def shared_file(*parts):
 )
 def test_step_551_matches_hta_default_window(trace_filter, rank, span, idle, compute, non_compute, overlap_pct):
     hta = trace_filter.budget(rank=rank, key="ProfilerStep#551").hta
-    for ours, theirs in ((hta.span_us, span), (hta.idle_us, idle), (hta.compute_us, compute), (hta.non_compute_us, non_compute)):
+    for ours, theirs in (
+        (hta.span_us, span),
+        (hta.idle_us, idle),
+        (hta.compute_us, compute),
+        (hta.non_compute_us, non_compute),
+    ):
         assert ours == pytest.approx(theirs, rel=1e-3)
     assert round(100 * hta.comm_comp_overlap, 2) == overlap_pct
 

@@ -39,7 +39,11 @@ def test_matmul_costs_by_hand():
     from diagnoser.models.precision import DType
     from diagnoser.trace.roofline import hardware_for, matmul_cost
 
-    assert matmul_cost("aten::mm", [[64, 4096], [4096, 4096]], ["c10::BFloat16"] * 2) == (2_147_483_648.0, 34_603_008.0, DType.bf16)
+    assert matmul_cost("aten::mm", [[64, 4096], [4096, 4096]], ["c10::BFloat16"] * 2) == (
+        2_147_483_648.0,
+        34_603_008.0,
+        DType.bf16,
+    )
     # linear: x [2, 8, 16] (M = 16 rows), weight [32, 16]: 2*16*32*16 FLOPs; (16*16 + 32*16 + 16*32) fp32 elements
     assert matmul_cost("aten::linear", [[2, 8, 16], [32, 16], [32]], ["float"] * 3) == (16384.0, 5120.0, DType.fp32)
     # addmm(bias, a, b) and bmm with a batch

@@ -82,7 +82,11 @@ def _write(tmp_path, name, data: bytes) -> Path:
         ("empty.json", lambda raw: b"", "file is empty"),
         ("notrace.json", lambda raw: b'{"hello": 1}', "no traceEvents"),
         ("neg.json", lambda raw: raw.replace(b'"dur": 20', b'"dur": -20', 1), "negative duration"),
-        ("nogpu.json", lambda raw: b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1}]}', "no kernel"),
+        (
+            "nogpu.json",
+            lambda raw: b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1}]}',
+            "no kernel",
+        ),
     ],
 )
 def test_malformed_inputs_raise_one_line_input_errors(tmp_path, name, make, message):
@@ -114,7 +118,9 @@ def test_piecewise_parse_equals_whole_parse(monkeypatch, tmp_path):
 
     doc = json.loads((SYNTH / "rank0.json").read_text())
     # an event whose name holds the cut pattern: a cut there must be rejected, not mis-parsed
-    doc["traceEvents"].insert(5, {"ph": "X", "cat": "cpu_op", "name": "odd }, { name", "ts": 1_700_000_000_000_001, "dur": 1})
+    doc["traceEvents"].insert(
+        5, {"ph": "X", "cat": "cpu_op", "name": "odd }, { name", "ts": 1_700_000_000_000_001, "dur": 1}
+    )
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
     whole = read_kineto(path)  # the file is far below two pieces: parsed whole

@@ -20,7 +20,9 @@ _PART_LABELS = {
 
 @click.command("analyze")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--step-range", "step_range", metavar="NAME", help="segment steps by host ranges whose name contains NAME")
+@click.option(
+    "--step-range", "step_range", metavar="NAME", help="segment steps by host ranges whose name contains NAME"
+)
 @click.option(
     "--align",
     type=click.Choice(["clock", "collective"]),
@@ -29,9 +31,23 @@ _PART_LABELS = {
     help="put ranks on one clock by their trace clocks, or by making the first collective end together",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the analysis and the facts as JSON")
-@click.option("--case", "case_out", type=click.Path(path_type=Path), help="write the facts into this case file (created or updated)")
-@click.option("--perfetto", "perfetto_out", type=click.Path(path_type=Path), help="write a Chrome/Perfetto trace of the budget")
-def analyze(traces: tuple[Path, ...], step_range: str | None, align: str, as_json: bool, case_out: Path | None, perfetto_out: Path | None) -> None:
+@click.option(
+    "--case",
+    "case_out",
+    type=click.Path(path_type=Path),
+    help="write the facts into this case file (created or updated)",
+)
+@click.option(
+    "--perfetto", "perfetto_out", type=click.Path(path_type=Path), help="write a Chrome/Perfetto trace of the budget"
+)
+def analyze(
+    traces: tuple[Path, ...],
+    step_range: str | None,
+    align: str,
+    as_json: bool,
+    case_out: Path | None,
+    perfetto_out: Path | None,
+) -> None:
     """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget."""
     from diagnoser.fileio import write_atomic
     from diagnoser.trace.analysis import analyze_traces
@@ -49,7 +65,10 @@ def analyze(traces: tuple[Path, ...], step_range: str | None, align: str, as_jso
     if as_json:
         import orjson
 
-        payload = {"analysis": analysis.model_dump(mode="json"), "observations": observations.model_dump(mode="json", exclude_none=True)}
+        payload = {
+            "analysis": analysis.model_dump(mode="json"),
+            "observations": observations.model_dump(mode="json", exclude_none=True),
+        }
         click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
     _print_report(analysis, observations)
@@ -60,7 +79,15 @@ def _case_text(path: Path, observations) -> str:
     from diagnoser.models.case import Case, load_case
 
     case = load_case(path) if path.exists() else Case(title=f"analyze {path.stem}")
-    trace_fields = ("budget", "rank_budgets", "kernel_classes", "graph", "collectives", "host", "kernel_sum_across_ranks_ms")
+    trace_fields = (
+        "budget",
+        "rank_budgets",
+        "kernel_classes",
+        "graph",
+        "collectives",
+        "host",
+        "kernel_sum_across_ranks_ms",
+    )
     case.observations = case.observations.model_copy(update={f: getattr(observations, f) for f in trace_fields})
     if path.suffix in (".yaml", ".yml"):
         import yaml
@@ -105,19 +132,45 @@ def _print_report(analysis, observations) -> None:
         "[italic](not elapsed time)[/]"
     )
     kt = Table(title=f"Kernel classes, rank {row.rank}, all steps", header_style="bold")
-    for name in ("class", "count/step", "total ms", "median us", "CTAs", "SMs", "under-filled", "TFLOP/s", "TB/s", "roof", "top kernel"):
+    for name in (
+        "class",
+        "count/step",
+        "total ms",
+        "median us",
+        "CTAs",
+        "SMs",
+        "under-filled",
+        "TFLOP/s",
+        "TB/s",
+        "roof",
+        "top kernel",
+    ):
         kt.add_column(name)
     for k in analysis.kernel_table:
         label = f"{k.kernel_class}/{k.implementation}" if k.implementation else k.kernel_class
         kt.add_row(
-            label, f"{k.count_per_step:.1f}", f"{k.total_us / 1000:.3f}", f"{k.median_us:.1f}",
-            _opt(k.median_grid_ctas), _opt(k.sm_count), {True: "yes", False: "no", None: "?"}[k.underfilled],
-            _opt(k.achieved_tflops, ".1f"), _opt(k.achieved_tbs, ".2f"), _roof(k), k.top_kernel[:50],
+            label,
+            f"{k.count_per_step:.1f}",
+            f"{k.total_us / 1000:.3f}",
+            f"{k.median_us:.1f}",
+            _opt(k.median_grid_ctas),
+            _opt(k.sm_count),
+            {True: "yes", False: "no", None: "?"}[k.underfilled],
+            _opt(k.achieved_tflops, ".1f"),
+            _opt(k.achieved_tbs, ".2f"),
+            _roof(k),
+            k.top_kernel[:50],
         )
     console.print(kt)
     for c in observations.collectives:
-        skew = f", wait {c.wait_ms:.3f} ms, transfer {c.transfer_ms:.3f} ms, late rank {c.late_rank}" if c.wait_ms is not None else ""
-        console.print(f"collective {c.op}/{c.implementation}: {c.calls_per_step:.1f} per step, {c.interval_ms:.3f} ms per step{skew}")
+        skew = (
+            f", wait {c.wait_ms:.3f} ms, transfer {c.transfer_ms:.3f} ms, late rank {c.late_rank}"
+            if c.wait_ms is not None
+            else ""
+        )
+        console.print(
+            f"collective {c.op}/{c.implementation}: {c.calls_per_step:.1f} per step, {c.interval_ms:.3f} ms per step{skew}"
+        )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
 

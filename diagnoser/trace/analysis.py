@@ -46,7 +46,9 @@ class RankStep(BaseModel):
     window_ns: int
     parts_ns: dict[str, int] = Field(description="non-overlapping parts; they sum to window_ns")
     segments: dict[str, list[tuple[int, int]]] = Field(default_factory=dict, exclude=True, description="common clock")
-    between_steps_ns: int | None = Field(description="GPU idle after the step's last op, before the next step's first (None: last step)")
+    between_steps_ns: int | None = Field(
+        description="GPU idle after the step's last op, before the next step's first (None: last step)"
+    )
     kernels: int
     graph_status: str
     graph_launches: int
@@ -86,7 +88,9 @@ class Analysis(BaseModel):
     step_spread_ms: float | None = Field(description="p90 - p10 of critical-rank step times")
     kernel_table: list[KernelClassRow] = Field(description="critical rank, all steps")
     collectives: list[CollectiveRow]
-    kernel_sum_across_ranks_ms: float = Field(description="sum of kernel durations over ranks and steps: NOT elapsed time")
+    kernel_sum_across_ranks_ms: float = Field(
+        description="sum of kernel durations over ranks and steps: NOT elapsed time"
+    )
     unassigned_ops: dict[int, int] = Field(description="per rank: device ops that belong to no step")
     notes: list[str]
 
@@ -102,7 +106,9 @@ def _keys(seg: Segmentation) -> list[str]:
     return names if len(set(names)) == len(names) else [f"#{s.ordinal}" for s in seg.steps]
 
 
-def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet) -> RankStep | None:
+def _rank_step(
+    trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet
+) -> RankStep | None:
     step = seg.steps[i]
     window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None)
     if window is None:
@@ -120,7 +126,9 @@ def _rank_step(trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key:
         window_start_ns=lo + trace.clock_offset_ns,
         window_ns=hi - lo,
         parts_ns={p: iv.total(parts[p]) for p in PARTS},
-        between_steps_ns=sum(iv.total(iv.clip(parts[p], tail, hi)) for p in ("launch", "queue", "host")) if has_next else None,
+        between_steps_ns=sum(iv.total(iv.clip(parts[p], tail, hi)) for p in ("launch", "queue", "host"))
+        if has_next
+        else None,
         segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS},
         kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
         graph_status=replay.status.value,
@@ -168,7 +176,11 @@ def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align
     for key in ordered_keys:
         rows = [r for r in rank_steps if r.key == key]
         critical = max(rows, key=lambda r: (r.window_ns - r.parts_ns["exposed_comm"], r.window_ns))
-        summaries.append(StepSummary(key=key, ranks=[r.rank for r in rows], critical_rank=critical.rank, step_ms=critical.window_ns / 1e6))
+        summaries.append(
+            StepSummary(
+                key=key, ranks=[r.rank for r in rows], critical_rank=critical.rank, step_ms=critical.window_ns / 1e6
+            )
+        )
 
     times = np.array([s.step_ms for s in summaries])
     representative = None

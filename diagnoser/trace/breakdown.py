@@ -38,7 +38,11 @@ class TemporalBreakdown:
 def _sets(ops: DeviceOps, rows: np.ndarray) -> tuple[iv.IntervalSet, iv.IntervalSet, iv.IntervalSet]:
     start, end = ops.start[rows], ops.end[rows]
     compute = ~ops.is_comm[rows] & (ops.source[rows] != IS_COPY)
-    return iv.merge(start, end), iv.merge(start[compute], end[compute]), iv.merge(start[ops.is_comm[rows]], end[ops.is_comm[rows]])
+    return (
+        iv.merge(start, end),
+        iv.merge(start[compute], end[compute]),
+        iv.merge(start[ops.is_comm[rows]], end[ops.is_comm[rows]]),
+    )
 
 
 def temporal_breakdown(ops: DeviceOps, rows: np.ndarray) -> TemporalBreakdown:

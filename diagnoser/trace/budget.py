@@ -58,11 +58,15 @@ def step_window(ops: DeviceOps, step: Step, next_step: Step | None) -> tuple[int
     return lo, hi, min(last_end, hi)
 
 
-def budget_parts(ops: DeviceOps, host_block: iv.IntervalSet, lo: int, hi: int, tail_from: int) -> dict[str, iv.IntervalSet]:
+def budget_parts(
+    ops: DeviceOps, host_block: iv.IntervalSet, lo: int, hi: int, tail_from: int
+) -> dict[str, iv.IntervalSet]:
     compute_rows = ~ops.is_comm & ~ops.is_d2h
     compute = iv.clip(iv.merge(ops.start[compute_rows], ops.end[compute_rows]), lo, hi)
     d2h = iv.subtract(iv.clip(iv.merge(ops.start[ops.is_d2h], ops.end[ops.is_d2h]), lo, hi), compute)
-    comm = iv.subtract(iv.subtract(iv.clip(iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]), lo, hi), compute), d2h)
+    comm = iv.subtract(
+        iv.subtract(iv.clip(iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]), lo, hi), compute), d2h
+    )
     busy = iv.union(iv.union(compute, d2h), comm)
     idle = iv.subtract((np.array([lo], np.int64), np.array([hi], np.int64)), busy)
 

@@ -77,9 +77,3 @@ def classify_names(strings: list[str], name_ids: np.ndarray) -> tuple[list[Kerne
     distinct, inverse = np.unique(name_ids, return_inverse=True)
     classes = [table.classify(strings[int(i)]) for i in distinct]
     return classes, inverse.reshape(-1)
-
-
-def communication_mask(strings: list[str], name_ids: np.ndarray) -> np.ndarray:
-    classes, index = classify_names(strings, name_ids)
-    flags = np.array([c.is_communication for c in classes], dtype=bool)
-    return flags[index] if len(index) else np.zeros(0, dtype=bool)

@@ -76,7 +76,17 @@ def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step) -> list[Arriv
         key = (kind.op or "other", kind.implementation or "unknown")
         start, end = int(ops.start[r]), int(ops.end[r])
         before = iv.total(iv.clip(compute, since, start)) if start > since else 0
-        out.append(Arrival(trace.rank, key[0], key[1], ordinals[key], start + trace.clock_offset_ns, end + trace.clock_offset_ns, before))
+        out.append(
+            Arrival(
+                trace.rank,
+                key[0],
+                key[1],
+                ordinals[key],
+                start + trace.clock_offset_ns,
+                end + trace.clock_offset_ns,
+                before,
+            )
+        )
         ordinals[key] += 1
         since = max(since, end)
     return out

@@ -111,7 +111,11 @@ def to_observations(analysis: Analysis) -> Observations:
     if critical is None:
         return Observations(kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms)
     same_step = [r for r in analysis.rank_steps if r.key == critical.key]
-    gaps = [r.between_steps_ns / 1e6 for r in analysis.rank_steps if r.rank == critical.rank and r.between_steps_ns is not None]
+    gaps = [
+        r.between_steps_ns / 1e6
+        for r in analysis.rank_steps
+        if r.rank == critical.rank and r.between_steps_ns is not None
+    ]
     return Observations(
         budget=step_budget(critical, analysis.step_spread_ms),
         rank_budgets=[step_budget(r) for r in same_step],

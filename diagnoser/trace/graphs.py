@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from diagnoser.models.observations import GraphStatus
 from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import DeviceOps
@@ -45,8 +43,3 @@ def graph_replay(trace: RankTrace, ops: DeviceOps, step: Step) -> GraphReplay:
     else:
         status = GraphStatus.partial
     return GraphReplay(status, graphs, eager, graph_ops)
-
-
-def replay_status_counts(replays: list[GraphReplay]) -> dict[str, int]:
-    statuses = np.array([r.status.value for r in replays])
-    return {s.value: int((statuses == s.value).sum()) for s in GraphStatus}

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from diagnoser.models.precision import DType
 from diagnoser.trace.classes import classify_names
 from diagnoser.trace.model import RankTrace
-from diagnoser.trace.roofline import hardware_for, roofline
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
+from diagnoser.trace.roofline import hardware_for, roofline
 from diagnoser.trace.steps import Step
 
 
@@ -52,7 +52,9 @@ def _median_known(values: np.ndarray) -> float | None:
     return float(np.median(known)) if len(known) else None
 
 
-def _matmul_owners(matmul: np.ndarray, duration_us: np.ndarray, labels: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _matmul_owners(
+    matmul: np.ndarray, duration_us: np.ndarray, labels: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per class label: the matmul ops it owns and their kernel time.
 
     An op may launch several kernels (a cast, the GEMM, a split-K reduction); its FLOPs go once,
@@ -108,7 +110,7 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
     for label in np.unique(labels):
         mine = labels == label
         d = duration[mine]
-        names, counts = np.unique(k["name"][mine], return_counts=True)
+        names = np.unique(k["name"][mine])
         by_time = {int(n): float(d[k["name"][mine] == n].sum()) for n in names}
         grid = _median_known(k["grid"][mine]) if "grid" in k else None
         sm = trace.device_sm_count

@@ -138,24 +138,54 @@ class _Router:
             if cat in _RUNTIME_CATS:
                 args = event.get("args") or {}
                 self.runtime.append(
-                    (event.get("ts"), event.get("dur", 0), self._name(event), _num(event.get("pid")), _num(event.get("tid")),
-                     _num(args.get("correlation")))
+                    (
+                        event.get("ts"),
+                        event.get("dur", 0),
+                        self._name(event),
+                        _num(event.get("pid")),
+                        _num(event.get("tid")),
+                        _num(args.get("correlation")),
+                    )
                 )
             elif cat in _KERNEL_CATS:
                 args = event.get("args") or {}
                 self.kernels.append(
-                    (event.get("ts"), event.get("dur", 0), self._name(event), _num(args.get("device"), 0), _num(args.get("stream")),
-                     _num(args.get("correlation")), _dims(args.get("grid")), _dims(args.get("block")),
-                     _num(args.get("registers per thread")), _num(args.get("shared memory")))
+                    (
+                        event.get("ts"),
+                        event.get("dur", 0),
+                        self._name(event),
+                        _num(args.get("device"), 0),
+                        _num(args.get("stream")),
+                        _num(args.get("correlation")),
+                        _dims(args.get("grid")),
+                        _dims(args.get("block")),
+                        _num(args.get("registers per thread")),
+                        _num(args.get("shared memory")),
+                    )
                 )
             elif cat in _COPY_CATS:
                 args = event.get("args") or {}
                 self.copies.append(
-                    (event.get("ts"), event.get("dur", 0), self._name(event), _num(args.get("device"), 0), _num(args.get("stream")),
-                     _num(args.get("correlation")), _num(args.get("bytes"), 0))
+                    (
+                        event.get("ts"),
+                        event.get("dur", 0),
+                        self._name(event),
+                        _num(args.get("device"), 0),
+                        _num(args.get("stream")),
+                        _num(args.get("correlation")),
+                        _num(args.get("bytes"), 0),
+                    )
                 )
             elif cat in _RANGE_CATS:
-                self.ranges.append((event.get("ts"), event.get("dur", 0), self._name(event), _num(event.get("pid")), _num(event.get("tid"))))
+                self.ranges.append(
+                    (
+                        event.get("ts"),
+                        event.get("dur", 0),
+                        self._name(event),
+                        _num(event.get("pid")),
+                        _num(event.get("tid")),
+                    )
+                )
             elif cat == "cpu_op":
                 if event.get("name") in MATMUL_OPS:
                     args = event.get("args") or {}
@@ -206,7 +236,9 @@ def _columns(path: Path, rows: list[tuple], names: tuple[str, ...], base_us: int
 def _base_us(path: Path, router: _Router) -> int:
     """The earliest timestamp, whole microseconds: subtracted before scaling to keep precision."""
     try:
-        return int(math.floor(min(r[0] for rows in (router.kernels, router.copies, router.runtime, router.ranges) for r in rows)))
+        return math.floor(
+            min(r[0] for rows in (router.kernels, router.copies, router.runtime, router.ranges) for r in rows)
+        )
     except TypeError:
         raise InputError(f"{path}: an event has a missing or non-numeric ts") from None
 
@@ -224,7 +256,12 @@ def read_kineto(path: str | Path) -> RankTrace:
     notes: list[str] = []
     rank = _rank(path, document, notes)
 
-    kcols = _columns(path, router.kernels, ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem"), base_us)
+    kcols = _columns(
+        path,
+        router.kernels,
+        ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem"),
+        base_us,
+    )
     kcols["name"] = kcols["name"].astype(np.int32)
     ccols = _columns(path, router.copies, ("name", "device", "stream", "correlation", "bytes"), base_us)
     ccols["name"] = ccols["name"].astype(np.int32)
@@ -287,7 +324,10 @@ def _device(document: dict, devices: np.ndarray) -> dict:
     if not isinstance(props, list) or not props:
         return {}
     wanted = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else 0
-    return next((p for p in props if isinstance(p, dict) and p.get("id") == wanted), props[0] if isinstance(props[0], dict) else {})
+    return next(
+        (p for p in props if isinstance(p, dict) and p.get("id") == wanted),
+        props[0] if isinstance(props[0], dict) else {},
+    )
 
 
 def read_kineto_many(paths: list[Path], workers: int | None = None) -> list[RankTrace]:

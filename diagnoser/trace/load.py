@@ -31,7 +31,9 @@ def _kind(path: Path) -> str:
 
 
 def _kineto_files(directory: Path) -> list[Path]:
-    files = sorted(p for p in directory.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    files = sorted(
+        p for p in directory.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+    )
     if not files:
         raise InputError(f"{directory}: no .json or .json.gz trace files in this directory")
     return files

@@ -49,13 +49,8 @@ class Table:
     def __contains__(self, name: str) -> bool:
         return name in self.columns
 
-    def take(self, index: np.ndarray) -> "Table":
+    def take(self, index: np.ndarray) -> Table:
         return Table({key: col[index] for key, col in self.columns.items()})
-
-    @classmethod
-    def empty(cls, int_columns: tuple[str, ...]) -> "Table":
-        """A table with the given int64 columns and no rows, so analyses need no special case."""
-        return cls({name: np.zeros(0, dtype=np.int64) for name in int_columns})
 
 
 # Column sets (readers fill what the format has; absent optional columns are omitted).

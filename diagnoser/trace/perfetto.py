@@ -25,7 +25,9 @@ def perfetto_trace(analysis: Analysis) -> bytes:
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pid}})
         for order, track in enumerate(("steps",) + PARTS):
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": track, "args": {"name": track}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": track, "args": {"sort_index": order}})
+            events.append(
+                {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": track, "args": {"sort_index": order}}
+            )
     for row in analysis.rank_steps:
         pid = f"diagnoser rank {row.rank}"
         on_path = critical.get(row.key) == row.rank
@@ -43,7 +45,16 @@ def perfetto_trace(analysis: Analysis) -> bytes:
         for part, segments in row.segments.items():
             for start, end in segments:
                 events.append(
-                    {"ph": "X", "pid": pid, "tid": part, "name": part, "ts": (start - origin) / 1000, "dur": (end - start) / 1000,
-                     "args": {"step": row.step, "critical_path": on_path}}
+                    {
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": part,
+                        "name": part,
+                        "ts": (start - origin) / 1000,
+                        "dur": (end - start) / 1000,
+                        "args": {"step": row.step, "critical_path": on_path},
+                    }
                 )
-    return orjson.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": "diagnoser analyze"}})
+    return orjson.dumps(
+        {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": "diagnoser analyze"}}
+    )

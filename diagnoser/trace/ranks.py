@@ -31,5 +31,7 @@ def align_on_first_collective(traces: list[RankTrace], ops: list[DeviceOps]) -> 
     for trace in traces[1:]:
         shift = anchor - ends[trace.rank] - trace.clock_offset_ns
         trace.clock_offset_ns += shift
-        notes.append(f"rank {trace.rank} shifted by {shift / 1000:.1f} us to end its first collective with rank {reference.rank}")
+        notes.append(
+            f"rank {trace.rank} shifted by {shift / 1000:.1f} us to end its first collective with rank {reference.rank}"
+        )
     return notes

@@ -12,6 +12,7 @@ launching call in the trace, is counted in ``Segmentation.unassigned`` rather th
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -32,12 +33,6 @@ class Step:
     host_end: int
     ops: np.ndarray  # indices into DeviceOps launched inside the window
 
-    def gpu_start(self, ops: DeviceOps) -> int | None:
-        return int(ops.start[self.ops].min()) if len(self.ops) else None
-
-    def gpu_end(self, ops: DeviceOps) -> int | None:
-        return int(ops.end[self.ops].max()) if len(self.ops) else None
-
 
 @dataclass
 class Segmentation:
@@ -53,7 +48,9 @@ def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[t
     if step_range:
         picked = [i for i, n in enumerate(names) if step_range in n]
         if not picked:
-            raise InputError(f"{trace.source}: no range named like {step_range!r} (use --step-range with a name in the trace)")
+            raise InputError(
+                f"{trace.source}: no range named like {step_range!r} (use --step-range with a name in the trace)"
+            )
         return "range", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in picked]
     profiler = [i for i, n in enumerate(names) if _PROFILER_STEP.match(n)]
     if profiler:
@@ -80,7 +77,7 @@ def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = Non
         notes.append("no ProfilerStep, named range or repeated graph launch: the whole trace is one step")
     if method == "range" and len(windows) > 1:
         # nested or overlapping same-named ranges would charge one launch to two steps
-        overlaps = sum(1 for a, b in zip(windows, windows[1:]) if b[1] < a[2])
+        overlaps = sum(1 for a, b in itertools.pairwise(windows) if b[1] < a[2])
         if overlaps:
             notes.append(f"{overlaps} step windows overlap; a launch is charged to the earliest window holding it")
     launch = np.where(ops.launch_start >= 0, ops.launch_start, -1)
