@@ -330,8 +330,13 @@ def _device(document: dict, devices: np.ndarray) -> dict:
     )
 
 
+PARALLEL_FROM_BYTES = 16 << 20  # below this, starting worker processes costs more than it saves
+
+
 def read_kineto_many(paths: list[Path], workers: int | None = None) -> list[RankTrace]:
     """Read ranks in parallel processes (one per core at most); one rank per file, ranks unique."""
+    if workers is None and sum(p.stat().st_size for p in paths if p.exists()) < PARALLEL_FROM_BYTES:
+        workers = 1
     workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
     if workers == 1:
         traces = [read_kineto(p) for p in paths]
