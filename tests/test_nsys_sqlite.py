@@ -12,7 +12,7 @@ from diagnoser.errors import InputError
 from diagnoser.trace.model import CopyKind, RuntimeKind
 from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.kineto import runtime_kind
-from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
+from diagnoser.trace.nsys_sqlite import read_nsys_exports, read_nsys_sqlite
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 NSYS_AI = SHARED / "data" / "nsys" / "nsys-ai"
@@ -326,3 +326,13 @@ def test_schema_versions_outside_the_tested_range_are_noted(tmp_path):
     assert "export schema 3.30.2 is outside the tested range 3.16-3.25" in r0.notes
     r0, _ = read_nsys_sqlite(build(tmp_path / "old.sqlite"))  # 3.16.1 is inside
     assert not any("outside the tested range" in n for n in r0.notes)
+
+
+def test_one_export_per_rank_is_numbered_in_natural_name_order(tmp_path):
+    later = build(tmp_path / "run_10.sqlite")
+    first = build(tmp_path / "run_2.sqlite", extra="UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 7000000000;")
+    ranks = read_nsys_exports([later, first])
+    assert [r.rank for r in ranks] == [0, 1, 2, 3]
+    assert [Path(r.source.split(" (")[0]).name for r in ranks] == ["run_2.sqlite"] * 2 + ["run_10.sqlite"] * 2
+    # Each report keeps its own clock offset (its session start on UTC), so the ranks align.
+    assert [r.clock_offset_ns for r in ranks] == [7000000000 - 1000] * 2 + [5000000000 - 1000] * 2

@@ -222,7 +222,7 @@ def test_cli_profile_exports_and_reads_the_capture(tmp_path, fake_nsys, real_exp
     out = capsys.readouterr().out
     assert rc == 0
     doc = json.loads(out)
-    assert doc["export"] == str(tmp_path / "cap.sqlite")
+    assert doc["exports"] == [str(tmp_path / "cap.sqlite")]
     assert [r["kernels"] for r in doc["ranks"]] == [400]
     profile_argv, export_argv = fake_nsys()
     assert profile_argv[0] == "profile" and "--cuda-graph-trace=node" in profile_argv
@@ -298,4 +298,4 @@ def test_export_to_a_folder_that_cannot_exist_says_where_to_write(tmp_path, fake
     assert err.count("\n") == 1 and f"{blocked}: cannot create this folder" in err and "pass --out-dir" in err
     assert fake_nsys() == []
     assert main(["nsys", "export", str(rep), "--out-dir", str(tmp_path / "elsewhere"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["export"] == str(tmp_path / "elsewhere" / "run.sqlite")
+    assert json.loads(capsys.readouterr().out)["exports"] == [str(tmp_path / "elsewhere" / "run.sqlite")]

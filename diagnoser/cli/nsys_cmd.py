@@ -26,13 +26,13 @@ def nsys() -> None:
 _STEP_RANGE = click.option("--step-range", metavar="NAME", help="segment steps by this NVTX / record_function range")
 
 
-def _show(export: Path, as_json: bool, step_range: str | None = None) -> None:
+def _show(exports: list[Path], as_json: bool, step_range: str | None = None) -> None:
     """One line per rank: what was read, and the budget of its representative step."""
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.compare import representative_row
-    from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
+    from diagnoser.trace.nsys_sqlite import read_nsys_exports
 
-    traces = read_nsys_sqlite(export)
+    traces = read_nsys_exports(exports)
     analysis = analyze_traces(traces, step_range)
     ranks = []
     for trace in traces:
@@ -45,10 +45,10 @@ def _show(export: Path, as_json: bool, step_range: str | None = None) -> None:
             "parts_ms": {k: v / 1e6 for k, v in row.parts_ns.items()} if row else {},
         })
     if as_json:
-        click.echo(json.dumps({"export": str(export), "ranks": ranks, "collectives": len(analysis.collectives),
+        click.echo(json.dumps({"exports": [str(e) for e in exports], "ranks": ranks, "collectives": len(analysis.collectives),
                                "notes": analysis.notes}, indent=2))
         return
-    click.echo(f"{export}")
+    click.echo(" ".join(map(str, exports)))
     for r in ranks:
         parts = "  ".join(f"{k} {v:.2f}" for k, v in r["parts_ms"].items())
         window = f"{r['window_ms']:.2f} ms" if r["window_ms"] is not None else "no step"
@@ -57,7 +57,7 @@ def _show(export: Path, as_json: bool, step_range: str | None = None) -> None:
     click.echo(f"collectives matched across ranks: {len(analysis.collectives)}")
     for note in analysis.notes:
         click.echo(f"note: {note}")
-    click.echo(f"full budget, kernel table and facts: diagnoser analyze {export}")
+    click.echo(f"full budget, kernel table and facts: diagnoser analyze {' '.join(map(str, exports))}")
 
 
 @nsys.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -89,7 +89,7 @@ def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capt
     report, code = run_profile(options, list(command), timeout)
     if code:
         click.echo(f"diagnoser: warning: the profiled command exited with code {code}; reading its report anyway", err=True)
-    _show(export_sqlite(report), as_json, step_range)
+    _show([export_sqlite(report)], as_json, step_range)
 
 
 @nsys.command()
@@ -102,18 +102,18 @@ def export(report: Path, out_dir: Path | None, timeout: float, step_range: str |
     """Export REPORT (.nsys-rep) to SQLite and read it."""
     from diagnoser.trace.nsys_export import export_sqlite
 
-    _show(export_sqlite(report, out_dir, timeout), as_json, step_range)
+    _show([export_sqlite(report, out_dir, timeout)], as_json, step_range)
 
 
 @nsys.command()
-@click.argument("export_file", metavar="EXPORT", type=click.Path(path_type=Path))
+@click.argument("export_files", metavar="EXPORT...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_STEP_RANGE
 @click.option("--json", "as_json", is_flag=True)
-def show(export_file: Path, step_range: str | None, as_json: bool) -> None:
-    """Read EXPORT (.sqlite, or .nsys-rep exported first) and summarise each rank."""
+def show(export_files: tuple[Path, ...], step_range: str | None, as_json: bool) -> None:
+    """Read EXPORT... (.sqlite, or .nsys-rep exported first; one per rank is fine) and summarise each rank."""
     from diagnoser.trace.nsys_export import REPORT_SUFFIXES, export_sqlite
 
-    _show(export_sqlite(export_file) if export_file.suffix in REPORT_SUFFIXES else export_file, as_json, step_range)
+    _show([export_sqlite(f) if f.suffix in REPORT_SUFFIXES else f for f in export_files], as_json, step_range)
 
 
 @nsys.command()

@@ -122,6 +122,23 @@ def read_nsys_sqlite(path: str | Path) -> list[RankTrace]:
             raise InputError(f"{path}: unreadable SQLite export ({err})") from err
 
 
+def read_nsys_exports(paths: list[str | Path]) -> list[RankTrace]:
+    """Ranks of several exports (one report per rank, ``nsys profile -o run_%q{RANK}``), numbered in turn.
+
+    Files are taken in natural name order (``run_2`` before ``run_10``) and each one's ranks
+    follow the previous file's; every report's clock is mapped to UTC, so they align.
+    """
+    def natural(path: Path) -> list:
+        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+    traces: list[RankTrace] = []
+    for path in sorted((Path(p) for p in paths), key=natural):
+        for trace in read_nsys_sqlite(path):
+            trace.rank = len(traces)
+            traces.append(trace)
+    return traces
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
