@@ -53,6 +53,12 @@ def test_compare_before_and_after_shows_what_changed(exports, capsys):
     assert (doc["critical_rank"]["before"], doc["critical_rank"]["after"]) == (1, 0)
     assert sum(b for b, _ in counts.values()) == 2017 and sum(a for _, a in counts.values()) == 1793
     assert counts["communication/nccl"] == (33, 31)
+    medians = {c["name"]: c for c in doc["kernel_classes_median_us"]}
+    assert set(medians) == set(counts) and all(m["before"] > 0 and m["after"] > 0 for m in medians.values())
+    # Only the NCCL kernels changed their own duration by 10% or more (median 128.7 -> 252.4 µs).
+    assert [line for line in doc["headline"] if "median kernel" in line] == [
+        "communication/nccl median kernel: 128.7 -> 252.4 µs"
+    ]
     for rank in doc["ranks"]:
         for side in ("before", "after"):
             parts = sum(p[side] for p in rank["parts_ms"])

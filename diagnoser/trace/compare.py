@@ -21,6 +21,8 @@ from diagnoser.trace.budget import PARTS
 
 # Changes smaller than this share of the before-window are noise between two captures.
 HEADLINE_MIN_SHARE = 0.01
+# A median kernel duration that moved by this fraction is a change in the kernel, not noise.
+MEDIAN_CHANGE = 0.10
 
 
 class Change(BaseModel):
@@ -49,6 +51,7 @@ class Comparison(BaseModel):
     ranks: list[RankChange]
     kernel_classes_ms: list[Change] = Field(description="critical rank, total kernel time per class")
     kernel_classes_count: list[Change] = Field(description="critical rank, kernels per class")
+    kernel_classes_median_us: list[Change] = Field(description="critical rank, median kernel duration per class: faster or fewer?")
     collectives: list[Change] = Field(description="count, median wait and transfer (µs)")
     headline: list[str] = Field(description="largest changes first, in words")
 
@@ -75,12 +78,12 @@ def _rank_change(rank: int, before: RankStep | None, after: RankStep | None) -> 
 
 
 def _by_class(analysis: Analysis, field: str) -> dict[str, float]:
+    """The kernel table has one row per class (and implementation, for communication)."""
     scale = 1e-3 if field == "total_us" else 1.0
-    out: dict[str, float] = {}
-    for row in analysis.kernel_table:
-        label = f"{row.kernel_class}/{row.implementation}" if row.implementation else row.kernel_class
-        out[label] = out.get(label, 0.0) + getattr(row, field) * scale
-    return out
+    return {
+        f"{row.kernel_class}/{row.implementation}" if row.implementation else row.kernel_class: getattr(row, field) * scale
+        for row in analysis.kernel_table
+    }
 
 
 def _class_changes(before: Analysis, after: Analysis, field: str) -> list[Change]:
@@ -108,7 +111,7 @@ def _critical_rank(analysis: Analysis) -> int | None:
     return next((s.critical_rank for s in analysis.steps if s.key == analysis.representative), None)
 
 
-def _headline(critical: Change, ranks: list[RankChange], classes: list[Change]) -> list[str]:
+def _headline(critical: Change, ranks: list[RankChange], classes: list[Change], medians: list[Change]) -> list[str]:
     lines: list[tuple[float, str]] = []
     if critical.before != critical.after:
         lines.append((float("inf"), f"critical rank {_fmt(critical.before)} -> {_fmt(critical.after)}: kernel classes compare different ranks"))
@@ -125,7 +128,12 @@ def _headline(critical: Change, ranks: list[RankChange], classes: list[Change]) 
         floor = HEADLINE_MIN_SHARE * max(change.before or 0.0, change.after or 0.0)
         if change.delta and abs(change.delta) >= floor and abs(change.delta) > 0:
             lines.append((abs(change.delta), f"{change.name} kernels: {change.before:.2f} -> {change.after:.2f} ms ({change.delta:+.2f})"))
-    return [text for _, text in sorted(lines, key=lambda item: -item[0])]
+    ordered = [text for _, text in sorted(lines, key=lambda item: -item[0])]
+    # A kernel that itself got slower or faster matters even when its total time is small.
+    for change in medians:
+        if change.before and change.after and abs(change.after / change.before - 1) >= MEDIAN_CHANGE:
+            ordered.append(f"{change.name} median kernel: {change.before:.1f} -> {change.after:.1f} µs")
+    return ordered
 
 
 def compare_analyses(before: Analysis, after: Analysis) -> Comparison:
@@ -134,6 +142,7 @@ def compare_analyses(before: Analysis, after: Analysis) -> Comparison:
         for rank in sorted(set(before.ranks) | set(after.ranks))
     ]
     classes_ms = _class_changes(before, after, "total_us")
+    medians = _class_changes(before, after, "median_us")
     critical = Change(name="critical rank", before=_critical_rank(before), after=_critical_rank(after))
     return Comparison(
         before=before.sources,
@@ -143,6 +152,7 @@ def compare_analyses(before: Analysis, after: Analysis) -> Comparison:
         ranks=ranks,
         kernel_classes_ms=classes_ms,
         kernel_classes_count=_class_changes(before, after, "count"),
+        kernel_classes_median_us=medians,
         collectives=_collective_changes(before, after),
-        headline=_headline(critical, ranks, classes_ms),
+        headline=_headline(critical, ranks, classes_ms, medians),
     )
