@@ -6,6 +6,11 @@ between nsys releases, carry units in the header (``Total Time (ns)``) and index
 written by pandas. So columns are found by a normalised name with a few aliases, units are
 converted to ns, and a column we need but cannot find is one clear error naming the file.
 Parquet is read with pyarrow when it is installed; the ``--csv`` copies are the fallback.
+
+The nccl_gpu_overlap_trace and nvtx_gpu_proj_trace columns follow the 2024.x recipe sources
+summarised in ``shared/notes/nsys.md``; those of cuda_gpu_kern_sum (the ``nsys stats`` report's
+columns) and cuda_gpu_time_util_map (the heatmap family's) are inferred and still to be checked
+against a real run, which is why every one of them has aliases.
 """
 
 from __future__ import annotations
