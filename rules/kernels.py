@@ -10,18 +10,17 @@ from diagnoser.engine import (
     MATCH,
     TEST,
     Budget,
-    Check,
     Finding,
     KernelClass,
     P,
-    RemedySpec,
     RuleSet,
-    RuleSpec,
     Server,
     ev,
+    load_specs,
     rule,
-    undo,
 )
+
+SPECS = load_specs(__file__)
 
 # Below this share of device time a kernel class cannot move the step enough to lead.
 MIN_SHARE = 0.15
@@ -52,81 +51,10 @@ def _kernel_evidence(k) -> list:
     return [ev(f"kernel_classes[{k['kernel_class']}].{n}", k[n]) for n in names if n in k]
 
 
-MOE_UNDO = (
-    undo("per_user_latency", "median inter-token latency at the served batch is not lower than before"),
-    undo("useful_throughput", "tokens/s at the service's concurrency falls"),
-    undo("memory_kv_capacity", "the new layout or packing leaves less room for KV cache (fewer concurrent sequences)"),
-)
-
-SMALL_EXPERT_KERNELS = RuleSpec(
-    id="small-expert-kernels",
-    title="Small expert kernels dominate the step",
-    requires=("budget", "kernel_classes"),
-    explanation=(
-        "Each routed expert sees only a few tokens per step, so its GEMMs launch too few CTAs or are too "
-        "skinny to pull full bandwidth: the hardware is latency-limited, not byte-limited."
-    ),
-    check=Check(
-        measure="kernel dimensions, occupancy and DRAM bytes of the MoE kernels (ncu) at the same routing pattern",
-        confirms="grids smaller than the SM count and achieved bandwidth well under peak while bytes match the estimate",
-        refutes="the MoE kernels already run near peak bandwidth, or move more bytes than the per-rank estimate",
-    ),
-    remedies=(
-        RemedySpec(action="use a grouped/fused MoE kernel that packs all local experts into one launch", cost="kernel change or engine upgrade", risk="low if the engine ships it; validate numerics"),
-        RemedySpec(action="raise the decode batch so each expert sees more rows", cost="configuration", risk="per-user latency can rise", share=0.5),
-    ),
-    undo=MOE_UNDO,
-)
-
-MOE_UNTUNED = RuleSpec(
-    id="moe-untuned-config",
-    title="Fused-MoE kernel runs without a tuned config for this GPU",
-    requires=("budget", "kernel_classes"),
-    explanation="Without a tuned tile/stage config the fused-MoE kernel falls back to defaults chosen for another shape or GPU.",
-    check=Check(
-        measure="the engine's log line about missing MoE configs, then a microbenchmark with a tuned config at the served batch",
-        confirms="the tuned config lowers the MoE kernel time at the same batch and routing",
-        refutes="the tuned and default configs time the same",
-    ),
-    remedies=(RemedySpec(action="generate a tuned config for this GPU, expert shape and dtype (the engine's tuning script)", cost="an hour of tuning", risk="low; configs are per batch bucket"),),
-    undo=MOE_UNDO[:2],
-)
-
-SLOW_KERNEL_PATH = RuleSpec(
-    id="slow-kernel-path",
-    title="A slow kernel or backend was chosen",
-    requires=("budget", "kernel_classes"),
-    explanation=(
-        "A large kernel class runs far below peak bandwidth on a named backend: a quantized path without a fast "
-        "kernel, or attention dispatched to a generic backend."
-    ),
-    check=Check(
-        measure="the same step with the alternative backend or quantization kernel forced, and the class's DRAM bytes in ncu",
-        confirms="the alternative moves the same bytes in less time",
-        refutes="every available backend lands at the same time (the work itself is the limit)",
-    ),
-    remedies=(RemedySpec(action="select the fast backend explicitly (attention backend flag, quantization kernel)", cost="configuration", risk="check output quality and supported shapes"),),
-    undo=(undo("quality", "evaluation scores drop with the other backend or quantization kernel"), MOE_UNDO[0]),
-)
-
-SORT_SAMPLING = RuleSpec(
-    id="sort-sampling",
-    title="Sort-based sampling takes a visible share of the step",
-    requires=("budget", "kernel_classes", "server"),
-    explanation="Top-p/top-k by sorting the whole vocabulary is a large sort per sequence per step; sort-free samplers avoid it.",
-    check=Check(
-        measure="sampling kernel time per step with greedy decoding vs. the production sampling parameters",
-        confirms="the sampling kernels shrink when sorting is avoided (greedy or a sort-free sampler)",
-        refutes="sampling time stays the same without sorting",
-    ),
-    remedies=(RemedySpec(action="switch to the engine's sort-free (rejection-based) top-p/top-k sampler", cost="configuration", risk="sampling distribution must stay the same; compare outputs"),),
-    undo=(undo("quality", "sampled outputs differ in distribution from the sorting sampler"),),
-)
-
 
 class KernelRules(RuleSet):
     @rule(
-        SMALL_EXPERT_KERNELS,
+        SPECS["small-expert-kernels"],
         AS.k << KernelClass(kernel_class="moe", share_of_step=MATCH.share),
         Budget(device_ms=MATCH.device),
         TEST(lambda k, share: share >= MIN_SHARE and small_expert_work(k)),
@@ -138,7 +66,7 @@ class KernelRules(RuleSet):
         )
 
     @rule(
-        MOE_UNTUNED,
+        SPECS["moe-untuned-config"],
         AS.k << KernelClass(kernel_class="moe", tuned_config=False, share_of_step=MATCH.share),
         Budget(device_ms=MATCH.device),
         TEST(lambda share: share >= MIN_SHARE),
@@ -150,7 +78,7 @@ class KernelRules(RuleSet):
         )
 
     @rule(
-        SLOW_KERNEL_PATH,
+        SPECS["slow-kernel-path"],
         AS.k << KernelClass(backend=MATCH.backend, share_of_step=MATCH.share, achieved_bw_fraction=MATCH.frac),
         Budget(device_ms=MATCH.device),
         TEST(lambda share, frac: share >= MIN_SHARE and frac < LOW_BW_FRACTION / 1.5),
@@ -164,7 +92,7 @@ class KernelRules(RuleSet):
         )
 
     @rule(
-        SORT_SAMPLING,
+        SPECS["sort-sampling"],
         Server(sampling=P(lambda s: "sort" in s.lower())),
         AS.k << KernelClass(kernel_class="sampling", share_of_step=MATCH.share),
         Budget(device_ms=MATCH.device),

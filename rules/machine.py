@@ -9,17 +9,16 @@ from diagnoser.engine import (
     MATCH,
     TEST,
     Budget,
-    Check,
     Finding,
     Probe,
-    RemedySpec,
     RuleSet,
-    RuleSpec,
     Server,
     ev,
+    load_specs,
     rule,
-    undo,
 )
+
+SPECS = load_specs(__file__)
 
 # Clocks under 90 % of their maximum during a run are throttled, not boosting normally.
 CLOCK_RATIO = 0.9
@@ -42,37 +41,9 @@ def throttled(p) -> bool:
     return bool(p.get("throttled")) or (ratio is not None and ratio < CLOCK_RATIO)
 
 
-CLOCK_THROTTLE = RuleSpec(
-    id="clock-throttle",
-    title="GPU clocks are throttled (power, thermal or a clock cap)",
-    requires=("probe", "budget"),
-    explanation="The device runs below its rated clocks, so every kernel, and the bound's bandwidth, is slower than assumed.",
-    check=Check(
-        measure="clocks and throttle reasons sampled during the decode run (nvidia-smi -q -d PERFORMANCE, diagnoser probe)",
-        confirms="throttle reasons (power cap, thermal, applications clocks) active while the step is slow",
-        refutes="clocks at maximum during decode (the reading came from an idle moment)",
-    ),
-    remedies=(RemedySpec(action="remove the clock/power cap or fix cooling; re-measure bandwidth afterwards", cost="operations", risk="power budget of the rack"),),
-    undo=(undo("useful_throughput", "throughput per watt or per rack falls below the deployment's budget"),),
-)
-
-CPU_OFFLOAD = RuleSpec(
-    id="cpu-offload",
-    title="Weights offloaded to CPU memory cross PCIe every step",
-    requires=("server",),
-    explanation="Offloaded weights are fetched over PCIe each step: bytes, and a link, that the HBM bound does not count.",
-    check=Check(
-        measure="host-to-device copy time per step in the trace, with and without offload at a smaller batch that fits",
-        confirms="H2D copies of about the offloaded size every step",
-        refutes="no per-step H2D traffic (the offload is not on the decode path)",
-    ),
-    remedies=(RemedySpec(action="fit the weights on the GPUs (more ranks, lower weight precision) and drop the offload", cost="hardware or quantization", risk="quality with lower precision; fewer KV blocks"),),
-    undo=(undo("memory_kv_capacity", "the KV cache no longer fits the served concurrency"), undo("quality", "evaluation scores drop with lower weight precision")),
-)
-
 
 class MachineRules(RuleSet):
-    @rule(CLOCK_THROTTLE, AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
+    @rule(SPECS["clock-throttle"], AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
     def clock_throttle(self, p, device):
         ratio = clock_ratio(p)
         evidence = [ev("probe.throttle_reasons", ", ".join(p.get("throttled", [])) or "none reported")]
@@ -85,7 +56,7 @@ class MachineRules(RuleSet):
             missing=[] if ratio is not None else ["probe.sm_clock_mhz"],
         )
 
-    @rule(CPU_OFFLOAD, Server(cpu_offload_gb=MATCH.gb), TEST(lambda gb: gb > 0))
+    @rule(SPECS["cpu-offload"], Server(cpu_offload_gb=MATCH.gb), TEST(lambda gb: gb > 0))
     def cpu_offload(self, gb):
         link = PCIE_GBS
         return Finding(

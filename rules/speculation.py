@@ -5,35 +5,27 @@ other work whether or not the drafts are accepted, and acceptance falls at long 
 on unfamiliar text.
 """
 
-from diagnoser.engine import AS, MATCH, TEST, Check, Finding, RemedySpec, RuleSet, RuleSpec, Speculation, ev, rule, undo
+from diagnoser.engine import (
+    AS,
+    MATCH,
+    TEST,
+    Finding,
+    RuleSet,
+    Speculation,
+    ev,
+    load_specs,
+    rule,
+)
+
+SPECS = load_specs(__file__)
 
 # From this context on, verification of k+1 query tokens reads the whole KV each cycle.
 LONG_CONTEXT = 8192
 
-SPECULATION_SLOWDOWN = RuleSpec(
-    id="speculation-slowdown",
-    title="Speculation costs more than it emits",
-    requires=("speculation",),
-    report_missing=False,
-    explanation="Expected emitted tokens per cycle times the ordinary step is less than the cycle's draft + verify + other cost.",
-    check=Check(
-        measure="accepted tokens per cycle, draft time, verify time and memory, measured together at the served load",
-        confirms="turning speculation off shortens the per-token time at the same load and context",
-        refutes="measured acceptance is higher than assumed and the per-token time is lower with speculation",
-    ),
-    remedies=(
-        RemedySpec(action="turn speculation off for this load/context, or shorten the draft length", cost="configuration", risk="loses the win at low load/short context"),
-    ),
-    undo=(
-        undo("per_user_latency", "per-token latency without speculation is higher at the served load"),
-        undo("useful_throughput", "aggregate tokens/s falls"),
-    ),
-)
-
 
 class SpeculationRules(RuleSet):
     @rule(
-        SPECULATION_SLOWDOWN,
+        SPECS["speculation-slowdown"],
         AS.s << Speculation(speedup=MATCH.speedup, expected_tokens=MATCH.tokens, ordinary_step_ms=MATCH.ordinary),
         TEST(lambda speedup: speedup < 1),
     )

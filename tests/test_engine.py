@@ -240,3 +240,48 @@ class Hunches(RuleSet):
     hunch = next(h for h in d.hypotheses if h.rule == "hunch")
     assert hunch.kind is Kind.check
     assert "hunch-detail" not in {h.rule for h in d.hypotheses}  # a check does not let refinements fire
+
+
+SPEC_PACK = """
+from diagnoser.engine import MATCH, Budget, Finding, RuleSet, ev, load_specs, rule
+
+SPECS = load_specs(__file__)
+
+class Packed(RuleSet):
+    @rule(SPECS["queue-behind"], Budget(queue_ms=MATCH.queue))
+    def queue_behind(self, queue):
+        return Finding(evidence=[ev("budget.queue_ms", queue, "ms")], removable_ms=queue)
+"""
+
+
+def test_rule_pack_with_specs_in_yaml(tmp_path):
+    write(tmp_path, "pack.py", SPEC_PACK)
+    write(tmp_path, "pack.yaml", """
+queue-behind:
+  title: Launched work queues behind other work
+  requires: [budget]
+  explanation: kernels wait on the stream
+  check: {measure: stream timeline, confirms: waits behind other streams, refutes: no queueing}
+  undo: [{metric: p99_itl, revert_if: p99 rises}]
+""")
+    case = {"observations": {"budget": {"step_ms": 10, "device_ms": 8, "queue_ms": 2}}}
+    d = diagnose(Case.model_validate(case), load_rulebook([tmp_path]))
+    hit = next(h for h in d.hypotheses if h.rule == "queue-behind")
+    assert hit.gain.speedup == pytest.approx(10 / 8) and hit.undo[0].metric.value == "p99_itl"
+
+
+@pytest.mark.parametrize(
+    "yaml_text,needle",
+    [
+        ("queue-behind:\n  title: t\n  explanation: e\n  undo: [{metric: vibes, revert_if: x}]\n", "queue-behind: undo.0.metric"),
+        ("queue-behind:\n  title: t\n  explanation: e\n  colour: red\n", "colour: Extra inputs are not permitted"),
+        ("queue-behind: [1, 2]\n", "expected a mapping of spec fields"),
+        ("other-rule:\n  title: t\n  explanation: e\n", "cannot load rules: KeyError: 'queue-behind'"),
+    ],
+)
+def test_bad_spec_yaml_is_one_line_at_load(tmp_path, yaml_text, needle):
+    pack = write(tmp_path, "pack.py", SPEC_PACK)
+    write(tmp_path, "pack.yaml", yaml_text)
+    with pytest.raises(InputError) as err:
+        load_rulebook([pack])
+    assert needle in str(err.value) and "\n" not in str(err.value)

@@ -1,13 +1,13 @@
 """The rule engine: facts from a case, rules from packs, ranked hypotheses out.
 
-Rule authors need only this module: ``RuleSet``, ``rule``, ``RuleSpec``, ``RemedySpec``,
-``Finding``, ``ev``, ``undo``, the fact classes and the experta pattern names.
+Rule authors need only this module: ``RuleSet``, ``rule``, ``load_specs`` (or ``RuleSpec``
+inline), ``Finding``, ``ev``, the fact classes and the experta pattern names.
 """
 
 from diagnoser.engine.facts import (
+    Bound,
     Boundaries,
     BoundaryPair,
-    Bound,
     Budget,
     Claim,
     ClaimedStep,
@@ -28,7 +28,16 @@ from diagnoser.engine.facts import (
 )
 from diagnoser.engine.loader import Rulebook, load_rulebook
 from diagnoser.engine.runner import diagnose
-from diagnoser.engine.spec import Finding, RemedySpec, RuleSet, RuleSpec, ev, note, rule, undo
+from diagnoser.engine.spec import (
+    Finding,
+    RemedySpec,
+    RuleSet,
+    RuleSpec,
+    ev,
+    load_specs,
+    rule,
+    undo,
+)
 from diagnoser.experta_compat import AS, MATCH, NOT, OR, TEST, L, P, W
 from diagnoser.models.hypothesis import Check, Kind
 
@@ -38,5 +47,5 @@ __all__ = [
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation",
     "Check", "Finding", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
-    "diagnose", "ev", "load_rulebook", "note", "rule", "undo",
+    "diagnose", "ev", "load_rulebook", "load_specs", "rule", "undo",
 ]

@@ -12,7 +12,13 @@ import inspect
 from collections import defaultdict
 from typing import Any, Callable
 
-from diagnoser.engine.facts import INPUTS, Holds, case_facts, present_inputs, reference_step_ms
+from diagnoser.engine.facts import (
+    INPUTS,
+    Holds,
+    case_facts,
+    present_inputs,
+    reference_step_ms,
+)
 from diagnoser.engine.loader import Rulebook
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec
 from diagnoser.experta_compat import KnowledgeEngine

@@ -10,13 +10,16 @@ forget them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diagnoser.engine.facts import Holds
+from diagnoser.errors import InputError
 from diagnoser.experta_compat import MATCH, Rule
 from diagnoser.models.hypothesis import Check, Evidence, Kind, UndoCriterion, UndoMetric
+from diagnoser.models.workload import load_document, validation_message
 
 # Names under which a child rule receives its parent's cap and step; reserved for the engine.
 PARENT_CAP = "parent_cap_ms"
@@ -59,9 +62,25 @@ class Finding:
     missing: list[str] = field(default_factory=list)
 
 
-def note(kind: Kind, id: str, title: str, explanation: str, measure: str, confirms: str, refutes: str) -> RuleSpec:
-    """A guard or lesson spec: no gain, remedies or undo, only the check that settles it."""
-    return RuleSpec(id=id, title=title, kind=kind, explanation=explanation, check=Check(measure=measure, confirms=confirms, refutes=refutes))
+def load_specs(module_file: str | Path) -> dict[str, RuleSpec]:
+    """A rule module's specs, kept beside it as reviewable data (``launch.py`` -> ``launch.yaml``).
+
+    The YAML maps rule id -> spec fields; reviewers can read and change the claims, checks,
+    remedies and undo criteria without reading any matching code.
+    """
+    path = Path(module_file).with_suffix(".yaml")
+    data = load_document(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of rule id -> spec")
+    specs = {}
+    for rule_id, fields in data.items():
+        if not isinstance(fields, dict):
+            raise InputError(f"{path}: {rule_id}: expected a mapping of spec fields")
+        try:
+            specs[rule_id] = RuleSpec.model_validate({"id": rule_id, **fields})
+        except ValidationError as err:
+            raise InputError(validation_message(err, f"{path}: {rule_id}")) from None
+    return specs
 
 
 def ev(name: str, value: Any, unit: str = "") -> Evidence:
