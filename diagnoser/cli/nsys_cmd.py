@@ -19,7 +19,7 @@ from diagnoser.trace.nsys_export import CAPTURE_RANGES, GRAPH_TRACE_MODES
 def nsys() -> None:
     """Drive Nsight Systems: profile, export, recipes, compare.
 
-    Needs the `nsys` command on PATH except for `show` and `compare` on existing exports.
+    Needs the `nsys` command on PATH, except to read existing exports (show, compare) or recipe folders.
     """
 
 
