@@ -87,3 +87,21 @@ def test_rules_cli_list_show_test(tmp_path):
     bad.write_text(yaml.safe_dump({"fixtures": [{"name": "wrong", "case": {}, "fires": ["launch-gaps"]}]}))
     failed = run_cli("rules", "test", str(bad))
     assert failed.returncode == 1 and "expected launch-gaps to fire" in failed.stdout
+
+
+def test_installed_wheel_carries_specs_and_fixtures(tmp_path):
+    """Specs (rules/*.yaml) and fixtures are package data: the rule base must run from a wheel."""
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "w"), str(REPO)],
+        check=True, capture_output=True, timeout=240,
+    )
+    (wheel,) = (tmp_path / "w").glob("diagnoser-*.whl")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, timeout=240)
+    out = run_cli("rules", "test", env={"PYTHONPATH": str(site)}, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(ALL)} passed, 0 failed" in out.stdout
