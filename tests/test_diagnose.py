@@ -91,3 +91,11 @@ def test_real_eager_trace_points_at_launch_gaps(shared_dir, tmp_path):
     assert "graphs-off" in {h["rule"] for h in causes}  # the trace has no graph launches
     # eager MoE kernels with ~1,000 CTAs on 148 SMs are not "small expert kernels"
     assert "small-expert-kernels" not in {h["rule"] for h in d["hypotheses"]}
+
+
+def test_workload_the_bound_rejects_names_the_case(tmp_path):
+    path = tmp_path / "case.yaml"
+    path.write_text("workload: {model: qwen3-8b, layout: {tp: 7}, observed: {step_ms: 5}}\n")
+    out = run_cli("diagnose", str(path))
+    assert out.returncode == 2 and out.stderr.startswith(f"diagnoser: error: {path}: workload: ")
+    assert "TP=7" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -24,7 +24,11 @@ def diagnose(case_path: str, as_json: bool, markdown: bool, rule_paths: tuple[st
     if as_json and markdown:
         raise InputError("--json and --markdown: choose one output format")
     case = load_case(case_path)
-    result = run_diagnosis(case, load_rulebook(rule_paths))
+    rulebook = load_rulebook(rule_paths)
+    try:
+        result = run_diagnosis(case, rulebook)
+    except InputError as err:  # the bound rejected the pinned workload
+        raise InputError(f"{case_path}: workload: {err}") from None
     text = render_json(result) if as_json else render_markdown(result) if markdown else render_text(result)
     if output:
         write_atomic(output, text if text.endswith("\n") else text + "\n")
