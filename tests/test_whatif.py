@@ -109,3 +109,14 @@ def test_cli_amdahl_from_a_case_budget(tmp_path):
     assert r["before_ms"] == pytest.approx(9) and r["after_ms"] == pytest.approx(8) and r["speedup"] == pytest.approx(1.125)
     both = run_cli("whatif", "amdahl", "--case", str(case), "--part", "a=1", "--set", "a=0.5")
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_cli_batch_bad_batch_names_the_file(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("model: qwen3-8b\nlayout: {dp: 2}\nbatch: 2\nobserved: {step_ms: 5}\n")
+    out = run_cli("whatif", "batch", str(path), "--batch", "3")
+    assert out.returncode == 2 and f"{path}: at batch 3" in out.stderr and "does not split over dp=2" in out.stderr
+    no_step = tmp_path / "n.yaml"
+    no_step.write_text("model: qwen3-8b\n")
+    out = run_cli("whatif", "batch", str(no_step), "--batch", "4")
+    assert out.returncode == 2 and "observed.step_ms is needed" in out.stderr

@@ -108,8 +108,10 @@ def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
     """Aggregate and per-user rate at other batch sizes, the floor re-estimated by the bound."""
     import json
 
+    from pydantic import ValidationError
+
     from diagnoser.bound import compute_bound
-    from diagnoser.models.workload import Workload
+    from diagnoser.models.workload import Workload, validation_message
     from diagnoser.report import render_batch
     from diagnoser.whatif import batch_curve
 
@@ -127,8 +129,10 @@ def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
             data["context"] = {"mean": sum(workload.context.per_sequence) / len(workload.context.per_sequence)}
         try:
             floors[size] = compute_bound(Workload.model_validate(data)).step_floor_ms
-        except ValueError as err:
-            raise InputError(f"--batch {size}: {str(err).splitlines()[0]}") from None
+        except ValidationError as err:
+            raise InputError(validation_message(err, f"{workload_path}: at batch {size}")) from None
+        except (ValueError, InputError) as err:  # batch not divisible by dp, a layout the model rejects
+            raise InputError(f"{workload_path}: at batch {size}: {str(err).splitlines()[0]}") from None
     points = batch_curve(floors, workload.batch, workload.observed.step_ms, workload.tokens_per_step)
     if as_json:
         click.echo(json.dumps([p.model_dump() for p in points], indent=2))
