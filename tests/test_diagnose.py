@@ -15,7 +15,7 @@ def test_synthetic_20ms_names_no_cause_and_asks_for_a_trace():
     assert out.returncode == 0, out.stderr
     assert "floor 5 ms" in out.stdout and "unexplained 15 ms" in out.stdout and "25% of the ceiling" in out.stdout
     assert "No cause named yet: get a trace / run probes." in out.stdout
-    assert "Causes, ranked" not in out.stdout
+    assert "Causes, ranked" not in out.stdout and "Verdict: no cause named yet" in out.stdout
     assert "[missing:budget]" in out.stdout
 
 
@@ -51,6 +51,7 @@ def test_markdown_and_output_file(tmp_path):
     text = target.read_text()
     assert text.startswith("# Diagnosis: MoE decode") and "## Causes, ranked by bounded gain" in text
     assert "### 1. [small-expert-kernels]" in text
+    assert "- Verdict: leading cause small-expert-kernels, at most 1.619x" in text
     assert MOE.read_bytes() == before
 
 

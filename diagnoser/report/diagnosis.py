@@ -47,6 +47,21 @@ def _bound_line(d: Diagnosis) -> str | None:
     return "Bound: " + ", ".join(parts)
 
 
+def _verdict(d: Diagnosis) -> str:
+    causes = d.of_kind(Kind.cause)
+    guards = d.of_kind(Kind.guard)
+    parts = []
+    if causes:
+        top = causes[0]
+        bound = f", at most {top.gain.speedup:.3f}x" if top.gain else ""
+        parts.append(f"leading cause {top.id}{bound} ({len(causes)} cause(s))")
+    else:
+        parts.append("no cause named yet")
+    if guards:
+        parts.append(f"{len(guards)} input mistake(s) to fix first")
+    return "Verdict: " + "; ".join(parts)
+
+
 def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
     lines = [f"{index}. [{h.id}] {h.title}"]
     gain = _gain(h)
@@ -76,6 +91,7 @@ def render_text(d: Diagnosis) -> str:
     bound = _bound_line(d)
     if bound:
         out.append(bound)
+    out.append(_verdict(d))
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if not items:
@@ -99,6 +115,7 @@ def render_markdown(d: Diagnosis) -> str:
     bound = _bound_line(d)
     if bound:
         out.append(f"- {bound}")
+    out.append(f"- {_verdict(d)}")
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if not items:
