@@ -25,6 +25,8 @@ def test_intersect_subtract_union_clip_by_hand():
     assert as_pairs(iv.subtract(b, a)) == [(10, 20)]
     assert as_pairs(iv.union(a, b)) == [(0, 30)]
     assert as_pairs(iv.clip(a, 8, 22)) == [(8, 10), (20, 22)]
+    assert as_pairs(iv.clip(a, 12, 18)) == [] and as_pairs(iv.clip(a, 10, 20)) == []
+    assert as_pairs(iv.clip(a, -5, 50)) == [(0, 10), (20, 30)] and as_pairs(iv.clip(a, 25, 26)) == [(25, 26)]
 
 
 def test_empty_sets_and_epoch_nanoseconds_keep_exact_values():
@@ -51,3 +53,12 @@ def test_matmul_costs_by_hand():
     assert matmul_cost("aten::bmm", [[3, 4, 2], [3, 2, 5]], ["float"] * 2)[0] == 2 * 3 * 4 * 2 * 5
     assert matmul_cost("aten::mm", [[], []], ["float"] * 2) is None
     assert hardware_for("NVIDIA A100-SXM4-80GB").sm_count == 108 and hardware_for("Some NPU") is None
+
+
+def test_covered_between_by_hand():
+    merged = iv.merge(*s((0, 10), (20, 30), (40, 45)))
+    lo = np.array([0, 5, 12, 25, 50, 30])
+    hi = np.array([100, 22, 18, 42, 60, 20])
+    # [0,100): 10+10+5; [5,22): 5+2; [12,18): 0; [25,42): 5+2; [50,60): 0; empty window: 0
+    assert iv.covered_between(merged, lo, hi).tolist() == [25, 7, 0, 7, 0, 0]
+    assert iv.covered_between(iv.EMPTY, lo, hi).tolist() == [0] * 6

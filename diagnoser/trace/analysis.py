@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.breakdown import comm_comp_overlap, temporal_breakdown
-from diagnoser.trace.budget import PARTS, budget_parts, host_blocking, step_window
+from diagnoser.trace.budget import PARTS, RankSets, budget_parts, host_blocking, rank_sets, step_window
 from diagnoser.trace.collectives import match_collectives, rank_collectives
 from diagnoser.trace.graphs import graph_replay
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
@@ -107,7 +107,7 @@ def _keys(seg: Segmentation) -> list[str]:
 
 
 def _rank_step(
-    trace: RankTrace, ops: DeviceOps, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet
+    trace: RankTrace, ops: DeviceOps, sets: RankSets, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet
 ) -> RankStep | None:
     step = seg.steps[i]
     window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None)
@@ -116,7 +116,7 @@ def _rank_step(
     lo, hi, tail = window
     has_next = i + 1 < len(seg.steps) and len(seg.steps[i + 1].ops) > 0
     offset = trace.clock_offset_ns
-    parts = budget_parts(ops, blocking, lo, hi, tail)
+    parts = budget_parts(ops, sets, blocking, lo, hi, tail)
     hta = temporal_breakdown(ops, step.ops)
     replay = graph_replay(trace, ops, step)
     return RankStep(
@@ -163,13 +163,14 @@ def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align
     arrivals: dict[str, list] = {}
     for trace, ops, seg, keys in per_rank:
         blocking = host_blocking(trace)
+        sets = rank_sets(ops)
         for i, key in enumerate(keys):
-            row = _rank_step(trace, ops, seg, i, key, blocking)
+            row = _rank_step(trace, ops, sets, seg, i, key, blocking)
             if row is None:
                 notes.append(f"rank {trace.rank}: step {key} launched no device work; no budget")
                 continue
             rank_steps.append(row)
-            arrivals.setdefault(key, []).append(rank_collectives(trace, ops, seg.steps[i]))
+            arrivals.setdefault(key, []).append(rank_collectives(trace, ops, seg.steps[i], sets.compute))
 
     ordered_keys = list(dict.fromkeys(r.key for r in rank_steps))
     summaries = []

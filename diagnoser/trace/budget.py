@@ -2,7 +2,8 @@
 
     host_blocking(trace) -> IntervalSet
     step_window(ops, step, next_step) -> (lo, hi, tail_from) | None
-    budget_parts(ops, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]
+    rank_sets(ops) -> RankSets
+    budget_parts(ops, sets, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]
 
 The window runs from the step's first device op to the next step's first device op (so the
 gap between steps, where sampling and scheduling happen, belongs to the step that caused it);
@@ -24,6 +25,8 @@ is deliberate: more graph capture shrinks ``launch``, not ``queue``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,15 +61,30 @@ def step_window(ops: DeviceOps, step: Step, next_step: Step | None) -> tuple[int
     return lo, hi, min(last_end, hi)
 
 
-def budget_parts(
-    ops: DeviceOps, host_block: iv.IntervalSet, lo: int, hi: int, tail_from: int
-) -> dict[str, iv.IntervalSet]:
-    compute_rows = ~ops.is_comm & ~ops.is_d2h
-    compute = iv.clip(iv.merge(ops.start[compute_rows], ops.end[compute_rows]), lo, hi)
-    d2h = iv.subtract(iv.clip(iv.merge(ops.start[ops.is_d2h], ops.end[ops.is_d2h]), lo, hi), compute)
-    comm = iv.subtract(
-        iv.subtract(iv.clip(iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]), lo, hi), compute), d2h
+@dataclass(frozen=True)
+class RankSets:
+    """One rank's device time as merged sets, built once and clipped to each step's window."""
+
+    compute: iv.IntervalSet  # kernels and copies, except communication and D2H copies
+    d2h: iv.IntervalSet
+    comm: iv.IntervalSet
+
+
+def rank_sets(ops: DeviceOps) -> RankSets:
+    compute = ~ops.is_comm & ~ops.is_d2h
+    return RankSets(
+        compute=iv.merge(ops.start[compute], ops.end[compute]),
+        d2h=iv.merge(ops.start[ops.is_d2h], ops.end[ops.is_d2h]),
+        comm=iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]),
     )
+
+
+def budget_parts(
+    ops: DeviceOps, sets: RankSets, host_block: iv.IntervalSet, lo: int, hi: int, tail_from: int
+) -> dict[str, iv.IntervalSet]:
+    compute = iv.clip(sets.compute, lo, hi)
+    d2h = iv.subtract(iv.clip(sets.d2h, lo, hi), compute)
+    comm = iv.subtract(iv.subtract(iv.clip(sets.comm, lo, hi), compute), d2h)
     busy = iv.union(iv.union(compute, d2h), comm)
     idle = iv.subtract((np.array([lo], np.int64), np.array([hi], np.int64)), busy)
 

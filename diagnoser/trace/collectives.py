@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnoser.trace import intervals as iv
-from diagnoser.trace.classes import class_table
+from diagnoser.trace.intervals import covered_between
+from diagnoser.trace.classes import classify_names
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
 from diagnoser.trace.steps import Step
@@ -62,33 +63,33 @@ class Collective:
         return max(self.departure, self.last_arrival) - self.first_arrival
 
 
-def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step) -> list[Arrival]:
+def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.IntervalSet) -> list[Arrival]:
+    """This rank's collectives in the step; ``compute`` is the rank's merged compute time."""
     rows = step.ops[ops.is_comm[step.ops] & (ops.source[step.ops] == IS_KERNEL)]
     rows = rows[np.argsort(ops.start[rows], kind="stable")]
-    compute_rows = np.flatnonzero(~ops.is_comm)
-    compute = iv.merge(ops.start[compute_rows], ops.end[compute_rows])
-    table = class_table()
+    classes, index = classify_names(trace.strings, trace.kernels["name"][ops.row[rows]])
+    keys = [(c.op or "other", c.implementation or "unknown") for c in classes]
+    starts, ends = ops.start[rows], ops.end[rows]
+    step_start = int(ops.start[step.ops].min()) if len(step.ops) else 0
+    # compute since this rank's previous collective ended (or since the step began)
+    since = np.maximum.accumulate(np.concatenate([[step_start], ends[:-1]])) if len(rows) else starts
+    compute_before = covered_between(compute, since, starts)
     ordinals: Counter[tuple[str, str]] = Counter()
     out = []
-    since = int(ops.start[step.ops].min()) if len(step.ops) else 0
-    for r in rows:
-        kind = table.classify(trace.strings[int(trace.kernels["name"][ops.row[r]])])
-        key = (kind.op or "other", kind.implementation or "unknown")
-        start, end = int(ops.start[r]), int(ops.end[r])
-        before = iv.total(iv.clip(compute, since, start)) if start > since else 0
+    for j, k in enumerate(index):
+        key = keys[k]
         out.append(
             Arrival(
                 trace.rank,
                 key[0],
                 key[1],
                 ordinals[key],
-                start + trace.clock_offset_ns,
-                end + trace.clock_offset_ns,
-                before,
+                int(starts[j]) + trace.clock_offset_ns,
+                int(ends[j]) + trace.clock_offset_ns,
+                int(compute_before[j]),
             )
         )
         ordinals[key] += 1
-        since = max(since, end)
     return out
 
 

@@ -69,5 +69,28 @@ def union(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 
 
 def clip(interval_set: IntervalSet, lo: int, hi: int) -> IntervalSet:
-    """The part of a set inside [lo, hi)."""
-    return intersect(interval_set, (np.array([lo], np.int64), np.array([hi], np.int64)))
+    """The part of a set inside [lo, hi); a set's ends are sorted too, so two binary searches find it."""
+    starts, ends = interval_set
+    first = int(np.searchsorted(ends, lo, side="right"))
+    last = int(np.searchsorted(starts, hi, side="left"))
+    if last <= first:
+        return EMPTY
+    s, e = starts[first:last].copy(), ends[first:last].copy()
+    s[0], e[-1] = max(int(s[0]), lo), min(int(e[-1]), hi)
+    return s, e
+
+
+def covered_between(interval_set: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Length of the set inside each [lo, hi), by prefix sums (one pass, however many windows)."""
+    starts, ends = interval_set
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    if len(starts) == 0:
+        return np.zeros(len(lo), dtype=np.int64)
+    prefix = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def before(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(starts, t, side="right") - 1
+        safe = np.maximum(i, 0)
+        return np.where(i >= 0, prefix[safe] + np.minimum(t, ends[safe]) - starts[safe], 0)
+
+    return np.where(hi > lo, before(hi) - before(lo), 0)
