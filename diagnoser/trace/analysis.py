@@ -18,7 +18,14 @@ from pydantic import BaseModel, Field
 
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.breakdown import comm_comp_overlap, temporal_breakdown
-from diagnoser.trace.budget import PARTS, RankSets, budget_parts, host_blocking, rank_sets, step_window
+from diagnoser.trace.budget import (
+    PARTS,
+    RankSets,
+    budget_parts,
+    host_blocking,
+    rank_sets,
+    step_window,
+)
 from diagnoser.trace.collectives import match_collectives, rank_collectives
 from diagnoser.trace.graphs import graph_replay
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnoser.trace import intervals as iv
-from diagnoser.trace.intervals import covered_between
 from diagnoser.trace.classes import classify_names
+from diagnoser.trace.intervals import covered_between
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
 from diagnoser.trace.steps import Step
