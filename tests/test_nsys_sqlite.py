@@ -214,6 +214,17 @@ def test_physical_gpu_ids_order_the_ranks(tmp_path):
     assert r0.device_name == "GPU-A"
 
 
+def test_sm_count_falls_back_to_the_cuda_device_table(tmp_path):
+    extra = """
+        CREATE TABLE TARGET_INFO_CUDA_DEVICE(gpuId INT, cudaId INT, pid INT, numMultiprocessors INT);
+        INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (0, 0, 10, 132), (1, 1, 11, 78);
+        UPDATE TARGET_INFO_GPU SET smCount = NULL WHERE id = 1;
+    """
+    r0, r1 = read_nsys_sqlite(build(tmp_path / "sms.sqlite", extra=extra))
+    assert (r0.device_sm_count, r1.device_sm_count) == (132, 78)
+    assert (r0.device_name, r1.device_name) == ("GPU-A", "GPU-B")
+
+
 def test_graph_mode_rows_stand_in_for_their_kernels(tmp_path):
     extra = f"""
         CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE(start INT, end INT, deviceId INT, streamId INT,

@@ -578,6 +578,12 @@ def _device_info(db: sqlite3.Connection, schema: _Schema) -> dict[int | None, tu
         sms = "smCount" if schema.has("TARGET_INFO_GPU", "smCount") else "NULL"
         for gpu, gpu_name, sm in db.execute(f"SELECT id, {name}, {sms} FROM TARGET_INFO_GPU"):
             info[int(gpu)] = (gpu_name, int(sm) if sm is not None else None)
+    table = "TARGET_INFO_CUDA_DEVICE"
+    if schema.has(table, "gpuId") and schema.has(table, "numMultiprocessors"):
+        # The CUDA view of the device knows its SM count even when TARGET_INFO_GPU does not.
+        for gpu, sm in db.execute(f"SELECT gpuId, numMultiprocessors FROM {table}"):
+            known_name, known_sm = info.get(int(gpu), (None, None))
+            info[int(gpu)] = (known_name, known_sm if known_sm is not None else (int(sm) if sm is not None else None))
     if len(info) == 1:
         info[None] = next(iter(info.values()))
     return info
