@@ -11,24 +11,29 @@ with a known step time, so a test knows exactly what the probe ought to recover:
 - ``truncate_after`` cuts the stream off in the middle of an event (a crashed proxy), and
   ``error_after`` ends it with an error event (an engine failure mid-request);
 - ``reasoning_tokens``: chat deltas of the first tokens are ``reasoning_content``;
-- ``server_timing`` adds the per-chunk ``server_timing`` extension the client probe reads,
-  stamped when the engine produced the chunk, i.e. before any buffering.
+- ``server_timing`` adds the per-chunk ``server_timing`` extension the client probe reads:
+  ``emitted_ns`` is stamped when the engine produced the chunk, i.e. before any buffering, and
+  ``step_ms`` is the scheduled step time, standing in for device time that host load on the
+  test machine does not stretch.
 
-Deadlines are absolute (the loop sleeps until the step's end, not for the step's length), so
+The server runs in its own process (see ``StreamingServer``). Deadlines are absolute (the loop sleeps until the step's end, not for the step's length), so
 scheduling overhead does not accumulate into the measured step time.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
-import threading
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_TOKENS_CAP = 4096  # bounds every decode loop, whatever a request asks for
+STARTUP_TIMEOUT_S = 30
 
 
 @dataclass
@@ -115,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
         held_content = 0  # token-carrying events held back (the chat role event does not count)
         pending_tokens: list[str] = []
         deadline = time.perf_counter()
-        last_chunk_end = deadline
+        step_times: list[float] = []  # the "device" time of each token in the pending chunk
         for i in range(1, n_out + 1):
             if i == 1:
                 step = cfg.prefill_ms + cfg.prefill_ms_per_1k_prompt * n_prompt / 1e3
@@ -124,6 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
             deadline += step / 1e3
             time.sleep(max(0.0, deadline - time.perf_counter()))
             pending_tokens.append(f" t{i}")
+            step_times.append(step)
             if len(pending_tokens) < cfg.stream_interval and i < n_out:
                 continue
             text = "".join(pending_tokens)
@@ -134,15 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
             if continuous:
                 event["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": i, "total_tokens": n_prompt + i}
             if cfg.server_timing:
-                now = time.perf_counter()
-                event["server_timing"] = {
-                    "emitted_ns": time.time_ns(),
-                    "step_ms": (now - last_chunk_end) * 1e3 / len(pending_tokens),
-                }
-                last_chunk_end = now
+                event["server_timing"] = {"emitted_ns": time.time_ns(), "step_ms": sum(step_times) / len(step_times)}
             if chat and i == len(pending_tokens):
                 held.append({"id": "cmpl-test", "object": kind, "model": cfg.model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-            pending_tokens = []
+            pending_tokens, step_times = [], []
             if cfg.truncate_after is not None and i > cfg.truncate_after:
                 self._write_chunk([*held, json.dumps(event)[:20]])
                 return
@@ -169,17 +170,47 @@ class _Server(ThreadingHTTPServer):
 
 
 class StreamingServer:
-    """Context manager: ``with StreamingServer(DecodeConfig(...)) as url:`` gives the base URL."""
+    """Context manager: ``with StreamingServer(DecodeConfig(...)) as url:`` gives the base URL.
+
+    The server runs in its own interpreter, as a real one would: sharing the test's process
+    (and its GIL) would let the client's parsing delay the server's steps and blur the very
+    timings under test.
+    """
 
     def __init__(self, config: DecodeConfig | None = None) -> None:
-        self._server = _Server(config or DecodeConfig())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="streaming-server", daemon=True)
+        self._config = config or DecodeConfig()
+        self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> str:
-        self._thread.start()
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__, json.dumps(asdict(self._config))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ready, _, _ = select.select([self._proc.stdout], [], [], STARTUP_TIMEOUT_S)
+        line = self._proc.stdout.readline() if ready else ""
+        if not line.strip().isdigit():
+            self.__exit__()
+            raise RuntimeError(f"streaming server did not start: {line!r}")
+        return f"http://127.0.0.1:{int(line)}"
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        assert self._proc is not None
+        self._proc.terminate()
+        try:
+            self._proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+
+
+def serve(config: DecodeConfig) -> None:
+    """Bind a free loopback port, print it for the parent, and serve until terminated."""
+    server = _Server(config)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve(DecodeConfig(**json.loads(sys.argv[1])))

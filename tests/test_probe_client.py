@@ -89,7 +89,7 @@ def test_steady_stream_recovers_inter_token_delay():
     assert facts["output_throughput_tok_s"] == pytest.approx(25 / 0.52, rel=0.15)
     assert facts["per_user_tok_s"] == pytest.approx(50.0, rel=0.1)
     assert facts["tokens_per_chunk"] == 1.0 and facts["tokens_per_chunk_source"] == "per-chunk usage"
-    assert facts["bunching"]["bunched_fraction"] < 0.1
+    assert facts["bunching"]["bunched_fraction"] < 0.25  # the fault below gives 0.75
     assert facts["server_timing"] is None
     b = client.to_observations(facts)["boundaries"]
     assert isinstance(b, BoundaryTimings) and b.device_step_ms is None
@@ -104,17 +104,18 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
     # bursts 4 steps apart. Per request 32 gaps, 24 of them inside a burst.
     bunching = facts["bunching"]
     assert bunching["bunched_fraction"] == pytest.approx(24 / 32, abs=0.1)
-    assert bunching["max_burst_chunks"] == 4 and bunching["mean_burst_chunks"] >= 3
+    # bursts of 4, 4, ..., 4, 1 (mean 3.56); a stalled client may merge two, never split one
+    assert bunching["max_burst_chunks"] >= 4 and 3 <= bunching["mean_burst_chunks"] <= 6
     assert facts["itl_ms"]["p50"] < 0.25 * step
-    assert facts["itl_ms"]["p99"] == pytest.approx(4 * step, rel=0.25)
+    assert facts["itl_ms"]["p90"] == pytest.approx(4 * step, rel=0.25)
     # the engine and the server's emission kept the true pace; only receipt is bunched
     server = facts["server_timing"]
-    assert server["device_step_ms"] == pytest.approx(step, rel=0.15)
+    assert server["device_step_ms"] == pytest.approx(step)
     assert server["server_emission_ms"] == pytest.approx(step, rel=0.15)
     assert server["client_receipt_ms"] < 0.25 * step
     assert server["buffered_p99_ms"] >= 2 * step
     updates = client.to_observations(facts)
-    assert updates["boundaries"].device_step_ms == pytest.approx(step, rel=0.15)
+    assert updates["boundaries"].device_step_ms == pytest.approx(step)
     assert updates["host"].itl_spike_ratio > 10
 
 
@@ -128,7 +129,7 @@ def test_chat_stream_with_coalesced_tokens():
     # 10 content chunks (3 of reasoning) plus the role announcement: 10 gaps per request, one ~0
     assert facts["itl_ms"]["n"] == 2 * 10
     assert facts["tpot_ms"]["p50"] == pytest.approx(step, rel=0.15)
-    assert facts["itl_ms"]["p90"] == pytest.approx(3 * step, rel=0.15)
+    assert facts["itl_ms"]["p50"] == pytest.approx(3 * step, rel=0.2)
 
 
 def test_tokens_per_chunk_falls_back_to_final_usage():
@@ -139,11 +140,13 @@ def test_tokens_per_chunk_falls_back_to_final_usage():
 
 
 def test_concurrent_streams_multiply_throughput_not_per_user_rate():
-    # four 20-token requests, two at a time: two rounds of 5 + 19 * 10 = 195 ms -> 80 / 0.39 s
+    # one 20-token stream takes at least 5 + 19 * 10 = 195 ms: at most 102.6 tokens/s. Four
+    # requests two at a time run two rounds, so close to twice that (205 tokens/s) and never more.
     with StreamingServer(DecodeConfig(step_ms=10, prefill_ms=5)) as url:
         facts = probe(url, max_tokens=20, requests=4, concurrency=2)
     assert facts["output_tokens"] == [20] * 4
-    assert facts["output_throughput_tok_s"] == pytest.approx(80 / 0.39, rel=0.2)
+    single_stream = 20 / 0.195
+    assert 1.4 * single_stream < facts["output_throughput_tok_s"] <= 2 * single_stream
     assert facts["per_user_tok_s"] == pytest.approx(100.0, rel=0.15)
 
 
@@ -184,6 +187,6 @@ def test_cli_probe_feeds_the_case_file(tmp_path):
     report = json.loads(done.stdout)
     assert [(r["name"], r["status"]) for r in report["results"]] == [("client", "ok"), ("context_sweep", "ok")]
     observations = load_case(case).observations
-    assert observations.boundaries.device_step_ms == pytest.approx(5.0, rel=0.3)
+    assert observations.boundaries.device_step_ms == pytest.approx(5.0)  # the server's scheduled step
     assert observations.boundaries.tokens_per_chunk == 1.0
     assert [p.context for p in observations.context_sweep] == [18, 66]

@@ -27,8 +27,8 @@ def test_too_few_lengths_is_an_input_error():
 
 
 def test_sweep_recovers_injected_slope():
-    # step(token i) = 8 ms + 3 ms per 1k of (prompt + i - 1); prefill = 2 ms + 4 ms per 1k prompt.
-    config = DecodeConfig(step_ms=8, step_ms_per_1k_context=3, prefill_ms=2, prefill_ms_per_1k_prompt=4)
+    # step(token i) = 8 ms + 3 ms per 1k of (prompt + i - 1); prefill = 2 ms + 20 ms per 1k prompt.
+    config = DecodeConfig(step_ms=8, step_ms_per_1k_context=3, prefill_ms=2, prefill_ms_per_1k_prompt=20)
     with StreamingServer(config) as url:
         facts = context_sweep.run(
             ProbeContext(
@@ -44,6 +44,6 @@ def test_sweep_recovers_injected_slope():
     assert facts["step_intercept_ms"] == pytest.approx(8.0, rel=0.2)
     assert facts["step_fit_r2"] > 0.95
     # TTFT also pays for sending and parsing the longer prompt, so its slope is at least prefill's
-    assert facts["ttft_ms_per_1k_prompt"] >= 4.0 * 0.9
+    assert facts["ttft_ms_per_1k_prompt"] >= 20.0 * 0.9
     points = context_sweep.to_observations(facts)["context_sweep"]
     assert points[0] == ContextPoint(context=206, step_ms=facts["points"][0]["step_ms"])
