@@ -109,3 +109,48 @@ def test_collective_alignment_recovers_a_skewed_clock(tmp_path):
     coll = aligned.collectives[0]
     assert (coll.wait_us, coll.transfer_us, coll.late_rank) == (15, 10, 1)
     assert any("shifted by -1000.0 us" in n for n in aligned.notes)
+
+
+def test_steps_from_repeated_graph_launches_without_annotations(tmp_path):
+    """A decode loop under full CUDA graphs: one cudaGraphLaunch per step, no ProfilerStep."""
+    import json
+
+    base, events = 1_700_000_000_000_000, []
+    for step in range(3):
+        t0, corr = 100 * step, 10 + step
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaGraphLaunch",
+                "pid": 1,
+                "tid": 1,
+                "ts": base + t0,
+                "dur": 8,
+                "args": {"correlation": corr},
+            }
+        )
+        for j, (start, dur) in enumerate(((10, 30), (45, 20))):
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": f"gemv_{j}",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": base + t0 + start,
+                    "dur": dur,
+                    "args": {"stream": 7, "correlation": corr, "device": 0},
+                }
+            )
+    path = tmp_path / "graphs.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    analysis = analyze_traces(load_traces([path], workers=1))
+    assert analysis.method == "graph_launch" and len(analysis.steps) == 3
+    first = analysis.budget(rank=0, key="graph#0")
+    assert (first.graph_status, first.graph_launches, first.kernel_launches, first.graph_ops) == ("full", 1, 0, 2)
+    # window 10 -> 110: kernels 30 + 20 us; queueing: the 5 us gap inside the graph (already launched) and
+    # 108 -> 110 (next graph launch returned, its first kernel not started); host: 65 -> 108, the gap after
+    # the step's last kernel while the next launch had not been issued
+    assert first.parts_ns == {"device": 50_000, "exposed_comm": 0, "launch": 0, "queue": 7_000, "host": 43_000}
+    assert analysis.median_step_ms == pytest.approx(0.1)  # windows 100, 100 and the last one 55 us

@@ -86,3 +86,15 @@ def test_symmetric_memory_all_reduce_counts_as_communication():
     assert table[("communication", "nccl")].count == 1
     assert analysis.budget().kernels == 768 and analysis.ranks == [0]
     assert analysis.kernel_table[0].sm_count == 148
+
+
+def test_named_range_segments_the_vllm_trace():
+    path = shared_file("decode", "TraceLens", "eager_trace.json.gz")
+    analysis = analyze_traces(load_traces([path]), step_range="execute_context")
+    assert analysis.method == "range" and [s.key for s in analysis.steps] == [
+        "execute_context_1(888_788544)_generation_0(0)"
+    ]
+    row = analysis.budget()
+    # eager prefill under with_stack profiling: the GPU mostly waits for launches (HTA: 13% busy)
+    assert row.kernels == 768 and row.graph_status == "none"
+    assert row.parts_ns["launch"] > row.parts_ns["device"] > row.parts_ns["exposed_comm"] > 0
