@@ -150,6 +150,16 @@ def test_concurrent_streams_multiply_throughput_not_per_user_rate():
     assert facts["per_user_tok_s"] == pytest.approx(100.0, rel=0.15)
 
 
+def test_itl_growth_with_tokens_already_generated():
+    # step(token i) = 2 ms + 50 ms per 1k of (prompt + i - 1): the interval grows 50 ms per 1k
+    # generated tokens; 120 tokens span enough of it to fit (at least 100 are needed)
+    with StreamingServer(DecodeConfig(step_ms=2, step_ms_per_1k_context=50, prefill_ms=1)) as url:
+        facts = probe(url, prompt="short", max_tokens=120, requests=1)
+        short = probe(url, prompt="short", max_tokens=60, requests=1)
+    assert facts["itl_growth_ms_per_1k_output"] == pytest.approx(50.0, rel=0.2)
+    assert short["itl_growth_ms_per_1k_output"] is None
+
+
 def test_no_endpoint_is_a_skip():
     with pytest.raises(ProbeSkipped, match="no endpoint"):
         client.run(ProbeContext(options={}))
