@@ -128,6 +128,10 @@ class _Router:
             self.strings.append(str(name))
         return found
 
+    def _head(self, event: dict) -> tuple:
+        """The fields every kept row starts with: ts, dur (us, as written) and the interned name."""
+        return event.get("ts"), event.get("dur", 0), self._name(event)
+
     def consume(self, events: list) -> None:
         for event in events:
             if not isinstance(event, dict):
@@ -135,60 +139,22 @@ class _Router:
             if event.get("ph") != "X":
                 continue
             cat = event.get("cat")
+            args = event.get("args") or {}
             if cat in _RUNTIME_CATS:
-                args = event.get("args") or {}
-                self.runtime.append(
-                    (
-                        event.get("ts"),
-                        event.get("dur", 0),
-                        self._name(event),
-                        _num(event.get("pid")),
-                        _num(event.get("tid")),
-                        _num(args.get("correlation")),
-                    )
-                )
+                pid, tid = _num(event.get("pid")), _num(event.get("tid"))
+                self.runtime.append((*self._head(event), pid, tid, _num(args.get("correlation"))))
             elif cat in _KERNEL_CATS:
-                args = event.get("args") or {}
-                self.kernels.append(
-                    (
-                        event.get("ts"),
-                        event.get("dur", 0),
-                        self._name(event),
-                        _num(args.get("device"), 0),
-                        _num(args.get("stream")),
-                        _num(args.get("correlation")),
-                        _dims(args.get("grid")),
-                        _dims(args.get("block")),
-                        _num(args.get("registers per thread")),
-                        _num(args.get("shared memory")),
-                    )
-                )
+                where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
+                shape = (_dims(args.get("grid")), _dims(args.get("block")))
+                resources = (_num(args.get("registers per thread")), _num(args.get("shared memory")))
+                self.kernels.append((*self._head(event), *where, *shape, *resources))
             elif cat in _COPY_CATS:
-                args = event.get("args") or {}
-                self.copies.append(
-                    (
-                        event.get("ts"),
-                        event.get("dur", 0),
-                        self._name(event),
-                        _num(args.get("device"), 0),
-                        _num(args.get("stream")),
-                        _num(args.get("correlation")),
-                        _num(args.get("bytes"), 0),
-                    )
-                )
+                where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
+                self.copies.append((*self._head(event), *where, _num(args.get("bytes"), 0)))
             elif cat in _RANGE_CATS:
-                self.ranges.append(
-                    (
-                        event.get("ts"),
-                        event.get("dur", 0),
-                        self._name(event),
-                        _num(event.get("pid")),
-                        _num(event.get("tid")),
-                    )
-                )
+                self.ranges.append((*self._head(event), _num(event.get("pid")), _num(event.get("tid"))))
             elif cat == "cpu_op":
                 if event.get("name") in MATMUL_OPS:
-                    args = event.get("args") or {}
                     cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
                     if cost is not None:
                         self.matmuls.append((event.get("ts"), event.get("dur", 0), _num(event.get("tid")), *cost))
