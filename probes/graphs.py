@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from diagnoser.models.observations import GraphReplayObs
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
 from diagnoser.probes.timing import median_s, require_device
 
@@ -136,19 +137,19 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
 
 
 def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
-    """The measured launch cost and step times, as a partial update of the case's graph facts.
+    """The measured launch cost and step times.
 
-    The probe says nothing about whether the *server* uses graphs (``status``), so this is a
-    partial update that the case merge applies only onto graph facts already in the case.
+    The probe says nothing about whether the *server* uses graphs, so ``status`` stays unknown;
+    the case merge keeps a status a trace already established.
     """
     replayed = [p for p in facts.get("batches", []) if p.get("captured")]
     if not replayed:
         return {}
     first = replayed[0]
     return {
-        "graph": {
-            "launch_cost_us": first["launch_cost_us"],
-            "eager_step_ms": first["eager_step_ms"],
-            "graph_step_ms": first["graph_step_ms"],
-        }
+        "graph": GraphReplayObs(
+            launch_cost_us=first["launch_cost_us"],
+            eager_step_ms=first["eager_step_ms"],
+            graph_step_ms=first["graph_step_ms"],
+        )
     }

@@ -3,14 +3,13 @@
 Each probe module knows how its own facts map to observations (``to_observations``); this
 module only merges: a model already in the case is updated field by field (so the device
 probe and the bandwidth probe can both fill ``ProbeFacts``), and a list is replaced, because
-a fresh measurement supersedes an old one of the same kind. A probe may also give a plain
-dict: a partial update for facts it cannot complete alone (the graph probe measures launch
-cost but cannot know whether the server uses graphs); it lands only on facts already there.
+a fresh measurement supersedes an old one of the same kind. A figure a probe could not read
+(None) never erases one already known: the graph probe, for one, cannot know whether the
+server uses graphs, so it leaves a status from a trace in place.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,8 @@ from diagnoser.probes.registry import PROBES, probe_module
 from diagnoser.probes.report import ProbeReport
 
 
-log = logging.getLogger("diagnoser.probes")
-
 
 def _merge_value(old: Any, new: Any) -> Any:
-    if isinstance(old, BaseModel) and isinstance(new, dict):
-        return old.model_copy(update=new)
-    if isinstance(old, dict) and isinstance(new, dict):
-        return {**old, **new}
     if isinstance(old, BaseModel) and isinstance(new, BaseModel) and type(old) is type(new):
         # A probe that could not read a figure says None; that must not erase a known value.
         known = {f: getattr(new, f) for f in new.model_fields_set if getattr(new, f) is not None}
@@ -44,11 +37,7 @@ def merge_observations(obs: Observations, updates: dict[str, Any]) -> Observatio
     """A copy of ``obs`` with ``updates`` applied, validated again as a whole."""
     applied: dict[str, Any] = {}
     for key, value in updates.items():
-        current = getattr(obs, key)
-        if isinstance(value, dict) and current is None:
-            log.info("case has no %s facts to complete; probe figures for it are kept only in the report", key)
-            continue
-        applied[key] = _merge_value(current, value)
+        applied[key] = _merge_value(getattr(obs, key), value)
     merged = obs.model_copy(update=applied)
     return Observations.model_validate(merged.model_dump(warnings=False))
 

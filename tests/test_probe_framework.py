@@ -117,15 +117,16 @@ def test_registry_order_selection_and_missing_module(monkeypatch):
     assert result.status == "failed" and "cannot load probe" in result.reason and "no_such_module" in result.reason
 
 
-def test_merge_updates_models_field_by_field_and_partials_only_onto_existing():
+def test_merge_updates_models_field_by_field_and_keeps_a_known_graph_status():
     obs = Observations(probe=ProbeFacts(gpu_name="NVIDIA H200"), graph=GraphReplayObs(status="none"))
     merged = merge_observations(
         obs,
-        {"probe": ProbeFacts(measured_bandwidth_gbs=4300.0), "graph": {"launch_cost_us": 4.5}},
+        {"probe": ProbeFacts(measured_bandwidth_gbs=4300.0), "graph": GraphReplayObs(launch_cost_us=4.5)},
     )
     assert merged.probe.gpu_name == "NVIDIA H200" and merged.probe.measured_bandwidth_gbs == 4300.0
     assert merged.graph.status.value == "none" and merged.graph.launch_cost_us == 4.5
-    assert merge_observations(Observations(), {"graph": {"launch_cost_us": 4.5}}).graph is None
+    fresh = merge_observations(Observations(), {"graph": GraphReplayObs(launch_cost_us=4.5)})
+    assert fresh.graph.status is None and fresh.graph.launch_cost_us == 4.5
 
 
 def _bandwidth_report() -> ProbeReport:

@@ -36,14 +36,16 @@ def test_cpu_runs_eager_only_and_says_so():
     assert to_observations(facts) == {}
 
 
-def test_gpu_facts_become_a_partial_graph_update():
+def test_gpu_facts_become_graph_facts_with_unknown_status():
     facts = {
         "batches": [
             {"batch": 1, "captured": False, "capture_error": "x"},
             {"batch": 8, "captured": True, "eager_step_ms": 1.6, "graph_step_ms": 0.4, "launch_cost_us": 3.75},
         ]
     }
-    assert to_observations(facts) == {"graph": {"launch_cost_us": 3.75, "eager_step_ms": 1.6, "graph_step_ms": 0.4}}
+    graph = to_observations(facts)["graph"]
+    assert graph.status is None
+    assert (graph.launch_cost_us, graph.eager_step_ms, graph.graph_step_ms) == (3.75, 1.6, 0.4)
 
 
 def test_memory_guard_refuses_before_allocating():

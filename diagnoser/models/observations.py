@@ -63,7 +63,9 @@ class GraphStatus(str, Enum):
 
 
 class GraphReplayObs(_Obs):
-    status: GraphStatus
+    status: GraphStatus | None = Field(
+        default=None, description="none/partial/full from a trace; unknown when only a probe measured replay"
+    )
     kernel_launches_per_step: float | None = Field(default=None, ge=0)
     graph_launches_per_step: float | None = Field(default=None, ge=0)
     captured_batch_sizes: list[int] | None = None
