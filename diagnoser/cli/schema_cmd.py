@@ -13,6 +13,7 @@ DOCUMENTS = {
     "case": "diagnoser.models.case:Case",
     "bound": "diagnoser.bound.estimate:BoundReport",
     "probe": "diagnoser.probes.report:ProbeReport",
+    "diagnosis": "diagnoser.models.hypothesis:Diagnosis",
 }
 
 
