@@ -181,7 +181,15 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
 
 
 def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
-    """One CollectiveObs per op and message size."""
+    """One CollectiveObs per op, at the largest message measured (where transfer cost shows most).
+
+    Rules key their findings by op, so several sizes of one op would compete; every size
+    stays in the probe report itself.
+    """
+    largest: dict[str, dict[str, Any]] = {}
+    for item in facts.get("collectives", []):
+        if item["message_bytes"] >= largest.get(item["op"], {}).get("message_bytes", -1):
+            largest[item["op"]] = item
     observations = [
         CollectiveObs(
             op=item["op"],
@@ -195,6 +203,6 @@ def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
             group_size=item["group_size"],
             preceding_compute_ms=item["preceding_compute_ms"],
         )
-        for item in facts.get("collectives", [])
+        for item in largest.values()
     ]
     return {"collectives": observations} if observations else {}

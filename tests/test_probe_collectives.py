@@ -83,6 +83,19 @@ def test_bad_options_are_input_errors(tmp_path):
         collectives.torchrun_command(tmp_path, "gloo", 2, [1024], {"collective_ops": ["broadcast"]}, 10)
 
 
+def test_observations_keep_one_entry_per_op_at_the_largest_message():
+    def item(op, size, wait):
+        return {
+            "op": op, "message_bytes": size, "group_size": 2, "interval_ms": wait + 1, "transfer_ms": 1.0,
+            "wait_ms": wait, "late_rank": 1, "bus_bandwidth_gbs": None, "preceding_compute_ms": wait,
+        }  # fmt: skip
+
+    facts = {"backend": "gloo", "collectives": [item("all_reduce", 1024, 5.0), item("all_reduce", 65536, 7.0), item("all_to_all", 1024, 3.0)]}
+    obs = collectives.to_observations(facts)["collectives"]
+    assert [(o.op, o.message_bytes, o.wait_ms) for o in obs] == [("all_reduce", 65536, 7.0), ("all_to_all", 1024, 3.0)]
+    assert collectives.to_observations({"backend": "gloo", "collectives": []}) == {}
+
+
 def test_single_rank_is_skipped():
     with pytest.raises(ProbeSkipped, match="at least 2 ranks"):
         collectives.run(ProbeContext(options={"ranks": 1}))
@@ -109,6 +122,6 @@ def test_gloo_ranks_attribute_injected_delay_to_rank_1():
         assert item["mean_wait_ms"][0] == pytest.approx(20.0, rel=0.2)
         assert item["extra_compute_ms"] == pytest.approx(20.0, rel=0.2)
         assert item["interval_ms"] >= item["wait_ms"] + item["transfer_ms"] * 0.5
-    (obs,) = [o for o in collectives.to_observations(facts)["collectives"] if o.op == "all_reduce"]
+    obs = {o.op: o for o in collectives.to_observations(facts)["collectives"]}["all_reduce"]
     assert isinstance(obs, CollectiveObs) and obs.late_rank == 1 and obs.implementation == "gloo"
     assert obs.wait_ms == pytest.approx(20.0, rel=0.2)
