@@ -102,3 +102,12 @@ def test_analyze_refuses_an_export_without_kernels_in_one_line(tmp_path, capsys)
     assert main(["analyze", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table" in err
+
+
+def test_one_export_per_rank_loads_as_consecutive_ranks(shared_dir):
+    from diagnoser.trace.load import load_traces
+
+    folder = shared_dir / "data" / "nsys" / "nsys-ai"
+    traces = load_traces([folder / "healthy_judged_1pct.sqlite", folder / "healthy_1pct.sqlite"])
+    assert [t.rank for t in traces] == [0, 1]
+    assert [Path(t.source).name for t in traces] == ["healthy_1pct.sqlite", "healthy_judged_1pct.sqlite"]

@@ -46,6 +46,7 @@ def load_traces(paths: list[str | Path], workers: int | None = None) -> list[Ran
     if not paths:
         raise InputError("no trace given")
     kineto: list[Path] = []
+    exports: list[Path] = []
     traces: list[RankTrace] = []
     for raw in paths:
         path = Path(raw)
@@ -54,8 +55,17 @@ def load_traces(paths: list[str | Path], workers: int | None = None) -> list[Ran
             kineto.extend(_kineto_files(path))
         elif kind == "kineto":
             kineto.append(path)
+        elif kind == "nsys-rep":
+            from diagnoser.trace.nsys_export import export_sqlite
+
+            exports.append(export_sqlite(path))
         else:
-            traces.extend(_read_nsys(path, kind))
+            exports.append(path)
+    if exports:
+        from diagnoser.trace.nsys_sqlite import read_nsys_exports
+
+        # one report per rank: numbered in file-name order, each report's clock mapped to UTC
+        traces.extend(read_nsys_exports(exports))
     if kineto:
         traces.extend(read_kineto_many(kineto, workers))
     repeated = [rank for rank, n in Counter(t.rank for t in traces).items() if n > 1]
@@ -64,12 +74,3 @@ def load_traces(paths: list[str | Path], workers: int | None = None) -> list[Ran
         raise InputError(f"{sources}: rank {repeated[0]} appears more than once")
     return sorted(traces, key=lambda t: t.rank)
 
-
-def _read_nsys(path: Path, kind: str) -> list[RankTrace]:
-    from diagnoser.trace.nsys_sqlite import read_nsys_sqlite
-
-    if kind == "nsys-rep":
-        from diagnoser.trace.nsys_export import export_sqlite
-
-        path = export_sqlite(path)
-    return read_nsys_sqlite(path)

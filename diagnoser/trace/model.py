@@ -54,12 +54,13 @@ class Table:
 
 
 # Column sets (readers fill what the format has; absent optional columns are omitted).
-# kernels:  start, end, name, device, stream, correlation, [grid, block, registers, shared_mem, graph_node]
+# kernels:  start, end, name, device, stream, correlation, [grid, block, registers, shared_mem, graph_node,
+#            graph_id, whole_graph, pid]   (the last three from Nsight Systems exports)
 #           grid = CTAs per launch (product of the three grid dimensions), block = threads per CTA;
 #           registers = per thread, shared_mem = bytes per CTA; absent values are -1.
-# copies:   start, end, kind (CopyKind), bytes, device, stream, correlation
-# runtime:  start, end, name, kind (RuntimeKind), pid, tid, correlation
-# ranges:   start, end, name, pid, tid, [depth]     (host-side user annotations, NVTX, ProfilerStep#N)
+# copies:   start, end, kind (CopyKind), bytes, device, stream, correlation, [pid]
+# runtime:  start, end, name, kind (RuntimeKind), pid, tid, correlation, [sync_type]
+# ranges:   start, end, name, pid, tid, [depth, domain]   (host-side user annotations, NVTX, ProfilerStep#N)
 # shapes:   start, end, tid, flops, bytes, dtype (index into list(DType))   (host matmul ops with
 #           recorded input shapes; a launch call inside one on the same thread belongs to it; may be empty)
 # correlation joins a runtime call to the device work it launched; every kernel replayed by one
