@@ -11,11 +11,13 @@ chunks (see ``sse_client``), engine step vs server emission vs client receipt.
 Options read from ``ctx.options``: ``endpoint`` (required), ``model_name`` (default: the
 first model the server lists), ``api`` (``completions`` or ``chat``), ``prompt``,
 ``max_tokens`` (128), ``requests`` (3), ``concurrency`` (1), ``ignore_eos`` and
-``per_chunk_usage`` (true; see ``sse_client.request_body``).
+``per_chunk_usage`` (true; see ``sse_client.request_body``). ``OPENAI_API_KEY``, when set,
+is sent as the bearer token.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +39,10 @@ MAX_TOKENS = 4096
 
 
 def bounded_int(options: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = int(options.get(key, default))
+    try:
+        value = int(options.get(key, default))
+    except (TypeError, ValueError):
+        raise InputError(f"{key} must be an integer, got {options.get(key)!r}") from None
     if not low <= value <= high:
         raise InputError(f"{key} must be {low}..{high}, got {value}")
     return value
@@ -50,7 +55,9 @@ def open_session(ctx: ProbeContext, api: str) -> Iterator[tuple[httpx.Client, st
     if not endpoint:
         raise ProbeSkipped("no endpoint given (pass --endpoint URL of an OpenAI-compatible server)")
     url = api_url(str(endpoint), api)
-    with httpx.Client() as client:
+    # Servers started with an API key want it on every request, as vLLM's own benchmark sends it.
+    key = os.environ.get("OPENAI_API_KEY")
+    with httpx.Client(headers={"Authorization": f"Bearer {key}"} if key else None) as client:
         model = ctx.options.get("model_name") or served_model(client, str(endpoint))
         yield client, url, str(model)
 

@@ -49,6 +49,7 @@ class DecodeConfig:
     truncate_after: int | None = None  # write half an event after this many tokens, then stop
     error_after: int | None = None  # send an error event after this many tokens, then stop
     reasoning_tokens: int = 0  # chat: the first tokens stream as reasoning_content
+    api_key: str | None = None  # when set, requests must carry it as a bearer token
     model: str = "toy-decoder"
 
 
@@ -93,6 +94,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         chat = self.path == "/v1/chat/completions"
+        key = self.server.config.api_key
+        if key and self.headers.get("Authorization") != f"Bearer {key}":
+            self._json(401, {"error": {"message": "invalid API key"}})
+            return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": {"message": f"no route {self.path}"}})
             return

@@ -160,6 +160,22 @@ def test_itl_growth_with_tokens_already_generated():
     assert short["itl_growth_ms_per_1k_output"] is None
 
 
+def test_api_key_from_the_environment(monkeypatch):
+    with StreamingServer(DecodeConfig(step_ms=1, prefill_ms=1, api_key="sk-test")) as url:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        with pytest.raises(InputError, match="HTTP 401: invalid API key"):
+            probe(url, model_name="m", max_tokens=4, requests=1)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        assert probe(url, model_name="m", max_tokens=4, requests=1)["output_tokens"] == [4]
+
+
+def test_bad_option_values_are_input_errors():
+    with pytest.raises(InputError, match="requests must be an integer"):
+        probe("http://127.0.0.1:1", requests="many")
+    with pytest.raises(InputError, match="max_tokens must be 2..4096"):
+        probe("http://127.0.0.1:1", max_tokens=1)
+
+
 def test_no_endpoint_is_a_skip():
     with pytest.raises(ProbeSkipped, match="no endpoint"):
         client.run(ProbeContext(options={}))
