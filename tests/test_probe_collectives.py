@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
+import time
 
 import pytest
 
 from diagnoser.errors import InputError
 from diagnoser.models.observations import CollectiveObs
 from diagnoser.probes import collectives
-from diagnoser.probes.base import ProbeContext, ProbeSkipped
+from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout
 from diagnoser.probes.collective_timeline import CallRecord, bus_bandwidth_gbs, summarise
 
 MS = 1_000_000  # ns
@@ -94,6 +97,40 @@ def test_observations_keep_one_entry_per_op_at_the_largest_message():
     obs = collectives.to_observations(facts)["collectives"]
     assert [(o.op, o.message_bytes, o.wait_ms) for o in obs] == [("all_reduce", 65536, 7.0), ("all_to_all", 1024, 3.0)]
     assert collectives.to_observations({"backend": "gloo", "collectives": []}) == {}
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an unreaped zombie still answers kill(pid, 0))."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_failed_launch_names_the_error_line():
+    command = [sys.executable, "-c", "print('banner'); raise ValueError('rank 1 has no GPU')"]
+    with pytest.raises(RuntimeError, match="exited with 1: ValueError: rank 1 has no GPU"):
+        collectives.launch(command, dict(os.environ), timeout_s=30)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc to see process states")
+def test_launch_timeout_kills_the_whole_process_group(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    # the launcher starts a grandchild, as torchrun starts ranks; both must die at the deadline
+    script = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)"
+    )
+    with pytest.raises(ProbeTimeout, match="within 2 s"):
+        collectives.launch([sys.executable, "-c", script], dict(os.environ), timeout_s=2)
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        if not running(grandchild):
+            break
+        time.sleep(0.1)
+    assert not running(grandchild)
 
 
 def test_single_rank_is_skipped():
