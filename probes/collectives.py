@@ -28,13 +28,14 @@ from typing import Any
 from diagnoser.errors import InputError
 from diagnoser.models.model_spec import resolve_model
 from diagnoser.models.observations import CollectiveObs
-from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout
+from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout, host_available_bytes
 from diagnoser.probes.collective_timeline import CallRecord, summarise
 
 OPS = ("all_reduce", "all_to_all")
 MAX_ITERATIONS = 1000
 MAX_MESSAGE_BYTES = 256 * 2**20
 DEFAULT_HIDDEN = 4096
+RANK_HOST_BYTES = 512 * 2**20  # resident size of one rank: interpreter, torch, process group
 CLOCK = "time.time_ns (CLOCK_REALTIME), all ranks on one host"
 
 
@@ -104,6 +105,20 @@ def torchrun_command(out_dir: Path, backend: str, ranks: int, sizes: list[int], 
     ]  # fmt: skip
 
 
+def check_rank_budget(ctx: ProbeContext, ranks: int) -> None:
+    """Refuse more ranks than the machine can host: each is a Python process with torch loaded."""
+    cores = os.cpu_count() or 1
+    if ranks > max(2, cores):
+        raise InputError(f"collectives: {ranks} ranks on {cores} CPU cores; use at most {max(2, cores)}")
+    wanted = ranks * RANK_HOST_BYTES
+    allowed = host_available_bytes() * ctx.max_memory_fraction
+    if wanted > allowed:
+        raise ProbeSkipped(
+            f"{ranks} ranks need about {wanted / 2**30:.1f} GiB of host memory, more than the allowed "
+            f"{ctx.max_memory_fraction:.0%} of what is available ({allowed / 2**30:.1f} GiB)"
+        )
+
+
 def worker_env(backend: str) -> dict[str, str]:
     """One thread per rank (they share the cores), and gloo kept on loopback."""
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -154,6 +169,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     ranks = int(ctx.options.get("ranks", 2))
     if ranks < 2:
         raise ProbeSkipped(f"a collective needs at least 2 ranks, got {ranks}")
+    check_rank_budget(ctx, ranks)
     sizes = message_sizes(ctx.options)
     backend, note = choose_backend(ctx, ranks)
     budget = min(ctx.timeout_s, ctx.remaining_s())

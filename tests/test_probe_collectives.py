@@ -133,6 +133,16 @@ def test_launch_timeout_kills_the_whole_process_group(tmp_path):
     assert not running(grandchild)
 
 
+def test_rank_count_is_bounded_by_cores_and_memory():
+    too_many = (os.cpu_count() or 1) + 3
+    with pytest.raises(InputError, match=f"{too_many} ranks on"):
+        collectives.check_rank_budget(ProbeContext(), too_many)
+    # 2 ranks at 512 MiB each cannot fit in a millionth of the free memory
+    with pytest.raises(ProbeSkipped, match="2 ranks need about 1.0 GiB"):
+        collectives.check_rank_budget(ProbeContext(max_memory_fraction=1e-6), 2)
+    collectives.check_rank_budget(ProbeContext(max_memory_fraction=1.0), 2)
+
+
 def test_single_rank_is_skipped():
     with pytest.raises(ProbeSkipped, match="at least 2 ranks"):
         collectives.run(ProbeContext(options={"ranks": 1}))
