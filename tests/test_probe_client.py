@@ -117,6 +117,15 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
     updates = client.to_observations(facts)
     assert updates["boundaries"].device_step_ms == pytest.approx(step)
     assert updates["host"].itl_spike_ratio > 10
+    # the rule base, given only what the probe measured, points past the server at buffering
+    from diagnoser.engine import diagnose, load_rulebook
+    from diagnoser.models.case import Case
+    from diagnoser.models.observations import Observations
+
+    found = diagnose(Case(observations=Observations(boundaries=updates["boundaries"])), load_rulebook())
+    fired = [h.rule for h in found.hypotheses if h.kind == "cause"]
+    assert fired[:1] == ["client-gap"] and "proxy-buffering" in fired
+    assert "server-output-processing" not in fired
 
 
 def test_chat_stream_with_coalesced_tokens():

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import BoundSummary
+from diagnoser.models.observations import BoundaryTimings
 
 
 class Reference(Fact):
@@ -42,7 +43,12 @@ class Collective(Fact):
 
 
 class Boundaries(Fact):
-    """Device step, server emission and client receipt intervals."""
+    """Device step, server emission and client receipt intervals.
+
+    Server and client intervals are per chunk; ``server_token_ms``, ``client_token_ms`` and
+    ``client_p99_token_ms`` divide them by ``tokens_per_chunk`` so they compare with the per-token device step
+    (a stream of 3-token chunks is not 3x slower than its device).
+    """
 
 
 class ContextSweep(Fact):
@@ -135,6 +141,16 @@ def _fields(model: BaseModel | None, **extra: Any) -> dict[str, Any]:
     return data
 
 
+def _boundaries(b: BoundaryTimings) -> Boundaries:
+    per_chunk = b.tokens_per_chunk or 1.0
+    return Boundaries(**_fields(
+        b,
+        server_token_ms=b.server_emission_ms / per_chunk if b.server_emission_ms else None,
+        client_token_ms=b.client_receipt_ms / per_chunk if b.client_receipt_ms else None,
+        client_p99_token_ms=b.client_p99_ms / per_chunk if b.client_p99_ms else None,
+    ))
+
+
 def reference_step_ms(case: Case) -> float | None:
     """The measured step the gains refer to: the budget's, else the device boundary, else the pin's."""
     obs = case.observations
@@ -220,7 +236,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         facts.append(Graph(**_fields(obs.graph, max_captured_batch=max(captured) if captured else None)))
     facts += [Collective(**_fields(c)) for c in obs.collectives]
     if obs.boundaries is not None:
-        facts.append(Boundaries(**_fields(obs.boundaries)))
+        facts.append(_boundaries(obs.boundaries))
     facts.append(_context_sweep(case))
     facts.append(_probe(case))
     facts.append(_speculation(case))
