@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from diagnoser.errors import InputError
 
 PROBE_SCHEMA_VERSION = 1
 
@@ -44,15 +43,6 @@ class ProbeReport(BaseModel):
 
 def load_report(path: str | Path) -> ProbeReport:
     """A saved ``probe --json`` report, with one-line errors for the usual mistakes."""
-    from diagnoser.models.workload import load_document, validation_message
+    from diagnoser.models.documents import load_model
 
-    data = load_document(path)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a probe report (a mapping)")
-    version = data.get("schema_version")
-    if version != PROBE_SCHEMA_VERSION:
-        raise InputError(f"{path}: probe report schema_version {version} not supported (this diagnoser reads {PROBE_SCHEMA_VERSION})")
-    try:
-        return ProbeReport.model_validate(data)
-    except ValidationError as err:
-        raise InputError(validation_message(err, str(path))) from None
+    return load_model(path, ProbeReport, "a probe report", version=PROBE_SCHEMA_VERSION)

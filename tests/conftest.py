@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -22,3 +23,12 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("shared/ data folder not present beside the checkout")
     return SHARED
+
+
+def bandwidth_report(tmp_path: Path, device: str, gbs: float) -> Path:
+    """A saved `probe --json` report holding one bandwidth measurement."""
+    report = {"created": "2026-11-29T12:00:00", "host": "h", "results": [
+        {"name": "bandwidth", "status": "ok", "duration_s": 1.0, "facts": {"device": device, "measured_bandwidth_gbs": gbs}}]}
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(report))
+    return path

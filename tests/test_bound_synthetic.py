@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from conftest import bandwidth_report, run_cli
 from diagnoser.bound import floor_from_bytes
 from diagnoser.models.workload import Boundary
 
@@ -52,11 +52,7 @@ def test_cli_text_and_json():
 
 
 def test_measured_gpu_bandwidth_from_a_probe_report(tmp_path):
-    report = {"created": "2026-11-29T12:00:00", "host": "h", "results": [
-        {"name": "bandwidth", "status": "ok", "duration_s": 1.0,
-         "facts": {"device": "cuda", "measured_bandwidth_gbs": 2000.0}}]}
-    path = tmp_path / "probe.json"
-    path.write_text(json.dumps(report))
+    path = bandwidth_report(tmp_path, "cuda", 2000.0)
     out = run_cli("bound", "--bytes-per-step", "10GB", "--probe", str(path), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["floor_ms"] == pytest.approx(5.0)

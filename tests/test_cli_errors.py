@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from conftest import bandwidth_report, run_cli
 
 
 def assert_one_line_error(out, *needles):
@@ -69,9 +69,5 @@ def test_unknown_option_is_usage_error():
 
 
 def test_probe_bandwidth_must_come_from_a_gpu(tmp_path):
-    report = {"created": "2026-11-29T12:00:00", "host": "h", "results": [
-        {"name": "bandwidth", "status": "ok", "duration_s": 1.0,
-         "facts": {"device": "cpu", "measured_bandwidth_gbs": 12.0}}]}
-    path = tmp_path / "probe.json"
-    path.write_text(json.dumps(report))
+    path = bandwidth_report(tmp_path, "cpu", 12.0)
     assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--probe", str(path)), "cpu memory, not GPU HBM")

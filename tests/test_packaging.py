@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import zipfile
-from pathlib import Path
 
 import pytest
 

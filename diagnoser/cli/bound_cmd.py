@@ -79,7 +79,8 @@ def bound(
     from pydantic import ValidationError
 
     from diagnoser.bound import compute_bound
-    from diagnoser.models.workload import Workload, validation_message
+    from diagnoser.models.documents import validation_message
+    from diagnoser.models.workload import Workload
 
     try:
         workload = Workload.model_validate(doc)
@@ -96,15 +97,9 @@ def bound(
 
 def measured_gpu_bandwidth_gbs(path: str) -> float:
     """The HBM bandwidth a probe run measured; a host-memory figure would make a GPU bound wrong."""
-    from pydantic import ValidationError
+    from diagnoser.probes.report import load_report
 
-    from diagnoser.models.workload import load_document, validation_message
-    from diagnoser.probes.report import ProbeReport
-
-    try:
-        report = ProbeReport.model_validate(load_document(path))
-    except ValidationError as err:
-        raise InputError(validation_message(err, path)) from None
+    report = load_report(path)
     result = report.result("bandwidth")
     if result is None or result.status != "ok":
         why = f": {result.reason}" if result and result.reason else ""
@@ -115,7 +110,7 @@ def measured_gpu_bandwidth_gbs(path: str) -> float:
 
 
 def _workload_document(path: str | None, flags: dict[str, Any], observed: dict[str, Any], bandwidth: str | None) -> dict[str, Any]:
-    from diagnoser.models.workload import load_document
+    from diagnoser.models.documents import load_document
 
     doc: dict[str, Any] = {}
     if path:

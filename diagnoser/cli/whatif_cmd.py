@@ -84,7 +84,8 @@ def _batch_inputs(path: str):
     from pydantic import ValidationError
 
     from diagnoser.models.case import Case
-    from diagnoser.models.workload import Workload, load_document, validation_message
+    from diagnoser.models.documents import load_document, validation_message
+    from diagnoser.models.workload import Workload
 
     data = load_document(path)
     if not isinstance(data, dict):
@@ -111,7 +112,8 @@ def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
     from pydantic import ValidationError
 
     from diagnoser.bound import compute_bound
-    from diagnoser.models.workload import Workload, validation_message
+    from diagnoser.models.documents import validation_message
+    from diagnoser.models.workload import Workload
     from diagnoser.report import render_batch
     from diagnoser.whatif import batch_curve
 

@@ -15,7 +15,7 @@ from diagnoser.engine.runner import diagnose
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import Kind
-from diagnoser.models.workload import load_document, validation_message
+from diagnoser.models.documents import load_document, validation_message
 
 SPEEDUP_TOLERANCE = 0.01
 

@@ -19,7 +19,7 @@ from diagnoser.engine.facts import Holds
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import MATCH, Rule
 from diagnoser.models.hypothesis import Check, Evidence, Kind, UndoCriterion, UndoMetric
-from diagnoser.models.workload import load_document, validation_message
+from diagnoser.models.documents import load_document, validation_message
 
 # Names under which a child rule receives its parent's cap and step; reserved for the engine.
 PARENT_CAP = "parent_cap_ms"

@@ -10,11 +10,11 @@ from __future__ import annotations
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from diagnoser.errors import InputError
 from diagnoser.models.observations import Observations
-from diagnoser.models.workload import Boundary, Workload, load_document, validation_message
+from diagnoser.models.documents import load_model
+from diagnoser.models.workload import Boundary, Workload
 
 CASE_SCHEMA_VERSION = 1
 
@@ -52,13 +52,4 @@ class Case(BaseModel):
 
 
 def load_case(path: str | Path) -> Case:
-    data = load_document(path)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping at the top level")
-    version = data.get("schema_version", CASE_SCHEMA_VERSION)
-    if version != CASE_SCHEMA_VERSION:
-        raise InputError(f"{path}: case schema_version {version} not supported (this diagnoser reads {CASE_SCHEMA_VERSION})")
-    try:
-        return Case.model_validate(data)
-    except ValidationError as err:
-        raise InputError(validation_message(err, str(path))) from None
+    return load_model(path, Case, "a case file", version=CASE_SCHEMA_VERSION)

@@ -11,9 +11,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
 
 
@@ -154,43 +153,7 @@ class Workload(BaseModel):
         return [float(self.context.mean or 0.0)] * self.batch
 
 
-def validation_message(err: ValidationError, where: str) -> str:
-    """One line naming the first bad field, for the CLI."""
-    first = err.errors()[0]
-    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{where}: {loc}: {msg}{more}"
-
-
-def load_document(path: str | Path) -> Any:
-    """Read a JSON or YAML file, with one-line errors for the usual failures."""
-    import yaml  # local: only readers of YAML pay for it
-
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file") from None
-    if not text.strip():
-        raise InputError(f"{path}: file is empty")
-    try:
-        return yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"{path}: not valid JSON/YAML{at}") from None
-
-
 def load_workload(path: str | Path) -> Workload:
-    data = load_document(path)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping at the top level")
-    try:
-        return Workload.model_validate(data)
-    except ValidationError as err:
-        raise InputError(validation_message(err, str(path))) from None
+    from diagnoser.models.documents import load_model
+
+    return load_model(path, Workload, "a workload")
