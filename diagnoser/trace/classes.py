@@ -71,9 +71,15 @@ def class_table() -> ClassTable:
     return ClassTable(raw["version"], rules, ops, raw["default_class"])
 
 
+@lru_cache(maxsize=65536)
+def classify(kernel_name: str) -> KernelClass:
+    """One name's class, remembered: ranks and tables share most names, and long demangled
+    names make each regex search cost tens of microseconds."""
+    return class_table().classify(kernel_name)
+
+
 def classify_names(strings: list[str], name_ids: np.ndarray) -> tuple[list[KernelClass], np.ndarray]:
     """Classes of the distinct names used, and per row the index into that list."""
-    table = class_table()
     distinct, inverse = np.unique(name_ids, return_inverse=True)
-    classes = [table.classify(strings[int(i)]) for i in distinct]
+    classes = [classify(strings[int(i)]) for i in distinct]
     return classes, inverse.reshape(-1)
