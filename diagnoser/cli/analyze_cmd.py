@@ -168,8 +168,11 @@ def _print_report(analysis, observations) -> None:
             if c.wait_ms is not None
             else ""
         )
+        size = f", message {c.message_bytes:,.0f} B" if c.message_bytes is not None else ""
+        bandwidth = f", {c.effective_bandwidth_gbs:.1f} GB/s" if c.effective_bandwidth_gbs is not None else ""
         console.print(
-            f"collective {c.op}/{c.implementation}: {c.calls_per_step:.1f} per step, {c.interval_ms:.3f} ms per step{skew}"
+            f"collective {c.op}/{c.implementation}: {c.calls_per_step:.1f} per step, "
+            f"{c.interval_ms:.3f} ms per step{skew}{size}{bandwidth}"
         )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")

@@ -82,6 +82,10 @@ class CollectiveRow(BaseModel):
     transfer_us: float = Field(description="last arrival to median departure")
     late_rank: int
     late_rank_compute_us: float
+    message_bytes: int | None = Field(default=None, description="larger of the input and output buffers")
+    bandwidth_gbs: float | None = Field(
+        default=None, description="algorithm bandwidth: message bytes / transfer time, 1e9 B/s"
+    )
 
 
 class Analysis(BaseModel):
@@ -206,6 +210,8 @@ def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align
             transfer_us=c.transfer_ns / 1000,
             late_rank=c.late_rank,
             late_rank_compute_us=c.late_rank_compute_ns / 1000,
+            message_bytes=c.message_bytes,
+            bandwidth_gbs=c.bandwidth_gbs,
         )
         for key, per in arrivals.items()
         for c in match_collectives(per)

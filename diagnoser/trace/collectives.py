@@ -10,6 +10,12 @@ and the time from the last arrival to the departures is the transfer. The k-th c
 the same kind in a step is taken to be the same call on every rank (collectives are issued in
 program order on each process group). Non-NCCL all-reduces count as collectives: the kernel
 class table decides.
+
+Where the reader found a message size (the kernel's ``msg_bytes`` column), the transfer gets an
+effective bandwidth: algorithm bandwidth, message bytes / transfer time, in GB/s (1e9 B/s),
+with the message the larger of the input and output buffers (nccl-tests' "algbw"; no bus-bandwidth
+factor, which would need the algorithm). Dividing by the transfer alone, not the kernel
+duration, keeps the wait for a late peer from passing for a slow link.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class Arrival:
     start: int  # common clock
     end: int
     compute_before_ns: int  # compute on this rank since its previous collective (or the step start)
+    message_bytes: int = 0  # 0: unknown
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class Collective:
     departure: int  # median end over ranks
     late_rank: int
     late_rank_compute_ns: int
+    message_bytes: int | None = None  # the largest size the ranks' kernels recorded
 
     @property
     def wait_ns(self) -> int:
@@ -62,14 +70,23 @@ class Collective:
     def interval_ns(self) -> int:
         return max(self.departure, self.last_arrival) - self.first_arrival
 
+    @property
+    def bandwidth_gbs(self) -> float | None:
+        """Algorithm bandwidth of the transfer (bytes per ns is GB/s); None without a size or a transfer."""
+        if not self.message_bytes or self.transfer_ns <= 0:
+            return None
+        return self.message_bytes / self.transfer_ns
+
 
 def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.IntervalSet) -> list[Arrival]:
     """This rank's collectives in the step; ``compute`` is the rank's merged compute time."""
     rows = step.ops[ops.is_comm[step.ops] & (ops.source[step.ops] == IS_KERNEL)]
     rows = rows[np.argsort(ops.start[rows], kind="stable")]
-    classes, index = classify_names(trace.strings, trace.kernels["name"][ops.row[rows]])
+    kernel_rows = ops.row[rows]
+    classes, index = classify_names(trace.strings, trace.kernels["name"][kernel_rows])
     keys = [(c.op or "other", c.implementation or "unknown") for c in classes]
     starts, ends = ops.start[rows], ops.end[rows]
+    sizes = trace.kernels["msg_bytes"][kernel_rows] if "msg_bytes" in trace.kernels else np.zeros(len(rows), np.int64)
     step_start = int(ops.start[step.ops].min()) if len(step.ops) else 0
     # compute since this rank's previous collective ended (or since the step began)
     since = np.maximum.accumulate(np.concatenate([[step_start], ends[:-1]])) if len(rows) else starts
@@ -87,6 +104,7 @@ def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.I
                 int(starts[j]) + trace.clock_offset_ns,
                 int(ends[j]) + trace.clock_offset_ns,
                 int(compute_before[j]),
+                int(sizes[j]),
             )
         )
         ordinals[key] += 1
@@ -115,6 +133,7 @@ def match_collectives(per_rank: list[list[Arrival]]) -> list[Collective]:
                 departure=departure,
                 late_rank=late.rank,
                 late_rank_compute_ns=late.compute_before_ns,
+                message_bytes=max(a.message_bytes for a in members) or None,
             )
         )
     return sorted(out, key=lambda c: c.first_arrival)

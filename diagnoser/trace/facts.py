@@ -59,7 +59,15 @@ def _median_per_step(calls: list[CollectiveRow], field: str) -> float:
     return float(np.median(list(per_step.values()))) / 1000
 
 
+def _median_known(calls: list[CollectiveRow], field: str) -> float | None:
+    """Median over the calls that have the value, None when none has it."""
+    known = [v for c in calls if (v := getattr(c, field)) is not None]
+    return float(np.median(known)) if known else None
+
+
 def _collectives(analysis: Analysis) -> list[CollectiveObs]:
+    """Per (op, implementation); with one rank the transfer can't be told from the wait for
+    unseen peers, so neither it nor its bandwidth is reported."""
     out = []
     for op, impl in sorted({(c.op, c.implementation) for c in analysis.collectives}):
         calls = [c for c in analysis.collectives if (c.op, c.implementation) == (op, impl)]
@@ -77,6 +85,8 @@ def _collectives(analysis: Analysis) -> list[CollectiveObs]:
                 late_rank=late[0][0] if multi and late else None,
                 group_size=group if multi else None,
                 preceding_compute_ms=_median_per_step(calls, "late_rank_compute_us") if multi else None,
+                message_bytes=_median_known(calls, "message_bytes"),
+                effective_bandwidth_gbs=_median_known(calls, "bandwidth_gbs") if multi else None,
             )
         )
     return out

@@ -92,6 +92,30 @@ def _num(value: object, default: int = -1) -> int:
     return int(value) if isinstance(value, (int, float)) else default
 
 
+# Bytes per element of the ScalarType names PyTorch writes as a collective's "dtype".
+_ELEMENT_BYTES = {
+    "Float": 4, "Float32": 4, "Int": 4, "Int32": 4,
+    "BFloat16": 2, "Half": 2, "Float16": 2,
+    "Byte": 1, "Char": 1, "Bool": 1,
+    "Long": 8, "Int64": 8, "Double": 8,
+}  # fmt: skip
+_MSG_IN, _MSG_OUT = "In msg nelems", "Out msg nelems"
+
+
+def _msg_bytes(args: dict) -> int:
+    """A collective's message size in bytes, 0 when unknown (no size args, odd values, unknown dtype).
+
+    The larger of the input and output buffers: the whole gathered output of an all-gather,
+    the whole input of a reduce-scatter, which is the "size" nccl-tests reports against.
+    """
+    dtype = args.get("dtype")
+    size = 1 if isinstance(dtype, str) and dtype.startswith("Float8") else _ELEMENT_BYTES.get(dtype, 0)
+    counts = [args[k] for k in (_MSG_IN, _MSG_OUT) if k in args]
+    if not counts or not size or not all(type(n) in (int, float) and 0 <= n < 2**53 for n in counts):
+        return 0
+    return int(max(counts)) * size
+
+
 def _dims(value: object) -> int:
     """Product of a [x, y, z] launch dimension, -1 when absent."""
     if not isinstance(value, list) or not value:
@@ -147,7 +171,9 @@ class _Router:
                 where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
                 shape = (_dims(args.get("grid")), _dims(args.get("block")))
                 resources = (_num(args.get("registers per thread")), _num(args.get("shared memory")))
-                self.kernels.append((*self._head(event), *where, *shape, *resources))
+                # only collectives carry sizes: other kernels skip the call
+                nbytes = _msg_bytes(args) if _MSG_IN in args or _MSG_OUT in args else 0
+                self.kernels.append((*self._head(event), *where, *shape, *resources, nbytes))
             elif cat in _COPY_CATS:
                 where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
                 self.copies.append((*self._head(event), *where, _num(args.get("bytes"), 0)))
@@ -225,7 +251,7 @@ def read_kineto(path: str | Path) -> RankTrace:
     kcols = _columns(
         path,
         router.kernels,
-        ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem"),
+        ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem", "msg_bytes"),
         base_us,
     )
     kcols["name"] = kcols["name"].astype(np.int32)

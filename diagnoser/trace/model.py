@@ -54,10 +54,11 @@ class Table:
 
 
 # Column sets (readers fill what the format has; absent optional columns are omitted).
-# kernels:  start, end, name, device, stream, correlation, [grid, block, registers, shared_mem, graph_node,
+# kernels:  start, end, name, device, stream, correlation, [grid, block, registers, shared_mem, msg_bytes, graph_node,
 #            graph_id, whole_graph, pid]   (the last three from Nsight Systems exports)
 #           grid = CTAs per launch (product of the three grid dimensions), block = threads per CTA;
 #           registers = per thread, shared_mem = bytes per CTA; absent values are -1.
+#           msg_bytes = a collective kernel's message size (Kineto "In/Out msg nelems" x dtype), 0 = unknown.
 # copies:   start, end, kind (CopyKind), bytes, device, stream, correlation, [pid]
 # runtime:  start, end, name, kind (RuntimeKind), pid, tid, correlation, [sync_type]
 # ranges:   start, end, name, pid, tid, [depth, domain]   (host-side user annotations, NVTX, ProfilerStep#N)
