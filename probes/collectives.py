@@ -215,7 +215,10 @@ def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
             wait_ms=item["wait_ms"],
             late_rank=item["late_rank"],
             message_bytes=item["message_bytes"],
-            effective_bandwidth_gbs=item["bus_bandwidth_gbs"],
+            # the case holds algorithm bandwidth, as trace ingest computes it; bus bandwidth stays in the report
+            effective_bandwidth_gbs=(
+                item["message_bytes"] / (item["transfer_ms"] / 1e3) / 1e9 if item["transfer_ms"] > 0 else None
+            ),
             group_size=item["group_size"],
             preceding_compute_ms=item["preceding_compute_ms"],
         )

@@ -96,6 +96,8 @@ def test_observations_keep_one_entry_per_op_at_the_largest_message():
     facts = {"backend": "gloo", "collectives": [item("all_reduce", 1024, 5.0), item("all_reduce", 65536, 7.0), item("all_to_all", 1024, 3.0)]}
     obs = collectives.to_observations(facts)["collectives"]
     assert [(o.op, o.message_bytes, o.wait_ms) for o in obs] == [("all_reduce", 65536, 7.0), ("all_to_all", 1024, 3.0)]
+    # algorithm bandwidth, as trace ingest reports it: 65,536 B over a 1 ms transfer = 0.065536 GB/s
+    assert obs[0].effective_bandwidth_gbs == pytest.approx(65536 / 1e-3 / 1e9)
     assert collectives.to_observations({"backend": "gloo", "collectives": []}) == {}
 
 

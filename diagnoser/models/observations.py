@@ -86,7 +86,9 @@ class CollectiveObs(_Obs):
     wait_ms: float | None = Field(default=None, ge=0, description="time waiting for the last participant")
     late_rank: int | None = None
     message_bytes: float | None = Field(default=None, ge=0)
-    effective_bandwidth_gbs: float | None = Field(default=None, ge=0)
+    effective_bandwidth_gbs: float | None = Field(
+        default=None, ge=0, description="algorithm bandwidth: message bytes / transfer time, GB/s (no bus factor)"
+    )
     group_size: int | None = Field(default=None, ge=1)
     preceding_compute_ms: float | None = Field(default=None, ge=0, description="compute on the late rank before it arrived")
 
