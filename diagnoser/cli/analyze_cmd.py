@@ -97,10 +97,11 @@ def _case_text(path: Path, observations) -> str:
 
 
 def _print_report(analysis, observations) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from diagnoser.report.console import stdout_console
+
+    console = stdout_console()
     row = analysis.budget()
     if row is None:
         console.print("no step launched any device work: nothing to budget")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import click
@@ -64,9 +63,9 @@ def bound(
     Give a workload file (YAML/JSON) and/or flags; flags override the file. With
     --bytes-per-step and --bandwidth, compute the single-rank floor from those figures alone.
     """
-    from rich.console import Console
+    from diagnoser.report.console import stdout_console
 
-    console = Console(file=sys.stdout, soft_wrap=True, highlight=False)
+    console = stdout_console()
     observed = {"step_ms": flags["observed_step_ms"], "tokens_per_s": flags["observed_tokens_per_s"]}
     if probe_file is not None:
         if bandwidth is not None:

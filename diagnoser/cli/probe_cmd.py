@@ -78,15 +78,16 @@ def _logger(console: Any | None) -> logging.Logger:
 
 
 def print_table(report: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from diagnoser.report.console import stdout_console
 
     table = Table(title=f"diagnoser probe on {report.host}")
     for column in ("probe", "status", "seconds", "reason"):
         table.add_column(column)
     for result in report.results:
         table.add_row(result.name, result.status, f"{result.duration_s:.2f}", result.reason or "")
-    Console().print(table)
+    stdout_console().print(table)
 
 
 @click.command()
