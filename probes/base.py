@@ -84,6 +84,9 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if not isinstance(err, (ProbeSkipped, ProbeTimeout)) else text
 
 
+GPU_EXTRA_MODULES = frozenset({"torch", "pynvml"})
+
+
 def run_probe(name: str, func: Callable[["ProbeContext"], dict[str, Any]], ctx: ProbeContext) -> ProbeResult:
     """Run one probe under its deadline and turn every outcome into a ProbeResult.
 
@@ -110,6 +113,10 @@ def run_probe(name: str, func: Callable[["ProbeContext"], dict[str, Any]], ctx: 
     error = outcome.get("error")
     if isinstance(error, ProbeSkipped):
         return ProbeResult(name=name, status="skipped", reason=one_line(error), duration_s=duration)
+    if isinstance(error, ModuleNotFoundError) and error.name in GPU_EXTRA_MODULES:
+        # torch and nvidia-ml-py are an optional extra: a missing one is a reason, not a fault
+        reason = f"{error.name} is not installed (pip install 'diagnoser[gpu]')"
+        return ProbeResult(name=name, status="skipped", reason=reason, duration_s=duration)
     if error is not None:
         ctx.log.debug("probe %s failed", name, exc_info=error)
         return ProbeResult(name=name, status="failed", reason=one_line(error), duration_s=duration)

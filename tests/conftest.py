@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import os
 import subprocess
@@ -32,3 +33,7 @@ def bandwidth_report(tmp_path: Path, device: str, gbs: float) -> Path:
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(report))
     return path
+
+
+# torch is in the optional gpu extra: tests that run torch probes skip without it
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch (the gpu extra) is not installed")

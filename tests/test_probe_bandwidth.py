@@ -8,6 +8,7 @@ from diagnoser.models.observations import Observations, ProbeFacts
 from diagnoser.probes.bandwidth import buffer_bytes, gbs, host_cache_bytes, run, to_observations
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.to_case import merge_observations
+from conftest import needs_torch
 
 MIB = 1 << 20
 
@@ -33,6 +34,7 @@ def test_default_buffer_is_several_caches_and_guard_can_refuse():
         buffer_bytes(ProbeContext(max_memory_fraction=1e-9), 32 * MIB)
 
 
+@needs_torch
 def test_cpu_run_measures_host_memory():
     ctx = ProbeContext(options={"bandwidth_buffer_bytes": 16 * MIB, "bandwidth_repeats": 3, "theoretical_bandwidth_gbs": 100.0})
     facts = run(ctx)
@@ -46,6 +48,7 @@ def test_cpu_run_measures_host_memory():
     assert probe.measured_bandwidth_gbs == facts["measured_bandwidth_gbs"] and probe.theoretical_bandwidth_gbs == 100.0
 
 
+@needs_torch
 def test_without_a_theoretical_figure_the_fraction_is_absent_with_a_reason():
     facts = run(ProbeContext(options={"bandwidth_buffer_bytes": 8 * MIB, "bandwidth_repeats": 3}))
     assert facts["theoretical_bandwidth_gbs"] is None and facts["fraction_of_theoretical"] is None

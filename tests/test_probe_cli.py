@@ -12,6 +12,7 @@ import pytest
 
 from diagnoser.models.case import load_case
 from diagnoser.probes.report import ProbeReport
+from conftest import needs_torch
 
 GPU_PRESENT = subprocess.run(
     [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True
@@ -26,6 +27,7 @@ def diagnoser(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
 
 
 @pytest.mark.skipif(GPU_PRESENT, reason="this acceptance describes a machine without a GPU")
+@needs_torch
 def test_default_run_on_a_cpu_machine_is_a_valid_report():
     done = diagnoser("probe", "--json")
     assert done.returncode == 0, done.stderr
@@ -40,6 +42,7 @@ def test_default_run_on_a_cpu_machine_is_a_valid_report():
         assert status[name].status in {"skipped", "failed"} and status[name].reason
 
 
+@needs_torch
 def test_case_is_read_for_shapes_and_written_back(tmp_path):
     case = tmp_path / "case.yaml"
     case.write_text(
@@ -76,6 +79,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and "KEY=VALUE" in done.stderr
 
 
+@needs_torch
 def test_table_output_without_json():
     done = diagnoser("probe", "--only", "device")
     assert done.returncode == 0, done.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -14,6 +13,7 @@ from diagnoser.models.observations import CollectiveObs
 from diagnoser.probes import collectives
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout
 from diagnoser.probes.collective_timeline import CallRecord, bus_bandwidth_gbs, summarise
+from conftest import needs_torch
 
 MS = 1_000_000  # ns
 
@@ -145,12 +145,13 @@ def test_rank_count_is_bounded_by_cores_and_memory():
     collectives.check_rank_budget(ProbeContext(max_memory_fraction=1.0), 2)
 
 
+@needs_torch
 def test_single_rank_is_skipped():
     with pytest.raises(ProbeSkipped, match="at least 2 ranks"):
         collectives.run(ProbeContext(options={"ranks": 1}))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+@needs_torch
 def test_gloo_ranks_attribute_injected_delay_to_rank_1():
     ctx = ProbeContext(
         device="cpu",

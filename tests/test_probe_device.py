@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pynvml
 import pytest
+
+pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py (the gpu extra) is not installed")
 
 from diagnoser.probes import device
 from diagnoser.probes.base import ProbeContext

@@ -158,3 +158,20 @@ def test_probes_only_read_device_state():
     assert len(sources) >= 8
     offenders = [f"{p.name}: {m.group(0)}" for p in sources for m in forbidden.finditer(p.read_text())]
     assert offenders == []
+
+
+def test_without_the_gpu_extra_torch_probes_skip_with_the_install_hint():
+    # None in sys.modules makes `import torch` fail exactly as on a machine without the extra
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\nsys.modules['pynvml'] = None\n"
+        "from diagnoser.cli import main\n"
+        "sys.exit(main(['probe', '--json', '--only', 'bandwidth,gemm,graphs']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = ProbeReport.model_validate_json(out.stdout)
+    assert [(r.status, r.reason) for r in report.results] == [
+        ("skipped", "torch is not installed (pip install 'diagnoser[gpu]')")
+    ] * 3
+    assert report.torch_version is None

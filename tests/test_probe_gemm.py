@@ -6,6 +6,7 @@ import pytest
 
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.gemm import doubling_m, expert_shapes, gemm_bytes, hardware_for, roofline_s, run
+from conftest import needs_torch
 
 
 def test_deepseek_expert_shapes_and_expert_tp():
@@ -45,6 +46,7 @@ def test_doubling_point():
     assert doubling_m(points[:3]) is None
 
 
+@needs_torch
 def test_cpu_sweep_over_given_shapes():
     ctx = ProbeContext(options={"gemm_shapes": [{"name": "tiny", "n": 256, "k": 128}], "gemm_max_m": 16})
     facts = run(ctx)
@@ -58,6 +60,7 @@ def test_cpu_sweep_over_given_shapes():
         assert "fraction_of_roofline" not in point  # no peak figures for a CPU
 
 
+@needs_torch
 def test_cpu_scales_model_shapes_down_and_says_so():
     facts = run(ProbeContext(options={"model": "qwen3-30b-a3b", "gemm_max_m": 2}))
     assert facts["scaled_for_cpu"] is True and facts["shapes_source"] == "workload model"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="torch (the gpu extra) is not installed")
 
 from diagnoser.probes.base import ProbeContext
 from diagnoser.probes.graphs import EPS, count_launches, make_step, run, to_observations

@@ -52,8 +52,13 @@ def workload_options(case_path: str) -> dict[str, Any]:
 
 
 def resolve_device(requested: str) -> str:
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        # without the gpu extra the torch probes skip themselves; NVML and client probes still run
+        if requested == "cuda":
+            raise InputError("--device cuda: torch is not installed (pip install 'diagnoser[gpu]')") from None
+        return "cpu"
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
