@@ -48,7 +48,12 @@ def small_expert_work(k) -> bool:
 
 def _kernel_evidence(k) -> list:
     names = ("share_of_step", "count_per_step", "grid_ctas", "sm_count", "tokens_per_expert", "achieved_bw_fraction", "backend")
-    return [ev(f"kernel_classes[{k['kernel_class']}].{n}", k[n]) for n in names if n in k]
+    estimated = set(k.get("estimated_from_bound", ()))
+    return [
+        ev(f"kernel_classes[{k['kernel_class']}].{n}" + (" (estimated from the bound)" if n in estimated else ""), k[n])
+        for n in names
+        if n in k
+    ]
 
 
 

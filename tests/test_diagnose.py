@@ -100,3 +100,41 @@ def test_workload_the_bound_rejects_names_the_case(tmp_path):
     out = run_cli("diagnose", str(path))
     assert out.returncode == 2 and out.stderr.startswith(f"diagnoser: error: {path}: workload: ")
     assert "TP=7" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def _moe_case(**moe_fields):
+    from diagnoser.models.case import Case
+
+    return Case.model_validate({
+        "workload": {"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "batch": 8, "context": 0},
+        "observations": {
+            "budget": {"step_ms": 20, "device_ms": 18, "launch_ms": 1, "host_ms": 1},
+            # as a trace gives it: no rows per expert, no bytes, and a grid that fills the GPU
+            "kernel_classes": [{"kernel_class": "moe", "share_of_step": 0.8, "grid_ctas": 400, "sm_count": 132, **moe_fields}],
+        },
+    })
+
+
+def test_moe_rows_and_bandwidth_are_estimated_from_the_bound_when_a_trace_lacks_them():
+    from diagnoser.engine import diagnose, load_rulebook
+
+    # Qwen3-30B-A3B, 8 tokens, E=128, k=8: 128 * (1 - (15/16)^8) = 51.62 experts touched per layer,
+    # 64 routed slots over them = 1.240 rows per expert GEMM; each expert is 3*2048*768 bf16 elements
+    touched = 128 * (1 - (15 / 16) ** 8)
+    rows = 64 / touched
+    expert_bytes = touched * 48 * 3 * 2048 * 768 * 2
+    fraction = expert_bytes / (18 * 0.8 / 1e3) / 3350e9  # 23.38 GB over the class's 14.4 ms at 3.35 TB/s
+    assert rows == pytest.approx(1.240, abs=1e-3) and fraction == pytest.approx(0.4847, abs=1e-3)
+    found = diagnose(_moe_case(), load_rulebook())
+    (small,) = [h for h in found.hypotheses if h.rule == "small-expert-kernels"]
+    values = {e.name: e.value for e in small.evidence}
+    assert values["kernel_classes[moe].tokens_per_expert (estimated from the bound)"] == pytest.approx(rows, rel=1e-3)
+    assert values["kernel_classes[moe].achieved_bw_fraction (estimated from the bound)"] == pytest.approx(fraction, rel=1e-3)
+    assert found.bound.rows_per_touched_expert == pytest.approx(rows)
+
+
+def test_measured_moe_bandwidth_wins_over_the_estimate():
+    from diagnoser.engine import diagnose, load_rulebook
+
+    found = diagnose(_moe_case(achieved_bw_fraction=0.9, tokens_per_expert=40), load_rulebook())
+    assert "small-expert-kernels" not in {h.rule for h in found.hypotheses}

@@ -5,7 +5,7 @@ bytes/bandwidth pair (the synthetic single-rank case, or a figure someone else c
 """
 
 from diagnoser.bound.estimate import BoundReport, RankEstimate, active_parameters, compute_bound
-from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts
+from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts, rows_per_touched_expert
 from diagnoser.bound.floor import FloorResult, compare_with_observation, floor_from_bytes
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "distinct_experts_per_rank",
     "expected_distinct_experts",
     "floor_from_bytes",
+    "rows_per_touched_expert",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts
+from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts, rows_per_touched_expert
 from diagnoser.bound.floor import FloorResult, compare_with_observation
 from diagnoser.bound.traffic import (
     attention_shard,
@@ -67,8 +67,10 @@ class ExpertUnion(BaseModel):
     group_tokens: float
     local_experts: float
     touched_per_layer_busiest_rank: float
-    touched_per_layer_if_active_params: float  # what "active parameters" implies: k per token... capped
+    touched_per_layer_if_active_params: float  # what "active parameters" implies: k per token, capped
     all_local_experts: float
+    rows_per_touched_expert: float  # mean tokens per expert GEMM (skinny below ~16)
+    expert_bytes_busiest_rank: float  # routed + shared expert bytes on the critical rank
 
 
 class NaiveEstimate(BaseModel):
@@ -275,8 +277,14 @@ def _union(spec: ModelSpec, workload: Workload, critical: RankEstimate, histogra
     spans_group = layout.ep * layout.moe_tp == layout.tp * layout.dp
     tokens = workload.batch * workload.query_tokens_per_step / (1 if spans_group else layout.dp)
     local = m.num_experts / layout.ep
+    if histograms:
+        rows = sum(sum(h) / max(1, sum(1 for c in h if c)) for h in histograms) / len(histograms)
+    else:
+        rows = rows_per_touched_expert(m.num_experts, m.top_k, tokens)
     return ExpertUnion(
         source="measured histogram" if histograms else "uniform routing (an upper bound: skewed routing touches fewer)",
+        rows_per_touched_expert=rows,
+        expert_bytes_busiest_rank=critical.components.get("routed_experts", 0.0) + critical.components.get("shared_experts", 0.0),
         group_tokens=tokens,
         local_experts=local,
         touched_per_layer_busiest_rank=critical.routed_experts_touched_per_layer,

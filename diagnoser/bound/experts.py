@@ -25,6 +25,15 @@ def expected_distinct_experts(num_experts: int, top_k: int, tokens: float, local
     return local * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
+def rows_per_touched_expert(num_experts: int, top_k: int, tokens: float) -> float:
+    """Mean rows one expert GEMM gets: the batch's T*k routed slots over the experts they land on.
+
+    This, not the batch size, decides whether an expert GEMM is a skinny matrix-vector product.
+    """
+    touched = expected_distinct_experts(num_experts, top_k, tokens)
+    return tokens * top_k / touched if touched else 0.0
+
+
 def distinct_experts_per_rank(tokens_per_expert: Sequence[int], ep: int) -> list[int]:
     """Touched experts on each EP rank from a measured per-expert token histogram.
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.models.observations import BoundaryTimings
+from diagnoser.models.observations import BoundaryTimings, KernelClassObs, StepBudget
 
 
 class Reference(Fact):
@@ -151,6 +151,24 @@ def _boundaries(b: BoundaryTimings) -> Boundaries:
     ))
 
 
+def _kernel_class(k: KernelClassObs, budget: StepBudget | None, bound: BoundSummary | None) -> KernelClass:
+    """A kernel class, with MoE figures a trace cannot give estimated from the pinned workload.
+
+    Traces rarely record how many rows each expert GEMM got or how many bytes the fused-MoE
+    kernels read. The bound knows both for the pinned batch: rows per touched expert, and the
+    expert bytes the busiest rank must read, which over the class's measured time give an
+    achieved-bandwidth estimate. Measured values always win; estimated ones are marked.
+    """
+    estimated: dict[str, float] = {}
+    if k.kernel_class == "moe" and bound is not None:
+        if k.tokens_per_expert is None and bound.rows_per_touched_expert is not None:
+            estimated["tokens_per_expert"] = bound.rows_per_touched_expert
+        class_ms = budget.device_ms * k.share_of_step if budget is not None else 0.0
+        if k.achieved_bw_fraction is None and bound.expert_bytes and bound.bandwidth_gbs and class_ms > 0:
+            estimated["achieved_bw_fraction"] = bound.expert_bytes / (class_ms / 1e3) / (bound.bandwidth_gbs * 1e9)
+    return KernelClass(**_fields(k, **estimated, estimated_from_bound=sorted(estimated) or None))
+
+
 def reference_step_ms(case: Case) -> float | None:
     """The measured step the gains refer to: the budget's, else the device boundary, else the pin's."""
     obs = case.observations
@@ -230,7 +248,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         b = obs.budget
         facts.append(Budget(**_fields(b, parts_ms=b.parts_ms, unattributed_ms=max(0.0, b.step_ms - b.parts_ms))))
     facts += [RankBudget(**_fields(r, parts_ms=r.parts_ms)) for r in obs.rank_budgets]
-    facts += [KernelClass(**_fields(k)) for k in obs.kernel_classes]
+    facts += [_kernel_class(k, obs.budget, bound) for k in obs.kernel_classes]
     if obs.graph is not None:
         captured = obs.graph.captured_batch_sizes
         facts.append(Graph(**_fields(obs.graph, max_captured_batch=max(captured) if captured else None)))

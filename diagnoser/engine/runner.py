@@ -180,6 +180,9 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
             report,
             critical_rank_bytes=critical.bytes_total,
             active_parameter_bytes=report.naive.bytes_total,
+            bandwidth_gbs=report.bandwidth_gbs,
+            expert_bytes=report.expert_union.expert_bytes_busiest_rank if report.expert_union else None,
+            rows_per_touched_expert=report.expert_union.rows_per_touched_expert if report.expert_union else None,
         )
     quoted = case.bound_inputs
     if quoted is not None and quoted.bytes_per_step and quoted.bandwidth_gbs:

@@ -97,6 +97,9 @@ class BoundSummary(_Out):
     ceiling_tokens_per_s: float | None = None
     critical_rank_bytes: float | None = Field(default=None, description="bytes the busiest rank moves per step")
     active_parameter_bytes: float | None = Field(default=None, description="the naive active params x bytes figure")
+    bandwidth_gbs: float | None = Field(default=None, description="bandwidth the bound used (datasheet or measured)")
+    expert_bytes: float | None = Field(default=None, description="routed + shared expert bytes the busiest rank reads per step")
+    rows_per_touched_expert: float | None = Field(default=None, description="mean tokens per expert GEMM in the pinned batch")
     sanity: list[str] = Field(default_factory=list)
 
 

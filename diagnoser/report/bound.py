@@ -55,7 +55,8 @@ def render_bound(report: BoundReport, console: Console) -> None:
         console.print(
             f"experts touched per MoE layer on the busiest rank: {u.touched_per_layer_busiest_rank:.3g} of "
             f"{u.local_experts:.4g} local ({u.group_tokens:.4g} tokens; {u.source}); "
-            f"'active parameters' would say {u.touched_per_layer_if_active_params:.3g}"
+            f"'active parameters' would say {u.touched_per_layer_if_active_params:.3g}; "
+            f"{u.rows_per_touched_expert:.3g} rows per expert GEMM"
         )
     console.print(
         f"memory-only floor {report.floor_ms:.4g} ms, compute floor {report.compute_floor_ms:.4g} ms -> "
