@@ -68,7 +68,6 @@ class ExpertUnion(BaseModel):
     local_experts: float
     touched_per_layer_busiest_rank: float
     touched_per_layer_if_active_params: float  # what "active parameters" implies: k per token, capped
-    all_local_experts: float
     rows_per_touched_expert: float  # mean tokens per expert GEMM (skinny below ~16)
     expert_bytes_busiest_rank: float  # routed + shared expert bytes on the critical rank
 
@@ -289,7 +288,6 @@ def _union(spec: ModelSpec, workload: Workload, critical: RankEstimate, histogra
         local_experts=local,
         touched_per_layer_busiest_rank=critical.routed_experts_touched_per_layer,
         touched_per_layer_if_active_params=min(m.top_k, local),
-        all_local_experts=local,
     )
 
 

@@ -14,7 +14,7 @@ import sys
 import click
 
 from diagnoser import __version__
-from diagnoser.errors import EXIT_INPUT, EXIT_INTERNAL, DiagnoserError
+from diagnoser.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, DiagnoserError
 
 # name -> ("module:attribute", short help shown by --help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_INTERNAL
     # In non-standalone mode click returns ctx.exit(code)'s code, or the command's own value.
-    return result if isinstance(result, int) else 0
+    return result if isinstance(result, int) else EXIT_OK
 
 
 def run() -> None:
