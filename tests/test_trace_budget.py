@@ -3,6 +3,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diagnoser.trace.analysis import analyze_traces
@@ -111,40 +112,27 @@ def test_collective_alignment_recovers_a_skewed_clock(tmp_path):
     assert any("shifted by -1000.0 us" in n for n in aligned.notes)
 
 
-def test_steps_from_repeated_graph_launches_without_annotations(tmp_path):
-    """A decode loop under full CUDA graphs: one cudaGraphLaunch per step, no ProfilerStep."""
+def _graph_trace(tmp_path, launch_times_us, kernels=((10, 30), (45, 20))):
+    """A Kineto trace of cudaGraphLaunch calls (no annotations), each replaying ``kernels``
+    given as (start after the launch, duration) in microseconds."""
     import json
 
     base, events = 1_700_000_000_000_000, []
-    for step in range(3):
-        t0, corr = 100 * step, 10 + step
-        events.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaGraphLaunch",
-                "pid": 1,
-                "tid": 1,
-                "ts": base + t0,
-                "dur": 8,
-                "args": {"correlation": corr},
-            }
-        )
-        for j, (start, dur) in enumerate(((10, 30), (45, 20))):
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": f"gemv_{j}",
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": base + t0 + start,
-                    "dur": dur,
-                    "args": {"stream": 7, "correlation": corr, "device": 0},
-                }
-            )
+    for n, t0 in enumerate(launch_times_us):
+        corr = 10 + n
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1,
+                       "ts": base + t0, "dur": 8, "args": {"correlation": corr}})
+        for j, (start, dur) in enumerate(kernels):
+            events.append({"ph": "X", "cat": "kernel", "name": f"gemv_{j}", "pid": 0, "tid": 7, "ts": base + t0 + start,
+                           "dur": dur, "args": {"stream": 7, "correlation": corr, "device": 0}})
     path = tmp_path / "graphs.json"
     path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_steps_from_repeated_graph_launches_without_annotations(tmp_path):
+    """A decode loop under full CUDA graphs: one cudaGraphLaunch per step, no ProfilerStep."""
+    path = _graph_trace(tmp_path, [0, 100, 200])
     analysis = analyze_traces(load_traces([path], workers=1))
     assert analysis.method == "graph_launch" and len(analysis.steps) == 3
     first = analysis.budget(rank=0, key="graph#0")
@@ -154,3 +142,26 @@ def test_steps_from_repeated_graph_launches_without_annotations(tmp_path):
     # the step's last kernel while the next launch had not been issued
     assert first.parts_ns == {"device": 50_000, "exposed_comm": 0, "launch": 0, "queue": 7_000, "host": 43_000}
     assert analysis.median_step_ms == pytest.approx(0.1)  # windows 100, 100 and the last one 55 us
+
+
+def test_piecewise_graphs_group_launches_into_steps(tmp_path):
+    """Piecewise graphs: 3 launches per step 12 us apart, steps 200 us apart; the trace opens
+    mid-step with two stray pieces, whose work is counted as unassigned, not dropped."""
+    launches = [0, 12] + [100 + 200 * step + 12 * piece for step in range(4) for piece in range(3)]
+    path = _graph_trace(tmp_path, launches, kernels=((2, 5),))
+    analysis = analyze_traces(load_traces([path], workers=1))
+    assert analysis.method == "graph_launch" and len(analysis.steps) == 4
+    first = analysis.budget(rank=0, key="graph#0")
+    assert (first.graph_launches, first.graph_ops) == (3, 3)
+    assert analysis.median_step_ms == pytest.approx(0.2)
+    assert any("3 graph launches per step" in note for note in analysis.notes)
+    assert analysis.unassigned_ops[0] == 2
+
+
+def test_launch_grouping_falls_back_to_one_launch_per_step():
+    from diagnoser.trace.steps import graph_launches_per_step
+
+    assert graph_launches_per_step(np.array([0, 100, 205, 298, 400])) == (1, 0)  # even spacing: full graphs
+    assert graph_launches_per_step(np.array([0, 10, 20, 100, 110, 120, 200, 210, 220])) == (3, 0)
+    # a 60 us gap inside the third step (a sync, say) breaks the pattern: no grouping is claimed
+    assert graph_launches_per_step(np.array([0, 10, 20, 100, 110, 120, 200, 260, 270, 300, 310, 320])) == (1, 0)

@@ -3,7 +3,9 @@
     segment_steps(trace, ops, step_range=None) -> Segmentation
 
 A step is a host-side window (``ProfilerStep#N``, a named ``record_function``/NVTX range,
-or the interval between consecutive ``cudaGraphLaunch`` calls when nothing is annotated).
+or, when nothing is annotated, the interval between the first ``cudaGraphLaunch`` calls of
+consecutive steps: one launch per step under full graphs, a fixed group of launches under
+piecewise graphs, found from the gaps between launches).
 Device work belongs to the step whose window contains the start of the host call that
 launched it, so work that runs late (queued behind a deep stream) is still charged to the
 step that asked for it. Windowing is explicit: work launched outside every window, or with no
@@ -23,6 +25,32 @@ from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import DeviceOps
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# Between steps the host schedules, samples and detokenizes, so the gap before a step's first
+# graph launch must exceed every gap between the pieces of one step by this factor.
+STEP_GAP_FACTOR = 3.0
+MAX_PIECES_PER_STEP = 128
+
+
+def graph_launches_per_step(starts: np.ndarray) -> tuple[int, int]:
+    """(launches per step, index of the first step's first launch) from sorted launch times.
+
+    Piecewise graphs replay a fixed number of pieces per step, separated by short gaps. The
+    gaps before each step's first launch must then be the longest ones, clearly apart from
+    every gap inside a step, and evenly spaced in launch count. Each clear split of the sorted
+    gaps is tried from the lowest; without such a pattern every launch starts a step
+    (full-graph decode).
+    """
+    gaps = np.diff(starts)
+    if len(gaps) < 3:
+        return 1, 0
+    ordered = np.sort(gaps)
+    for split in np.flatnonzero(ordered[1:] > STEP_GAP_FACTOR * ordered[:-1]):
+        boundary = np.flatnonzero(gaps > ordered[split])  # gap just before each step's first launch
+        spacing = np.unique(np.diff(boundary))
+        if len(boundary) >= 2 and len(spacing) == 1 and 2 <= spacing[0] <= MAX_PIECES_PER_STEP:
+            pieces = int(spacing[0])
+            return pieces, int(boundary[0] + 1) % pieces
+    return 1, 0
 
 
 @dataclass
@@ -42,7 +70,8 @@ class Segmentation:
     notes: list[str] = field(default_factory=list)
 
 
-def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[tuple[str, int, int]]]:
+def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[tuple[str, int, int]], list[str]]:
+    """(method, windows, notes about how they were found)."""
     ranges = trace.ranges
     names = [trace.strings[i] for i in ranges["name"]] if len(ranges) else []
     if step_range:
@@ -51,28 +80,30 @@ def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[t
             raise InputError(
                 f"{trace.source}: no range named like {step_range!r} (use --step-range with a name in the trace)"
             )
-        return "range", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in picked]
+        return "range", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in picked], []
     profiler = [i for i, n in enumerate(names) if _PROFILER_STEP.match(n)]
     if profiler:
-        return "profiler_step", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in profiler]
+        return "profiler_step", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in profiler], []
     rt = trace.runtime
     graph = np.flatnonzero(rt["kind"] == RuntimeKind.graph_launch) if len(rt) else np.zeros(0, np.int64)
     if len(graph) >= 2:
-        starts = np.sort(rt["start"][graph])
+        launches = np.sort(rt["start"][graph])
+        pieces, offset = graph_launches_per_step(launches)
+        starts = launches[offset::pieces]
         last_end = int(max(rt["end"].max(), trace.kernels["end"].max() if len(trace.kernels) else 0))
         bounds = list(starts) + [last_end]
-        return "graph_launch", [(f"graph#{i}", int(bounds[i]), int(bounds[i + 1])) for i in range(len(starts))]
+        notes = [f"piecewise CUDA graphs: {pieces} graph launches per step, grouped by the gaps between them"] if pieces > 1 else []
+        return "graph_launch", [(f"graph#{i}", int(bounds[i]), int(bounds[i + 1])) for i in range(len(starts))], notes
     everything = [t["start"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
     ends = [t["end"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
     if not everything:
-        return "whole_trace", []
-    return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), int(max(a.max() for a in ends)) + 1)]
+        return "whole_trace", [], []
+    return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), int(max(a.max() for a in ends)) + 1)], []
 
 
 def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = None) -> Segmentation:
-    method, windows = _host_windows(trace, step_range)
+    method, windows, notes = _host_windows(trace, step_range)
     windows.sort(key=lambda w: w[1])
-    notes: list[str] = []
     if method == "whole_trace":
         notes.append("no ProfilerStep, named range or repeated graph launch: the whole trace is one step")
     if method == "range" and len(windows) > 1:
