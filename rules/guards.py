@@ -28,6 +28,13 @@ SPECS = load_specs(__file__)
 
 # Parts or totals more than 5-10 % above the measured step cannot all be on one serial path.
 OVERCOUNT = 1.05
+# Two figures within 10 % of each other are taken to be the same number quoted twice.
+SAME_FIGURE = 0.1
+
+
+def same_figure(a: float, b: float) -> bool:
+    return abs(a - b) <= SAME_FIGURE * max(a, b)
+
 CLAIM_OVERCOUNT = 1.1
 # Two byte counts within 5 % are the same figure.
 SAME_FIGURE = 0.05
@@ -83,16 +90,33 @@ class GuardRules(RuleSet):
     def overlap_summed_claim(self, claimed, step):
         return Finding(evidence=[ev("claimed_step_ms", claimed, "ms"), ev("reference.step_ms", step, "ms")])
 
+    # A kernel total over ranks is a legitimate, labelled figure (``diagnoser analyze`` reports
+    # it); the mistake is to use it as a time: as a claimed step, or as the budget's device part.
     @rule(
         SPECS["kernel-sum-as-elapsed"],
         KernelSum(ms=MATCH.total),
+        ClaimedStep(ms=MATCH.claimed),
         Reference(step_ms=MATCH.step),
-        TEST(lambda total, step: total > OVERCOUNT * step),
+        TEST(lambda total, claimed, step: same_figure(claimed, total) and total > OVERCOUNT * step),
     )
-    def kernel_sum_as_elapsed(self, total, step):
+    def kernel_sum_claimed_as_step(self, total, claimed, step):
         return Finding(
-            evidence=[ev("kernel_sum_across_ranks_ms", total, "ms"), ev("reference.step_ms", step, "ms")],
+            evidence=[ev("kernel_sum_across_ranks_ms", total, "ms"), ev("claimed_step_ms", claimed, "ms"),
+                      ev("reference.step_ms", step, "ms")],
             detail=f"{total:.3g} ms of kernels in a {step:.3g} ms step is only possible if ranks run concurrently.",
+        )
+
+    @rule(
+        SPECS["kernel-sum-as-elapsed"],
+        KernelSum(ms=MATCH.total),
+        Budget(device_ms=MATCH.device, step_ms=MATCH.step),
+        TEST(lambda total, device, step: same_figure(device, total) and total > OVERCOUNT * step),
+    )
+    def kernel_sum_as_device_part(self, total, device, step):
+        return Finding(
+            evidence=[ev("kernel_sum_across_ranks_ms", total, "ms"), ev("budget.device_ms", device, "ms"),
+                      ev("budget.step_ms", step, "ms")],
+            detail="The budget's device part is the kernel total over all ranks, not one rank's critical path.",
         )
 
     @rule(
