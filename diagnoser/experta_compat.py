@@ -18,26 +18,6 @@ for _name in ("Mapping", "MutableMapping", "Sequence", "Iterable", "Hashable", "
 # experta/__init__.py swallows ImportError, hiding a missing dependency behind a confusing
 # "cannot import name KnowledgeEngine"; importing the engine module first surfaces the real cause.
 import experta.engine  # noqa: E402,F401
-from experta import (  # noqa: E402
-    AND,
-    AS,
-    EXISTS,
-    FORALL,
-    MATCH,
-    NOT,
-    OR,
-    TEST,
-    DefFacts,
-    Fact,
-    Field,
-    KnowledgeEngine,
-    L,
-    P,
-    Rule,
-    W,
-)
+from experta import AS, MATCH, NOT, OR, TEST, Fact, KnowledgeEngine, L, P, Rule, W  # noqa: E402
 
-__all__ = [
-    "AND", "AS", "EXISTS", "FORALL", "MATCH", "NOT", "OR", "TEST",
-    "DefFacts", "Fact", "Field", "KnowledgeEngine", "L", "P", "Rule", "W",
-]
+__all__ = ["AS", "MATCH", "NOT", "OR", "TEST", "Fact", "KnowledgeEngine", "L", "P", "Rule", "W"]

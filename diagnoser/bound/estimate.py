@@ -104,7 +104,8 @@ class BoundReport(FloorResult):
     excludes: list[str]
 
 
-def _histograms(workload: Workload, spec: ModelSpec) -> list[list[int]] | None:
+def _histograms(workload: Workload, spec: ModelSpec) -> dict[int, list[int]] | None:
+    """Measured tokens per expert, keyed by MoE layer index."""
     hist = workload.expert_token_histogram
     if hist is None:
         return None
@@ -116,12 +117,13 @@ def _histograms(workload: Workload, spec: ModelSpec) -> list[list[int]] | None:
     for row in per_layer:
         if len(row) != spec.moe.num_experts or any(c < 0 for c in row):
             raise InputError(f"expert_token_histogram rows need {spec.moe.num_experts} non-negative counts")
-    return per_layer  # type: ignore[return-value]
+    moe_layer_ids = [i for i in range(spec.num_layers) if spec.is_moe_layer(i)]
+    return dict(zip(moe_layer_ids, per_layer))  # type: ignore[arg-type]
 
 
 def _rank_estimate(
     spec: ModelSpec, workload: Workload, hw: Hardware, stage: int, layers: range, rank: int,
-    histograms: list[list[int]] | None,
+    histograms: dict[int, list[int]] | None,
 ) -> RankEstimate:
     layout, prec, q = workload.layout, workload.precision, workload.query_tokens_per_step
     w, e, kvb, act, head = (bytes_per_element(x) for x in (prec.weights, prec.experts, prec.kv_cache, prec.activations, prec.head))
@@ -166,8 +168,7 @@ def _rank_estimate(
             touched = touched_per_layer * n_moe
             routed_tokens = group_tokens * m.top_k / layout.ep * n_moe
         else:
-            stage_hists = [histograms[spec_index] for spec_index, layer in enumerate(
-                i for i in range(spec.num_layers) if spec.is_moe_layer(i)) if layer in layers]
+            stage_hists = [histograms[i] for i in moe_layer_ids]
             touched = sum(distinct_experts_per_rank(h, layout.ep)[ep_index] for h in stage_hists)
             width = m.num_experts // layout.ep
             routed_tokens = sum(sum(h[ep_index * width : (ep_index + 1) * width]) for h in stage_hists)
@@ -269,7 +270,9 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     )
 
 
-def _union(spec: ModelSpec, workload: Workload, critical: RankEstimate, histograms) -> ExpertUnion | None:
+def _union(
+    spec: ModelSpec, workload: Workload, critical: RankEstimate, histograms: dict[int, list[int]] | None
+) -> ExpertUnion | None:
     if not spec.moe or critical.routed_experts_touched_per_layer is None:
         return None
     layout, m = workload.layout, spec.moe
@@ -277,7 +280,7 @@ def _union(spec: ModelSpec, workload: Workload, critical: RankEstimate, histogra
     tokens = workload.batch * workload.query_tokens_per_step / (1 if spans_group else layout.dp)
     local = m.num_experts / layout.ep
     if histograms:
-        rows = sum(sum(h) / max(1, sum(1 for c in h if c)) for h in histograms) / len(histograms)
+        rows = sum(sum(h) / max(1, sum(1 for c in h if c)) for h in histograms.values()) / len(histograms)
     else:
         rows = rows_per_touched_expert(m.num_experts, m.top_k, tokens)
     return ExpertUnion(
