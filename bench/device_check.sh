@@ -10,22 +10,29 @@
 # Then through the device tool, from the repo root, with carry [".whl"] and timeout_s 540:
 #   bash bench/device_check.sh
 # Everything lands in $OUT (the tool brings it back): probe report and tables, both traces,
-# their analyses. Commit the small traces under tests/data/ and the tables under bench/results/.
+# their analyses and one log. Commit the small traces under tests/data/ and the tables under bench/results/.
 set -uo pipefail
 OUT=${OUT:-bench/out/device}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . \
   || { echo "device_check: could not install the carried wheels and diagnoser"; exit 2; }
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit --format=csv \
-  | tee "$OUT/nvidia-smi.csv"
-timeout 300 python3 bench/gpu_probes.py --out "$OUT" 2>&1 | tee "$OUT/gpu_probes.log"
-timeout 150 python3 bench/capture_decode_trace.py --out "$OUT" 2>&1 | tee "$OUT/capture.log"
+# The device tool brings back at most 8 files from $OUT: one log (the text analyses included),
+# the two result files, the two traces and their two JSON analyses.
+exec > >(tee "$OUT/device_check.log") 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit --format=csv
+timeout 300 python3 bench/gpu_probes.py --out "$OUT"
+timeout 150 python3 bench/capture_decode_trace.py --out "$OUT"
+# From a scratch folder: `python3 -m` puts the working folder first on sys.path, and this
+# checkout's diagnoser/ would shadow the installed package (probes/ is diagnoser.probes only there).
+cd /tmp || exit 2
 for mode in eager graph; do
   [ -f "$OUT/decode_$mode.json.gz" ] || continue
-  timeout 60 python3 -m diagnoser analyze "$OUT/decode_$mode.json.gz" --step-range decode_step \
-    > "$OUT/analyze_$mode.txt" 2>&1
+  echo "== diagnoser analyze decode_$mode.json.gz --step-range decode_step"
+  timeout 60 python3 -m diagnoser analyze "$OUT/decode_$mode.json.gz" --step-range decode_step
+  timeout 60 python3 -m diagnoser analyze "$OUT/decode_$mode.json.gz" --step-range decode_step --json \
+    > "$OUT/analyze_$mode.json"
 done
 ls -la "$OUT"

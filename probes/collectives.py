@@ -36,6 +36,8 @@ MAX_ITERATIONS = 1000
 MAX_MESSAGE_BYTES = 256 * 2**20
 DEFAULT_HIDDEN = 4096
 RANK_HOST_BYTES = 512 * 2**20  # resident size of one rank: interpreter, torch, process group
+# lines of torchrun's own traceback that wrap a rank's failure without naming it
+TORCHRUN_NOISE = ("torch.distributed.elastic", "raise ", "File ", "Traceback")
 CLOCK = "time.time_ns (CLOCK_REALTIME), all ranks on one host"
 
 
@@ -128,17 +130,24 @@ def worker_env(backend: str) -> dict[str, str]:
 
 
 def last_error_line(output: str) -> str:
-    """The line of a failed launch that names the problem, not torchrun's banner."""
+    """The line of a failed launch that names the problem: a rank's own error, not the banner
+    or the ChildFailedError that torchrun raises over it."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     for line in reversed(lines):
-        if "Error" in line or "Exception" in line:
+        if ("Error" in line or "Exception" in line) and not line.startswith(TORCHRUN_NOISE):
             return line
     return lines[-1] if lines else "no output"
 
 
-def launch(command: list[str], env: dict[str, str], timeout_s: float) -> None:
-    """Run torchrun in its own process group so a timeout takes its ranks down with it."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def launch(command: list[str], env: dict[str, str], timeout_s: float, cwd: Path | None = None) -> None:
+    """Run torchrun in its own process group so a timeout takes its ranks down with it.
+
+    ``cwd`` should be a scratch folder: ranks start with ``python -m``, which puts the working
+    folder first on sys.path, so a source checkout there would shadow the installed package
+    (its ``probes/`` folder is only ``diagnoser.probes`` once installed)."""
+    proc = subprocess.Popen(
+        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -175,7 +184,7 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     budget = min(ctx.timeout_s, ctx.remaining_s())
     with tempfile.TemporaryDirectory(prefix="diagnoser-collectives-") as tmp:
         out_dir = Path(tmp)
-        launch(torchrun_command(out_dir, backend, ranks, sizes, ctx.options, budget), worker_env(backend), budget)
+        launch(torchrun_command(out_dir, backend, ranks, sizes, ctx.options, budget), worker_env(backend), budget, cwd=out_dir)
         records, hosts, dtype = read_records(out_dir, ranks)
     if len(hosts) != 1:
         raise RuntimeError(f"ranks ran on {len(hosts)} hosts; their clocks cannot be compared")

@@ -76,27 +76,39 @@ class _Reader:
             return None
 
 
+def _newer_or_older(nvml: Any, newer: str, older: str, *args: Any) -> Any:
+    """Call the newer NVML entry point, or the older one where the binding (an older
+    nvidia-ml-py) or the driver lacks it."""
+    call = getattr(nvml, newer, None)
+    if call is not None:
+        try:
+            return call(*args)
+        except nvml.NVMLError_FunctionNotFound:
+            pass
+    return getattr(nvml, older)(*args)
+
+
 def _clock_events(nvml: Any, handle: Any) -> int:
-    try:
-        return nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
-    except nvml.NVMLError_FunctionNotFound:
-        return nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+    return _newer_or_older(
+        nvml, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons", handle
+    )
 
 
 def _temperature(nvml: Any, handle: Any) -> int:
-    try:
-        return nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)
-    except nvml.NVMLError_FunctionNotFound:  # drivers older than the versioned call
-        return nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+    return _newer_or_older(nvml, "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
 
 
-def _nvlink(nvml: Any, handle: Any) -> dict[str, int]:
-    """Active links; NotSupported or InvalidArgument mark the end of the links a board has."""
+def _nvlink(nvml: Any, handle: Any, r: "_Reader") -> dict[str, int]:
+    """Active links; NotSupported or InvalidArgument mark the end of the links a board has.
+    Any other error (a VM that hides the links, say) stops the count and is recorded."""
     active = checked = 0
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         try:
             state = nvml.nvmlDeviceGetNvLinkState(handle, link)
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument):
+            break
+        except nvml.NVMLError as err:
+            r.missing["nvlink"] = f"NVML {_error_name(nvml, err)} at link {link}"
             break
         checked += 1
         active += int(state == nvml.NVML_FEATURE_ENABLED)
@@ -157,7 +169,7 @@ def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]
         "pcie_generation": r.read("pcie_generation", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
         "pcie_width": r.read("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
         "pcie_max_generation": r.read("pcie_max_generation", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
-        "nvlink": _nvlink(nvml, handle),
+        "nvlink": _nvlink(nvml, handle, r),
         "mig_enabled": bool(mig[0] == nvml.NVML_DEVICE_MIG_ENABLE) if mig is not None else None,
     }
     if facts["theoretical_bandwidth_gbs"] is None:
@@ -170,6 +182,15 @@ def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]
     facts["l2_cache_bytes"] = torch_dev["l2_cache_bytes"] if torch_dev else None
     facts["missing"] = r.missing
     return facts
+
+
+def _device_or_reason(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]], r: _Reader) -> dict[str, Any] | None:
+    """One device's facts, or None with the reason recorded (a GPU the container may not open)."""
+    try:
+        return _device_facts(nvml, index, torch_by_uuid)
+    except nvml.NVMLError as err:
+        r.missing[f"device {index}"] = f"NVML {_error_name(nvml, err)}"
+        return None
 
 
 def collect(nvml: Any, torch_devices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -188,7 +209,7 @@ def collect(nvml: Any, torch_devices: list[dict[str, Any]]) -> dict[str, Any]:
             "driver_version": r.read("driver_version", nvml.nvmlSystemGetDriverVersion),
             "cuda_driver_version": _cuda_version(r.read("cuda_driver_version", nvml.nvmlSystemGetCudaDriverVersion)),
             "device_count": count,
-            "devices": [_device_facts(nvml, i, torch_by_uuid) for i in range(count or 0)],
+            "devices": [d for i in range(count or 0) if (d := _device_or_reason(nvml, i, torch_by_uuid, r)) is not None],
             "missing": r.missing,
         }
     finally:

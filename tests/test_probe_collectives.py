@@ -175,3 +175,46 @@ def test_gloo_ranks_attribute_injected_delay_to_rank_1():
     obs = {o.op: o for o in collectives.to_observations(facts)["collectives"]}["all_reduce"]
     assert isinstance(obs, CollectiveObs) and obs.late_rank == 1 and obs.implementation == "gloo"
     assert obs.wait_ms == pytest.approx(20.0, rel=0.2)
+
+
+def test_failed_launch_names_the_rank_error_under_torchrun_wrapper():
+    # what torchrun prints when a rank dies: the rank's line first, then its own traceback
+    script = (
+        "import sys; "
+        "print('python3: Error while finding module specification for x (ModuleNotFoundError: No module named x)'); "
+        "print('Traceback (most recent call last):'); print('    raise ChildFailedError('); "
+        "print('torch.distributed.elastic.multiprocessing.errors.ChildFailedError: '); sys.exit(1)"
+    )
+    with pytest.raises(RuntimeError, match=r"exited with 1: python3: Error while finding module specification"):
+        collectives.launch([sys.executable, "-c", script], dict(os.environ), timeout_s=30)
+
+
+@needs_torch
+def test_ranks_start_in_their_scratch_folder_not_the_callers(tmp_path, monkeypatch):
+    # Ranks start with `python -m`, so the working folder leads sys.path. Run from a source
+    # checkout against a plain (non-editable) install, the checkout's diagnoser/ shadowed the
+    # installed package and every rank died on "No module named 'diagnoser.probes'" (seen in a
+    # rehearsal of bench/device_check.sh). The editable install used here hides that, so check
+    # where the ranks are started instead.
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_launch(command, env, timeout_s, cwd=None):
+        seen.update(cwd=cwd, module=command[command.index("-m", 3) + 1])
+        raise Stop
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collectives, "launch", fake_launch)
+    with pytest.raises(Stop):
+        collectives.run(ProbeContext(device="cpu", timeout_s=60, options={"ranks": 2}))
+    assert seen["module"] == "diagnoser.probes.collective_worker"
+    assert seen["cwd"] is not None and seen["cwd"] != tmp_path and seen["cwd"].name.startswith("diagnoser-collectives-")
+
+
+def test_launch_runs_in_the_folder_it_is_given(tmp_path):
+    marker = tmp_path / "here"
+    script = "import os, pathlib; pathlib.Path('here').write_text(os.getcwd())"
+    collectives.launch([sys.executable, "-c", script], dict(os.environ), timeout_s=30, cwd=tmp_path)
+    assert marker.read_text() == str(tmp_path)

@@ -192,3 +192,34 @@ def test_live_sample_of_an_unknown_uuid_says_why():
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
 
     assert device.sample_live(NotFound(), "ffff") == {"missing": {"all": "NVML NotFound"}}
+
+
+def test_older_binding_without_the_newer_calls_uses_the_older_ones():
+    class OldBinding(RecordedNVML):  # an nvidia-ml-py that predates the versioned calls
+        nvmlDeviceGetCurrentClocksEventReasons = None
+        nvmlDeviceGetTemperatureV = None
+
+    (dev,) = collect(OldBinding(), TORCH_DEVICES)["devices"]
+    assert dev["clock_event_reasons"] == ["GpuIdle", "SwPowerCap"] and dev["temperature_c"] == 36
+
+
+def test_hidden_nvlinks_and_unopenable_devices_are_recorded_not_fatal():
+    class Guarded(RecordedNVML):
+        def nvmlDeviceGetCount(self):
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, index):
+            if index == 1:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+            return SimpleNamespace(index=index)
+
+        def nvmlDeviceGetNvLinkState(self, h, link):
+            if link == 2:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            return pynvml.NVML_FEATURE_ENABLED
+
+    facts = collect(Guarded(), TORCH_DEVICES)
+    (dev,) = facts["devices"]
+    assert dev["nvlink"] == {"active_links": 2, "links_checked": 2}
+    assert dev["missing"]["nvlink"] == "NVML Unknown at link 2"
+    assert facts["missing"]["device 1"] == "NVML NoPermission"
