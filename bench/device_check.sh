@@ -9,6 +9,7 @@
 #     -d .whl pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection orjson
 # Then through the device tool, from the repo root, with carry [".whl"] and timeout_s 540:
 #   bash bench/device_check.sh
+# Rehearse it here first, on the CPU, with bench/rehearse_device_check.sh.
 # Everything lands in $OUT (the tool brings it back): probe report and tables, both traces,
 # their analyses and one log. Commit the small traces under tests/data/ and the tables under bench/results/.
 set -uo pipefail
