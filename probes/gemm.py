@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from diagnoser.models.hardware import Hardware, hardware_preset, hardware_presets
+from diagnoser.models.hardware import Hardware, hardware_preset, match_hardware
 from diagnoser.models.model_spec import resolve_model
 from diagnoser.probes.bandwidth import cache_bytes
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
@@ -59,10 +59,7 @@ def hardware_for(ctx: ProbeContext, device_name: str | None) -> Hardware | None:
     """The preset named in the options, else the one whose name matches the device."""
     if ctx.options.get("hardware"):
         return hardware_preset(ctx.options["hardware"])
-    if not device_name:
-        return None
-    lowered = device_name.lower()
-    return next((hw for key, hw in hardware_presets().items() if key.split("-")[0] in lowered), None)
+    return match_hardware(device_name)
 
 
 def resolve_shapes(ctx: ProbeContext) -> tuple[list[dict[str, Any]], str]:

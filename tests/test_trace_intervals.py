@@ -39,7 +39,8 @@ def test_empty_sets_and_epoch_nanoseconds_keep_exact_values():
 
 def test_matmul_costs_by_hand():
     from diagnoser.models.precision import DType
-    from diagnoser.trace.roofline import hardware_for, matmul_cost
+    from diagnoser.models.hardware import match_hardware
+    from diagnoser.trace.roofline import matmul_cost
 
     assert matmul_cost("aten::mm", [[64, 4096], [4096, 4096]], ["c10::BFloat16"] * 2) == (
         2_147_483_648.0,
@@ -52,7 +53,7 @@ def test_matmul_costs_by_hand():
     assert matmul_cost("aten::addmm", [[8], [4, 2], [2, 8]], ["c10::Half"] * 3)[0] == 2 * 4 * 2 * 8
     assert matmul_cost("aten::bmm", [[3, 4, 2], [3, 2, 5]], ["float"] * 2)[0] == 2 * 3 * 4 * 2 * 5
     assert matmul_cost("aten::mm", [[], []], ["float"] * 2) is None
-    assert hardware_for("NVIDIA A100-SXM4-80GB").sm_count == 108 and hardware_for("Some NPU") is None
+    assert match_hardware("NVIDIA A100-SXM4-80GB").sm_count == 108 and match_hardware("Some NPU") is None
 
 
 def test_covered_between_by_hand():

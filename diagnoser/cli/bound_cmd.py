@@ -35,7 +35,7 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 @click.command()
 @click.argument("workload_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--model", help="preset name or path to a Hugging Face config.json")
-@click.option("--hardware", help="hardware preset (h100-sxm, h200, a100-80gb, b200, mi300x)")
+@click.option("--hardware", help="hardware preset (h100-sxm, h100-pcie, h100-nvl, h200, h200-nvl, a100-80gb, a100-80gb-pcie, a100-40gb, b200, mi300x)")
 @click.option("--batch", type=int, help="sequences decoding together across the group")
 @click.option("--context", type=float, help="mean context length of the sequences")
 @click.option("--tp", type=int)

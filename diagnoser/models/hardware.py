@@ -8,6 +8,7 @@ figure replaces it when one is given.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from importlib import resources
 
@@ -27,6 +28,9 @@ class Hardware(BaseModel):
     peak_tflops: dict[DType, float] = Field(description="dense tensor-core peak per dtype, TFLOP/s")
     interconnect_gbs: float | None = Field(default=None, description="per-direction NVLink/xGMI bandwidth, GB/s")
     source: str = ""
+    device_names: list[list[str]] = Field(
+        default_factory=list, description="token sets, one of which a driver-reported device name must contain"
+    )
     bandwidth_is_measured: bool = False
 
     def peak_flops(self, dtype: DType) -> float:
@@ -53,3 +57,29 @@ def hardware_preset(name: str) -> Hardware:
     if key not in presets:
         raise InputError(f"unknown hardware preset {name!r}; known: {', '.join(sorted(presets))}")
     return presets[key]
+
+
+def _name_tokens(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def match_hardware(device_name: str | None) -> Hardware | None:
+    """The preset for the name a driver reports ("NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB").
+
+    Variants of one chip differ in bandwidth and clocks (an H100 PCIe has 60% of the SXM's
+    bandwidth), so the most specific token set that matches wins, and a name that matches
+    none, or two presets equally well, gets no preset rather than a guess.
+    """
+    if not device_name:
+        return None
+    found = _name_tokens(device_name)
+    scored = [
+        (max(len(tokens) for tokens in hw.device_names if set(tokens) <= found), hw)
+        for hw in hardware_presets().values()
+        if any(set(tokens) <= found for tokens in hw.device_names)
+    ]
+    if not scored:
+        return None
+    best = max(score for score, _ in scored)
+    winners = [hw for score, hw in scored if score == best]
+    return winners[0] if len(winners) == 1 else None

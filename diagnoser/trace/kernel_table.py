@@ -14,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 
+from diagnoser.models.hardware import match_hardware
 from diagnoser.models.precision import DType
 from diagnoser.trace.classes import classify_names
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
-from diagnoser.trace.roofline import hardware_for, roofline
+from diagnoser.trace.roofline import roofline
 from diagnoser.trace.steps import Step
 
 
@@ -81,7 +82,7 @@ def _roofline_fields(trace: RankTrace, op_ids: np.ndarray, op_time_us: np.ndarra
     if seconds <= 0:
         return fields
     fields.update(achieved_tflops=flops / seconds / 1e12, achieved_tbs=nbytes / seconds / 1e12)
-    hw = hardware_for(trace.device_name)
+    hw = match_hardware(trace.device_name)
     if hw is not None:
         dtype = list(DType)[int(np.bincount(trace.shapes["dtype"][op_ids]).argmax())]
         roof = roofline(flops, nbytes, seconds, dtype, hw)

@@ -1,7 +1,6 @@
 """FLOPs and bytes of matrix-multiply ops from recorded input shapes, and roofline positions.
 
     matmul_cost(op_name, input_dims, input_types) -> (flops, bytes, dtype) | None
-    hardware_for(device_name) -> Hardware | None
     roofline(flops, bytes, seconds, dtype, hardware) -> Roofline
 
 With ``record_shapes`` the profiler writes each ATen op's input shapes; the kernels it
@@ -14,10 +13,9 @@ far a class of kernels sits from the compute roof or the memory roof. Bytes are 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-from diagnoser.models.hardware import Hardware, hardware_presets
+from diagnoser.models.hardware import Hardware
 from diagnoser.models.precision import BYTES_PER_ELEMENT, DType
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear"})
@@ -53,21 +51,6 @@ def matmul_cost(name: str, dims: list, types: list) -> tuple[float, float, DType
     flops = 2.0 * batch * m * n * k
     elements = batch * (m * k + m * n) + (k * n if name == "aten::linear" else batch * k * n)
     return flops, elements * BYTES_PER_ELEMENT[dtype], dtype
-
-
-def _tokens(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-def hardware_for(device_name: str | None) -> Hardware | None:
-    """The preset whose model tokens all appear in the trace's device name (e.g. "NVIDIA A100-SXM4-80GB")."""
-    if not device_name:
-        return None
-    found = _tokens(device_name)
-    matches = [hw for key, hw in hardware_presets().items() if _tokens(key) <= found]
-    if not matches:  # fall back to the GPU model alone (first token of the preset key: a100, h100, b200)
-        matches = [hw for key, hw in hardware_presets().items() if re.split(r"[-_]", key)[0] in found]
-    return matches[0] if matches else None
 
 
 @dataclass(frozen=True)
