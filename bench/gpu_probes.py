@@ -97,14 +97,17 @@ def gemm_table(report: ProbeReport) -> list[str]:
     f, why = ok_facts(report, "gemm")
     if f is None:
         return [why]
+    peaks = ", ".join(f"{d} {t:g}" for d, t in (f["peak_tflops"] or {}).items()) or "n/a"
     rows = [
-        f"shapes from {f['shapes_source']}; {f['dtype']}; peaks: {f['peak_tflops'] or 'n/a'} TFLOP/s, "
+        f"shapes from {f['shapes_source']}; swept {', '.join(f['dtypes'])}; peak TFLOP/s: {peaks}; "
         f"{f['peak_bandwidth_gbs'] or 'n/a'} GB/s ({f['hardware'] or 'no preset'}){'; scaled for CPU' if f['scaled_for_cpu'] else ''}"
     ]
+    rows += [f"- {d} not swept: {why}" for d, why in f["dtypes_skipped"].items()]
+    rows += [f"- {s['name']} in {s['dtype']} not swept: {s['reason']}" for s in f["skipped"]]
     for shape in f["shapes"]:
         rows += [
             "",
-            f"**{shape['name']}**: N={shape['n']} K={shape['k']}, {shape['weight_copies']} weight copies; "
+            f"**{shape['name']}, {shape['dtype']}**: N={shape['n']} K={shape['k']}, {shape['weight_copies']} weight copies; "
             f"time doubles at M={shape['m_doubling_time_at']}",
             "",
             "| M | time us | TFLOP/s | GB/s | % peak FLOP/s | % peak BW | % roofline |",

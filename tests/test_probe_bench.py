@@ -35,9 +35,10 @@ def gpu_report() -> ProbeReport:
         ],
     }
     gemm = {
-        "shapes_source": "option", "dtype": "bfloat16", "peak_tflops": 989.0, "peak_bandwidth_gbs": 4800.0,
+        "shapes_source": "option", "dtypes": ["bf16"], "peak_tflops": {"bf16": 989.0}, "peak_bandwidth_gbs": 4800.0,
+        "dtypes_skipped": {"fp8": "no fp8 here"}, "skipped": [{"name": "down", "dtype": "bf16", "reason": "refused"}],
         "hardware": "NVIDIA H200 SXM 141GB", "scaled_for_cpu": False, "device_name": "NVIDIA H200",
-        "shapes": [{"name": "gate_up", "n": 4096, "k": 7168, "weight_copies": 5, "m_doubling_time_at": 128, "points": [
+        "shapes": [{"name": "gate_up", "dtype": "bf16", "n": 4096, "k": 7168, "weight_copies": 5, "m_doubling_time_at": 128, "points": [
             {"m": 1, "time_us": 15.3, "tflops": 3.84, "gbs": 3839.0, "fraction_of_peak_flops": 0.0039,
              "fraction_of_peak_bandwidth": 0.80, "fraction_of_roofline": 0.80},
         ]}],
@@ -56,7 +57,9 @@ def test_markdown_has_the_acceptance_figures(bench):
     assert "102.3% of the best torch copy (4300.0 GB/s, copy_ 1/2 buffer): PASS" in text
     assert "| 1 | 320 | 2.000 | 0.500 | 4.00x | 4.69 | True |" in text
     assert "| 1 | 15.3 | 3.84 | 3839 | 0.4% | 80.0% | 80.0% |" in text
-    assert "time doubles at M=128" in text
+    assert "**gate_up, bf16**: N=4096 K=7168, 5 weight copies; time doubles at M=128" in text
+    assert "swept bf16; peak TFLOP/s: bf16 989;" in text
+    assert "- fp8 not swept: no fp8 here" in text and "- down in bf16 not swept: refused" in text
 
 
 def test_a_slow_probe_figure_fails_the_goal(bench):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from diagnoser.errors import InputError
+from diagnoser.probes import gemm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.gemm import doubling_m, expert_shapes, gemm_bytes, hardware_for, roofline_s, run
 from conftest import needs_torch
@@ -32,6 +34,13 @@ def test_roofline_hand_worked_for_one_token():
     assert roofline_s(4096, 4096, 7168, 2, 989e12, 4800) == pytest.approx(243.2e-6, rel=1e-3)
 
 
+def test_fp8_bytes_hand_worked():
+    # fp8 operands (1 B) and a bf16 result (2 B): 7168 + 29,360,128 + 2 * 4096 = 29,375,488 B,
+    # about half the bf16 figure, so a one-token fp8 expert GEMM's floor is 6.12 us at 4800 GB/s
+    assert gemm_bytes(1, 4096, 7168, 1, 2) == 29_375_488
+    assert roofline_s(1, 4096, 7168, 1, 1979e12, 4800, 2) == pytest.approx(29_375_488 / 4800e9)
+
+
 def test_hardware_matched_from_device_name_or_named():
     ctx = ProbeContext()
     assert hardware_for(ctx, "NVIDIA H200").name.startswith("NVIDIA H200")
@@ -50,9 +59,9 @@ def test_doubling_point():
 def test_cpu_sweep_over_given_shapes():
     ctx = ProbeContext(options={"gemm_shapes": [{"name": "tiny", "n": 256, "k": 128}], "gemm_max_m": 16})
     facts = run(ctx)
-    assert facts["shapes_source"] == "option" and facts["dtype"] == "float32" and facts["m_values"] == [1, 2, 4, 8, 16]
+    assert facts["shapes_source"] == "option" and facts["dtypes"] == ["fp32"] and facts["m_values"] == [1, 2, 4, 8, 16]
     (shape,) = facts["shapes"]
-    assert shape["weight_copies"] >= 1
+    assert shape["weight_copies"] >= 1 and shape["dtype"] == "fp32"
     for point in shape["points"]:
         seconds = point["time_us"] / 1e6
         assert point["tflops"] == pytest.approx(2 * point["m"] * 256 * 128 / seconds / 1e12)
@@ -65,3 +74,49 @@ def test_cpu_scales_model_shapes_down_and_says_so():
     facts = run(ProbeContext(options={"model": "qwen3-30b-a3b", "gemm_max_m": 2}))
     assert facts["scaled_for_cpu"] is True and facts["shapes_source"] == "workload model"
     assert [(s["n"], s["k"]) for s in facts["shapes"]] == [(512, 512), (512, 512)]
+
+
+@needs_torch
+def test_fp8_path_runs_on_the_cpu_and_counts_one_byte_operands():
+    ctx = ProbeContext(options={"gemm_shapes": [{"name": "tiny", "n": 256, "k": 128}], "gemm_max_m": 4, "gemm_dtypes": ["fp32", "fp8"]})
+    facts = run(ctx)
+    assert facts["dtypes"] == ["fp32", "fp8"] and facts["skipped"] == []
+    fp32, fp8 = facts["shapes"]
+    assert (fp32["dtype"], fp8["dtype"]) == ("fp32", "fp8")
+    for point in fp8["points"]:
+        seconds = point["time_us"] / 1e6
+        assert point["gbs"] == pytest.approx(((point["m"] * 128 + 128 * 256) * 1 + point["m"] * 256 * 2) / seconds / 1e9)
+
+
+@needs_torch
+def test_fp8_refuses_unaligned_shapes_and_says_so():
+    ctx = ProbeContext(options={"gemm_shapes": [{"name": "odd", "n": 250, "k": 128}], "gemm_max_m": 2, "gemm_dtypes": ["fp32", "fp8"]})
+    facts = run(ctx)
+    assert [s["dtype"] for s in facts["shapes"]] == ["fp32"]
+    assert facts["skipped"] == [{"name": "odd", "dtype": "fp8", "reason": "fp8 GEMMs need N and K divisible by 16, got 250x128"}]
+
+
+def test_dtype_choice_per_device(monkeypatch):
+    pytest.importorskip("torch")
+    assert gemm.sweep_dtypes(ProbeContext()) == (["fp32"], {})
+    monkeypatch.setattr(gemm, "fp8_unsupported", lambda device: None)
+    assert gemm.sweep_dtypes(ProbeContext(device="cuda")) == (["bf16", "fp8"], {})
+    monkeypatch.setattr(gemm, "fp8_unsupported", lambda device: "compute capability 8.0 has no fp8 tensor cores (needs 8.9 or newer)")
+    assert gemm.sweep_dtypes(ProbeContext(device="cuda")) == (["bf16"], {"fp8": "compute capability 8.0 has no fp8 tensor cores (needs 8.9 or newer)"})
+    with pytest.raises(InputError, match=r"unknown dtype\(s\) \['int3'\]"):
+        gemm.sweep_dtypes(ProbeContext(options={"gemm_dtypes": ["int3"]}))
+
+
+def test_an_a100_has_no_fp8(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert gemm.fp8_unsupported("cuda") == "compute capability 8.0 has no fp8 tensor cores (needs 8.9 or newer)"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert gemm.fp8_unsupported("cuda") is None
+
+
+@needs_torch
+def test_only_impossible_dtypes_skip_the_probe(monkeypatch):
+    monkeypatch.setattr(gemm, "fp8_unsupported", lambda device: "no fp8 here")
+    with pytest.raises(ProbeSkipped, match="fp8: no fp8 here"):
+        run(ProbeContext(options={"gemm_dtypes": ["fp8"]}))
