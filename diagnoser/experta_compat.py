@@ -18,6 +18,7 @@ for _name in ("Mapping", "MutableMapping", "Sequence", "Iterable", "Hashable", "
 # experta/__init__.py swallows ImportError, hiding a missing dependency behind a confusing
 # "cannot import name KnowledgeEngine"; importing the engine module first surfaces the real cause.
 import experta.engine  # noqa: E402,F401
-from experta import AS, MATCH, NOT, OR, TEST, Fact, KnowledgeEngine, L, P, Rule, W  # noqa: E402
+from experta import AND, AS, MATCH, NOT, OR, TEST, Fact, KnowledgeEngine, L, P, Rule, W  # noqa: E402
+from experta.fieldconstraint import ANDFC, NOTFC, ORFC  # noqa: E402
 
-__all__ = ["AS", "MATCH", "NOT", "OR", "TEST", "Fact", "KnowledgeEngine", "L", "P", "Rule", "W"]
+__all__ = ["AND", "ANDFC", "AS", "MATCH", "NOT", "NOTFC", "OR", "ORFC", "TEST", "Fact", "KnowledgeEngine", "L", "P", "Rule", "W"]

@@ -42,6 +42,22 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     click.echo(yaml.safe_dump(doc, sort_keys=False, width=100).rstrip())
 
 
+@rules.command("explain")
+@click.argument("rule_id", metavar="ID")
+@click.argument("case_path", metavar="CASE")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@_RULES_OPTION
+def explain_cmd(rule_id: str, case_path: str, as_json: bool, rule_paths: tuple[str, ...]) -> None:
+    """Why rule ID concluded or stayed silent on CASE, condition by condition."""
+    from diagnoser.engine import load_rulebook
+    from diagnoser.engine.explain import explain_rules
+    from diagnoser.models.case import load_case
+    from diagnoser.report.explain import render_explanation
+
+    (explanation,) = explain_rules(load_case(case_path), load_rulebook(rule_paths), [rule_id])
+    click.echo(explanation.model_dump_json(indent=2) if as_json else render_explanation(explanation), nl=as_json)
+
+
 @rules.command("test")
 @click.argument("path", required=False, metavar="[PATH]")
 @_RULES_OPTION

@@ -51,7 +51,7 @@ class Rulebook:
         return self._engine
 
 
-def _rules_of(ruleset: type) -> list[tuple[str, Rule]]:
+def rules_of(ruleset: type) -> list[tuple[str, Rule]]:
     return [(name, obj) for name, obj in vars(ruleset).items() if isinstance(obj, Rule)]
 
 
@@ -182,7 +182,7 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
         for ruleset in rulesets:
             if issubclass(ruleset, KnowledgeEngine):
                 raise InputError(f"{where}: {ruleset.__name__} must derive from RuleSet, not KnowledgeEngine")
-            for name, compiled in _rules_of(ruleset):
+            for name, compiled in rules_of(ruleset):
                 problems = lint_rule(name, compiled)
                 if problems:
                     raise InputError(f"{where}: {problems[0]}")

@@ -45,8 +45,10 @@ class DiagnosisEngine(KnowledgeEngine):
         self.reference_step_ms = reference_step_ms
         self.found: list[Hypothesis] = []
         self.errors: list[RuleError] = []
+        self.fired: set[str] = set()  # rules whose patterns matched, whatever their body made of it
 
     def fire(self, spec: RuleSpec, body: Callable[..., Finding | None], bindings: dict[str, Any]) -> None:
+        self.fired.add(spec.id)
         cap = bindings.get(PARENT_CAP)
         step = bindings.get(PARENT_STEP) or self.reference_step_ms
         wanted = list(inspect.signature(body).parameters)[1:]
@@ -191,12 +193,18 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
     return None
 
 
-def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
+def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSummary | None, float | None]:
+    """The engine after it has run over the case: its facts, conclusions and rule errors."""
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
     engine = rulebook.engine(step)
     engine.declare(*case_facts(case, bound))
     engine.run()
+    return engine, bound, step
+
+
+def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
+    engine, bound, step = run_engine(case, rulebook)
     held = {h.rule for h in engine.found if h.kind is Kind.cause}
     checks = missing_input_checks(rulebook, present_inputs(case, bound), held)
     errors = sorted(engine.errors, key=lambda e: (e.rule, e.error))
