@@ -24,6 +24,10 @@ SPECS = load_specs(__file__)
 CLOCK_RATIO = 0.9
 # Practical host-to-device rate of a PCIe gen4 x16 link (GB/s); the rule states it as an assumption.
 PCIE_GBS = 25.0
+# Exposed host-to-device time worth a hypothesis: 5 % of the step and 0.1 ms. Lower than the
+# share asked of launch gaps, because a resident decode loop needs no per-step PCIe traffic.
+MIN_H2D_SHARE = 0.05
+MIN_H2D_MS = 0.1
 
 
 def clock_ratio(p) -> float | None:
@@ -64,3 +68,21 @@ class MachineRules(RuleSet):
             removable_ms=gb / link * 1e3,
             detail=f"At ~{link:g} GB/s, {gb:g} GB per step is {gb / link * 1e3:.3g} ms of transfer if not overlapped.",
         )
+
+    @rule(
+        SPECS["h2d-copies"],
+        Budget(h2d_exposed_ms=MATCH.exposed, h2d_ms=MATCH.copying, h2d_bytes=MATCH.nbytes, step_ms=MATCH.step),
+        TEST(lambda exposed, step: exposed >= MIN_H2D_MS and exposed >= MIN_H2D_SHARE * step),
+    )
+    def h2d_copies(self, exposed, copying, nbytes, step):
+        evidence = [
+            ev("budget.h2d_exposed_ms", exposed, "ms"),
+            ev("budget.h2d_ms", copying, "ms"),
+            ev("budget.h2d_bytes", nbytes / 1e9, "GB"),
+        ]
+        detail = ""
+        if nbytes and copying:
+            rate = nbytes / copying / 1e6  # bytes per ms -> GB/s
+            evidence.append(ev("h2d_rate_gbs", rate, "GB/s"))
+            detail = f"{nbytes / 1e9:.3g} GB per step at {rate:.3g} GB/s; {exposed:.3g} ms of it with no kernel running."
+        return Finding(evidence=evidence, removable_ms=exposed, detail=detail)

@@ -94,6 +94,25 @@ def test_real_eager_trace_points_at_launch_gaps(shared_dir, tmp_path):
     assert "small-expert-kernels" not in {h["rule"] for h in d["hypotheses"]}
 
 
+def test_real_h2d_stream_points_at_host_to_device_copies(shared_dir, tmp_path):
+    """A real 1 s window of a 2xH100 FastVideo inference run (Nsight export) that streams
+    weights from host memory. By SQL on CUPTI_ACTIVITY_KIND_MEMCPY, device 0, copyKind 1
+    (HtoD): 225 copies, 920.872841 ms, 25,475,253,792 bytes, with no kernel beside them; kernels
+    take only 22.4 ms of the window. The cause is PCIe, not HBM or launches."""
+    trace = shared_dir / "data" / "nsys" / "nsys-ai" / "h100_2gpu_1s.sqlite"
+    case = tmp_path / "case.yaml"
+    assert run_cli("analyze", str(trace), "--case", str(case)).returncode == 0
+    d = json.loads(run_cli("diagnose", str(case), "--json").stdout)
+    first = next(h for h in d["hypotheses"] if h["kind"] == "cause")
+    assert first["rule"] == "h2d-copies"
+    values = {e["name"]: e["value"] for e in first["evidence"]}
+    assert values["budget.h2d_ms"] == pytest.approx(920.8728, abs=1e-4)
+    assert values["budget.h2d_exposed_ms"] == pytest.approx(920.8728, abs=1e-4)
+    assert values["budget.h2d_bytes"] == pytest.approx(25.4753, abs=1e-4)  # GB
+    assert values["h2d_rate_gbs"] == pytest.approx(25_475_253_792 / 920.872841e-3 / 1e9, rel=1e-4)  # 27.66 GB/s
+    assert first["gain"]["removable_ms"] == pytest.approx(920.8728, abs=1e-3)
+
+
 def test_workload_the_bound_rejects_names_the_case(tmp_path):
     path = tmp_path / "case.yaml"
     path.write_text("workload: {model: qwen3-8b, layout: {tp: 7}, observed: {step_ms: 5}}\n")

@@ -165,3 +165,30 @@ def test_launch_grouping_falls_back_to_one_launch_per_step():
     assert graph_launches_per_step(np.array([0, 10, 20, 100, 110, 120, 200, 210, 220])) == (3, 0)
     # a 60 us gap inside the third step (a sync, say) breaks the pattern: no grouping is claimed
     assert graph_launches_per_step(np.array([0, 10, 20, 100, 110, 120, 200, 260, 270, 300, 310, 320])) == (1, 0)
+
+
+def test_host_to_device_copies_are_measured_and_split_by_overlap(tmp_path):
+    """One step: a 40 us pageable H2D copy of 4 MB (5-45 us) and a kernel on another stream
+    (25-65 us). The window is 5-65 us, all device time; 20 us of the copy has no kernel beside it."""
+    import json
+
+    base = 1_700_000_000_000_000
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": base, "dur": 100},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": base + 1, "dur": 3,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 8, "ts": base + 5,
+         "dur": 40, "args": {"device": 0, "stream": 8, "correlation": 1, "bytes": 4_000_000}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": base + 10, "dur": 5,
+         "args": {"correlation": 2}},
+        {"ph": "X", "cat": "kernel", "name": "gemv_0", "pid": 0, "tid": 7, "ts": base + 25, "dur": 40,
+         "args": {"device": 0, "stream": 7, "correlation": 2}},
+    ]
+    path = tmp_path / "h2d.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    analysis = analyze_traces(load_traces([path], workers=1))
+    row = analysis.budget()
+    assert (row.h2d_ns, row.h2d_exposed_ns, row.h2d_bytes) == (40_000, 20_000, 4_000_000)
+    assert row.parts_ns["device"] == 60_000  # the copy stays in the device part; the fields say how much is PCIe
+    budget = to_observations(analysis).budget
+    assert (budget.h2d_ms, budget.h2d_exposed_ms, budget.h2d_bytes) == (0.04, 0.02, 4_000_000)

@@ -128,6 +128,11 @@ def _print_report(analysis, observations) -> None:
         f"graph replay: {row.graph_status} ({row.graph_launches} graph launches, {row.kernel_launches} eager launches, "
         f"{row.graph_ops} device ops replayed by graphs)"
     )
+    if row.h2d_ns:
+        console.print(
+            f"host-to-device copies: {row.h2d_ns / 1e6:.3f} ms of the device part over PCIe "
+            f"({row.h2d_exposed_ns / 1e6:.3f} ms with no kernel running), {row.h2d_bytes / 1e9:.3f} GB"
+        )
     console.print(
         f"kernel time summed over ranks and steps: {analysis.kernel_sum_across_ranks_ms:.3f} ms "
         "[italic](not elapsed time)[/]"

@@ -34,6 +34,11 @@ class StepBudget(_Obs):
         default=False, description="true when parts were added over ranks (a mistake the guards catch)"
     )
     step_spread_ms: float | None = Field(default=None, ge=0, description="p90 - p10 of step times in the window")
+    h2d_ms: float | None = Field(
+        default=None, ge=0, description="host-to-device copies in the step; part of device_ms, but over PCIe"
+    )
+    h2d_exposed_ms: float | None = Field(default=None, ge=0, description="of h2d_ms, time no compute kernel overlaps")
+    h2d_bytes: float | None = Field(default=None, ge=0, description="bytes the step's host-to-device copies moved")
 
     @property
     def parts_ms(self) -> float:

@@ -23,6 +23,7 @@ from diagnoser.trace.budget import (
     RankSets,
     budget_parts,
     host_blocking,
+    host_to_device,
     rank_sets,
     step_window,
 )
@@ -57,6 +58,9 @@ class RankStep(BaseModel):
         description="GPU idle after the step's last op, before the next step's first (None: last step)"
     )
     kernels: int
+    h2d_ns: int = Field(default=0, description="host-to-device copies in the window (inside the device part)")
+    h2d_exposed_ns: int = Field(default=0, description="of those, time no compute kernel overlaps")
+    h2d_bytes: int = Field(default=0, description="bytes the window's host-to-device copies moved")
     graph_status: str
     graph_launches: int
     kernel_launches: int
@@ -130,6 +134,7 @@ def _rank_step(
     parts = budget_parts(ops, sets, blocking, lo, hi, tail)
     hta = temporal_breakdown(ops, step.ops)
     replay = graph_replay(trace, ops, step)
+    h2d = host_to_device(ops, sets, lo, hi)
     return RankStep(
         rank=trace.rank,
         step=step.name,
@@ -142,6 +147,9 @@ def _rank_step(
         else None,
         segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS},
         kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
+        h2d_ns=h2d.copy_ns,
+        h2d_exposed_ns=h2d.exposed_ns,
+        h2d_bytes=h2d.bytes,
         graph_status=replay.status.value,
         graph_launches=replay.graph_launches,
         kernel_launches=replay.kernel_launches,

@@ -4,6 +4,7 @@
     step_window(ops, step, next_step) -> (lo, hi, tail_from) | None
     rank_sets(ops) -> RankSets
     budget_parts(ops, sets, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]
+    host_to_device(ops, sets, lo, hi) -> HostToDevice
 
 The window runs from the step's first device op to the next step's first device op (so the
 gap between steps, where sampling and scheduling happen, belongs to the step that caused it);
@@ -32,7 +33,7 @@ import numpy as np
 
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.model import RankTrace, RuntimeKind
-from diagnoser.trace.ops import DeviceOps
+from diagnoser.trace.ops import IS_KERNEL, DeviceOps
 from diagnoser.trace.steps import Step
 
 PARTS = ("device", "exposed_comm", "launch", "queue", "host")
@@ -68,14 +69,39 @@ class RankSets:
     compute: iv.IntervalSet  # kernels and copies, except communication and D2H copies
     d2h: iv.IntervalSet
     comm: iv.IntervalSet
+    h2d: iv.IntervalSet  # inside ``compute``; kept apart to tell PCIe fetches from HBM work
+    kernels: iv.IntervalSet  # compute kernels alone (no copies, no communication)
 
 
 def rank_sets(ops: DeviceOps) -> RankSets:
     compute = ~ops.is_comm & ~ops.is_d2h
+    kernels = compute & (ops.source == IS_KERNEL)
     return RankSets(
         compute=iv.merge(ops.start[compute], ops.end[compute]),
         d2h=iv.merge(ops.start[ops.is_d2h], ops.end[ops.is_d2h]),
         comm=iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]),
+        h2d=iv.merge(ops.start[ops.is_h2d], ops.end[ops.is_h2d]),
+        kernels=iv.merge(ops.start[kernels], ops.end[kernels]),
+    )
+
+
+@dataclass(frozen=True)
+class HostToDevice:
+    """Host-to-device copies in one step window: inside the ``device`` part, but over PCIe,
+    a link the HBM bound does not count (offloaded weights, swapped-in KV, pageable inputs)."""
+
+    copy_ns: int
+    exposed_ns: int  # no compute kernel runs meanwhile: the step waits on the link alone
+    bytes: int
+
+
+def host_to_device(ops: DeviceOps, sets: RankSets, lo: int, hi: int) -> HostToDevice:
+    copies = iv.clip(sets.h2d, lo, hi)
+    inside = ops.is_h2d & (ops.start >= lo) & (ops.start < hi)
+    return HostToDevice(
+        copy_ns=iv.total(copies),
+        exposed_ns=iv.total(iv.subtract(copies, iv.clip(sets.kernels, lo, hi))),
+        bytes=int(ops.copy_bytes[inside].sum()),
     )
 
 

@@ -37,6 +37,9 @@ def step_budget(row: RankStep, spread_ms: float | None = None) -> StepBudget:
         host_ms=ms["host"],
         source=f"diagnoser analyze, step {row.step}",
         step_spread_ms=spread_ms,
+        h2d_ms=row.h2d_ns / 1e6,
+        h2d_exposed_ms=row.h2d_exposed_ns / 1e6,
+        h2d_bytes=row.h2d_bytes,
     )
 
 

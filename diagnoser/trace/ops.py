@@ -27,6 +27,8 @@ class DeviceOps:
     row: np.ndarray  # row in trace.kernels or trace.copies
     is_comm: np.ndarray
     is_d2h: np.ndarray
+    is_h2d: np.ndarray
+    copy_bytes: np.ndarray  # bytes a copy moved; 0 for kernels and where the trace has no size
     launch_row: np.ndarray  # row in trace.runtime, -1 when no launching call was recorded
     launch_start: np.ndarray  # -1 when unknown
     launch_end: np.ndarray  # -1 when unknown
@@ -85,6 +87,8 @@ def device_ops(trace: RankTrace) -> DeviceOps:
     end = np.concatenate([col(k, "end", nk), col(c, "end", nc)])
     corr = np.concatenate([col(k, "correlation", nk), col(c, "correlation", nc)])
     d2h = np.concatenate([np.zeros(nk, bool), (c["kind"] == CopyKind.d2h) if nc else np.zeros(0, bool)])
+    h2d = np.concatenate([np.zeros(nk, bool), (c["kind"] == CopyKind.h2d) if nc else np.zeros(0, bool)])
+    nbytes = np.concatenate([np.zeros(nk, np.int64), np.maximum(c["bytes"], 0) if nc and "bytes" in c else np.zeros(nc, np.int64)])
     order = np.argsort(start, kind="stable")
     lrow = launch_rows(trace, corr[order])
     known = lrow >= 0
@@ -100,6 +104,8 @@ def device_ops(trace: RankTrace) -> DeviceOps:
         row=np.concatenate([np.arange(nk), np.arange(nc)])[order],
         is_comm=np.concatenate([k_comm, np.zeros(nc, bool)])[order],
         is_d2h=d2h[order],
+        is_h2d=h2d[order],
+        copy_bytes=nbytes[order],
         launch_row=lrow,
         launch_start=launch_start,
         launch_end=launch_end,
