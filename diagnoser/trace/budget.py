@@ -97,11 +97,14 @@ class HostToDevice:
 
 def host_to_device(ops: DeviceOps, sets: RankSets, lo: int, hi: int) -> HostToDevice:
     copies = iv.clip(sets.h2d, lo, hi)
-    inside = ops.is_h2d & (ops.start >= lo) & (ops.start < hi)
+    if not len(copies[0]):  # the usual decode step: nothing comes from the host
+        return HostToDevice(0, 0, 0)
+    first, last = np.searchsorted(ops.start, [lo, hi], side="left")  # ops are start-sorted: no full scan per step
+    window = slice(int(first), int(last))
     return HostToDevice(
         copy_ns=iv.total(copies),
         exposed_ns=iv.total(iv.subtract(copies, iv.clip(sets.kernels, lo, hi))),
-        bytes=int(ops.copy_bytes[inside].sum()),
+        bytes=int(ops.copy_bytes[window][ops.is_h2d[window]].sum()),
     )
 
 
