@@ -105,3 +105,21 @@ def test_installed_wheel_carries_specs_and_fixtures(tmp_path):
     out = run_cli("rules", "test", env={"PYTHONPATH": str(site)}, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{len(ALL)} passed, 0 failed" in out.stdout
+
+
+def test_no_rule_module_assigns_a_threshold_twice():
+    """Rule TESTs read module constants when they run, so a second assignment silently changes
+    every rule above it (guards.py once set SAME_FIGURE to 0.1 and then to 0.05)."""
+    import ast
+
+    repeated = []
+    for path in sorted((REPO / "rules").glob("*.py")):
+        names = [
+            target.id
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        ]
+        repeated += [f"{path.name}: {name}" for name in sorted({n for n in names if names.count(n) > 1})]
+    assert repeated == []
