@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from conftest import REPO, run_cli
 from diagnoser.engine import load_rulebook
-from diagnoser.engine.explain import explain_rules
+from diagnoser.engine.explain import explain_rules, rule_thresholds
 from diagnoser.engine.fixtures import load_fixtures
 from diagnoser.engine.runner import run_engine
 from diagnoser.errors import InputError
@@ -35,7 +36,7 @@ def test_a_concluding_rule_shows_the_values_that_matched(book):
     assert body.matched and body.defined_at.startswith("launch.py:")
     budget, test = body.conditions
     assert budget.holds and budget.detail == "Budget(launch_ms=2.5, step_ms=9)"
-    assert test.holds and test.detail == "true for launch=2.5, step=9"
+    assert test.holds and test.detail == "true for launch=2.5, step=9 (MIN_PART_MS=0.1, MIN_PART_SHARE=0.08)"
 
 
 def test_a_near_miss_names_the_false_test_and_its_values(book):
@@ -43,7 +44,7 @@ def test_a_near_miss_names_the_false_test_and_its_values(book):
     x = one({"observations": {"budget": {"step_ms": 9, "device_ms": 7.5, "launch_ms": 0.5, "host_ms": 1}}}, "launch-gaps", book)
     assert x.outcome == "silent"
     budget, test = x.bodies[0].conditions
-    assert budget.holds and not test.holds and test.detail == "false for launch=0.5, step=9"
+    assert budget.holds and not test.holds and test.detail == "false for launch=0.5, step=9 (MIN_PART_MS=0.1, MIN_PART_SHARE=0.08)"
     assert test.condition.startswith("TEST(launch, step) at launch.py:")
 
 
@@ -96,6 +97,15 @@ def test_declined_and_raising_bodies_are_told_apart(tmp_path):
     declined, raised = explain_rules(case, book, ["declines", "raises"])
     assert declined.outcome == "declined" and declined.bodies[0].matched
     assert raised.outcome == "raised" and raised.error == "ZeroDivisionError: boom"
+
+
+def test_thresholds_are_read_from_the_tests_and_their_helpers(book):
+    # the kernel-sum guard reads OVERCOUNT directly and SAME_FIGURE through same_figure();
+    # showing them would have exposed a second SAME_FIGURE = 0.05 that once overrode the 0.1
+    assert rule_thresholds(book, "kernel-sum-as-elapsed") == {"OVERCOUNT": 1.05, "SAME_FIGURE": 0.1}
+    assert rule_thresholds(book, "graphs-off") == {}  # it concludes on literals alone
+    shown = yaml.safe_load(run_cli("rules", "show", "launch-gaps").stdout)
+    assert shown["thresholds"] == {"MIN_PART_MS": 0.1, "MIN_PART_SHARE": 0.08}
 
 
 def test_unknown_rule_is_bad_input(book):

@@ -38,7 +38,12 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     book = load_rulebook(rule_paths)
     if rule_id not in book.specs:
         raise InputError(f"no rule {rule_id!r}; `diagnoser rules list` shows the ids")
+    from diagnoser.engine.explain import rule_thresholds
+
     doc = {"defined_in": book.origin[rule_id], **book.specs[rule_id].model_dump(mode="json")}
+    thresholds = rule_thresholds(book, rule_id)
+    if thresholds:
+        doc["thresholds"] = thresholds
     click.echo(yaml.safe_dump(doc, sort_keys=False, width=100).rstrip())
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.engine.facts import Holds, present_inputs
-from diagnoser.engine.loader import Rulebook, rules_of
+from diagnoser.engine.loader import Rulebook, rules_of, tests_in
 from diagnoser.engine.runner import run_engine
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, NOT, NOTFC, OR, ORFC, TEST, Fact, L, P, W
@@ -100,9 +100,37 @@ def _progress(trace: Trace) -> tuple[int, int]:
     return sum(c.holds for c in trace), len(trace)
 
 
+def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
+    """The module constants (UPPER_CASE numbers) a TEST reads, directly or through a helper
+    function of its module, so a verdict can show the cut-offs it was judged against."""
+    found: dict[str, float] = {}
+    module = getattr(func, "__globals__", {})
+    for name in func.__code__.co_names:
+        value = module.get(name)
+        if name.isupper() and isinstance(value, (int, float)) and not isinstance(value, bool):
+            found[name] = value
+        elif depth and inspect.isfunction(value) and value.__module__ == func.__module__:
+            found.update(thresholds_used(value, depth - 1))
+    return dict(sorted(found.items()))
+
+
+def rule_thresholds(rulebook: Rulebook, rule_id: str) -> dict[str, float]:
+    """Every cut-off the rule's tests read, over all the ways it can conclude."""
+    found: dict[str, float] = {}
+    for ruleset in rulebook.rulesets:
+        for _, compiled in rules_of(ruleset):
+            if compiled.spec.id == rule_id:
+                for test in tests_in(compiled):
+                    found.update(thresholds_used(test))
+    return dict(sorted(found.items()))
+
+
 def _solve_test(conditions: list[Any], index: int, test: Any, bindings: dict[str, Any], facts: list[Fact]) -> tuple[bool, Trace]:
     names = list(inspect.signature(test).parameters)
     values = ", ".join(f"{n}={_show(bindings.get(n))}" for n in names)
+    cutoffs = thresholds_used(test)
+    if cutoffs:
+        values += " (" + ", ".join(f"{k}={_show(v)}" for k, v in cutoffs.items()) + ")"
     where = f"{Path(inspect.getsourcefile(test) or '?').name}:{inspect.getsourcelines(test)[1]}"
     label = f"TEST({', '.join(names)}) at {where}"
     if not test(**{n: bindings.get(n) for n in names}):

@@ -69,12 +69,12 @@ def _bound_names(element: Any, names: set[str]) -> None:
             _bound_names(child, names)
 
 
-def _tests(element: Any) -> Iterable[Any]:
+def tests_in(element: Any) -> Iterable[Any]:
     if isinstance(element, TEST):
         yield element[0]
     elif isinstance(element, tuple) and not isinstance(element, Fact):
         for child in element:
-            yield from _tests(child)
+            yield from tests_in(child)
 
 
 def lint_rule(name: str, compiled: Rule) -> list[str]:
@@ -85,7 +85,7 @@ def lint_rule(name: str, compiled: Rule) -> list[str]:
     bound: set[str] = set()
     _bound_names(compiled, bound)
     problems = []
-    for test in _tests(compiled):
+    for test in tests_in(compiled):
         unknown = sorted(set(inspect.signature(test).parameters) - bound)
         if unknown:
             problems.append(f"rule {spec.id}: TEST argument(s) {', '.join(unknown)} match no bound variable")
