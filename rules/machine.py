@@ -7,7 +7,9 @@ weights offloaded to host memory break those assumptions without any kernel bein
 from diagnoser.engine import (
     AS,
     MATCH,
+    NOT,
     TEST,
+    W,
     Budget,
     Finding,
     Probe,
@@ -60,13 +62,36 @@ class MachineRules(RuleSet):
             missing=[] if ratio is not None else ["probe.sm_clock_mhz"],
         )
 
-    @rule(SPECS["cpu-offload"], Server(cpu_offload_gb=MATCH.gb), TEST(lambda gb: gb > 0))
+    @rule(
+        SPECS["cpu-offload"],
+        Server(cpu_offload_gb=MATCH.gb),
+        TEST(lambda gb: gb > 0),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
     def cpu_offload(self, gb):
+        """Configured offload, no trace of the copies: estimate the transfer over an assumed link."""
         link = PCIE_GBS
         return Finding(
             evidence=[ev("server.cpu_offload_gb", gb, "GB"), ev("assumed_pcie_gbs", link, "GB/s")],
             removable_ms=gb / link * 1e3,
             detail=f"At ~{link:g} GB/s, {gb:g} GB per step is {gb / link * 1e3:.3g} ms of transfer if not overlapped.",
+        )
+
+    @rule(
+        SPECS["cpu-offload"],
+        Server(cpu_offload_gb=MATCH.gb),
+        TEST(lambda gb: gb > 0),
+        Budget(h2d_exposed_ms=MATCH.exposed, h2d_bytes=MATCH.nbytes),
+    )
+    def cpu_offload_measured(self, gb, exposed, nbytes):
+        """Configured offload and a trace: the copies the trace measured replace the estimate,
+        and a trace without them says the offload is not on the decode path."""
+        if exposed < MIN_H2D_MS:
+            return None
+        return Finding(
+            evidence=[ev("server.cpu_offload_gb", gb, "GB"), ev("budget.h2d_exposed_ms", exposed, "ms"), ev("budget.h2d_bytes", nbytes / 1e9, "GB")],
+            removable_ms=exposed,
+            detail=f"The trace shows {nbytes / 1e9:.3g} GB host-to-device per step, {exposed:.3g} ms of it with no kernel running.",
         )
 
     @rule(
