@@ -55,6 +55,29 @@ def test_raising_rule_is_reported_and_the_others_still_run(tmp_path):
     assert "boom" not in fired
 
 
+RAISING_TEST_PACK = """
+from diagnoser.engine import MATCH, TEST, Budget, Finding, RuleSet, RuleSpec, ev, rule
+
+BAD_TEST = RuleSpec(id="bad-test", title="A rule whose condition raises", explanation="x")
+
+
+class BrokenCondition(RuleSet):
+    @rule(BAD_TEST, Budget(launch_ms=MATCH.launch), TEST(lambda launch: launch / 0 > 1))
+    def bad_test(self, launch):
+        return Finding(evidence=[ev("budget.launch_ms", launch)])
+"""
+
+
+def test_a_raising_test_condition_fails_closed_and_is_reported(tmp_path):
+    # experta evaluates TESTs while matching, outside any rule body: unguarded, this one
+    # aborted the whole diagnosis with an internal error
+    pack = write(tmp_path, "broken_test.py", RAISING_TEST_PACK)
+    d = diagnose(Case.model_validate(LAUNCH_CASE), load_rulebook([pack]))
+    assert [(e.rule, e.error) for e in d.rule_errors] == [("bad-test", "ZeroDivisionError in a TEST: float division by zero")]
+    fired = {h.rule for h in d.hypotheses}
+    assert {"launch-gaps", "graphs-off"} <= fired and "bad-test" not in fired
+
+
 def test_raising_rule_through_the_cli(tmp_path):
     pack = write(tmp_path, "broken.py", RAISING_PACK)
     case = tmp_path / "case.json"

@@ -104,6 +104,7 @@ def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     """The module constants (UPPER_CASE numbers) a TEST reads, directly or through a helper
     function of its module, so a verdict can show the cut-offs it was judged against."""
     found: dict[str, float] = {}
+    func = inspect.unwrap(func)
     module = getattr(func, "__globals__", {})
     for name in func.__code__.co_names:
         value = module.get(name)
@@ -126,6 +127,7 @@ def rule_thresholds(rulebook: Rulebook, rule_id: str) -> dict[str, float]:
 
 
 def _solve_test(conditions: list[Any], index: int, test: Any, bindings: dict[str, Any], facts: list[Fact]) -> tuple[bool, Trace]:
+    test = inspect.unwrap(test)  # the rule's own function, not the engine's fail-closed guard
     names = list(inspect.signature(test).parameters)
     values = ", ".join(f"{n}={_show(bindings.get(n))}" for n in names)
     cutoffs = thresholds_used(test)
@@ -133,7 +135,11 @@ def _solve_test(conditions: list[Any], index: int, test: Any, bindings: dict[str
         values += " (" + ", ".join(f"{k}={_show(v)}" for k, v in cutoffs.items()) + ")"
     where = f"{Path(inspect.getsourcefile(test) or '?').name}:{inspect.getsourcelines(test)[1]}"
     label = f"TEST({', '.join(names)}) at {where}"
-    if not test(**{n: bindings.get(n) for n in names}):
+    try:
+        holds = test(**{n: bindings.get(n) for n in names})
+    except Exception as err:  # noqa: BLE001 - the engine failed this TEST closed; say why
+        return False, [ConditionResult(condition=label, holds=False, detail=f"raised {type(err).__name__}: {err} for {values}")]
+    if not holds:
         return False, [ConditionResult(condition=label, holds=False, detail=f"false for {values}")]
     ok, rest = _solve(conditions, index + 1, bindings, facts)
     return ok, [ConditionResult(condition=label, holds=True, detail=f"true for {values}"), *rest]

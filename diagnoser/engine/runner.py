@@ -20,7 +20,7 @@ from diagnoser.engine.facts import (
     reference_step_ms,
 )
 from diagnoser.engine.loader import Rulebook
-from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec
+from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, test_errors
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import (
@@ -198,8 +198,14 @@ def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSu
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
     engine = rulebook.engine(step)
-    engine.declare(*case_facts(case, bound))
-    engine.run()
+    raised: list[RuleError] = []
+    token = test_errors.set(raised)
+    try:
+        engine.declare(*case_facts(case, bound))
+        engine.run()
+    finally:
+        test_errors.reset(token)
+    engine.errors.extend(raised)
     return engine, bound, step
 
 

@@ -9,6 +9,8 @@ forget them.
 
 from __future__ import annotations
 
+import functools
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -17,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diagnoser.engine.facts import Holds
 from diagnoser.errors import InputError
-from diagnoser.experta_compat import MATCH, Rule
-from diagnoser.models.hypothesis import Check, Evidence, Kind, UndoCriterion, UndoMetric
+from diagnoser.experta_compat import AND, MATCH, NOT, OR, TEST, Rule
+from diagnoser.models.hypothesis import Check, Evidence, Kind, RuleError, UndoCriterion, UndoMetric
 from diagnoser.models.documents import load_document, validation_message
 
 # Names under which a child rule receives its parent's cap and step; reserved for the engine.
@@ -97,11 +99,40 @@ class RuleSet:
     """Base of every rule module's class; the engine mixes all of them into one KnowledgeEngine."""
 
 
+# Errors raised inside TEST conditions while an engine matches; None when no engine is running.
+test_errors: ContextVar[list[RuleError] | None] = ContextVar("test_errors", default=None)
+
+
+def _guarded_test(test: Callable[..., Any], rule_id: str) -> Callable[..., Any]:
+    """A TEST that fails closed: experta calls TESTs while it matches, outside any rule body, so
+    one that raises would otherwise abort the whole diagnosis. The error is kept for the report."""
+
+    @functools.wraps(test)  # experta reads the parameter names through __wrapped__
+    def guarded(**bindings: Any) -> Any:
+        try:
+            return test(**bindings)
+        except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
+            sink = test_errors.get()
+            if sink is not None:
+                sink.append(RuleError(rule=rule_id, error=f"{type(err).__name__} in a TEST: {err}"))
+            return False
+
+    return guarded
+
+
+def _guard_tests(element: Any, rule_id: str) -> Any:
+    if isinstance(element, TEST):
+        return TEST(_guarded_test(element[0], rule_id))
+    if isinstance(element, (AND, OR, NOT)):
+        return type(element)(*(_guard_tests(child, rule_id) for child in element))
+    return element
+
+
 def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callable[..., Finding | None]], Rule]:
     """Turn a body into an experta rule carrying its spec; a child also matches its parent's ``Holds``."""
 
     def wrap(body: Callable[..., Finding | None]) -> Rule:
-        conditions = list(patterns)
+        conditions = [_guard_tests(p, spec.id) for p in patterns]
         if spec.parent:
             conditions.append(
                 Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP), step_ms=getattr(MATCH, PARENT_STEP))
