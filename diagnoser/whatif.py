@@ -8,7 +8,7 @@ not, and a bigger batch reuses weight reads but grows the expert union and the K
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class AmdahlResult(BaseModel):
@@ -29,6 +29,7 @@ class BoundedGain(BaseModel):
     after_ms: float
     speedup: float
     capped_by: str | None = None
+    share_of_step: float = Field(default=0.0, description="removable_ms / step_ms")
 
 
 class SpeculationResult(BaseModel):
@@ -83,7 +84,12 @@ def bounded_gain(
     removable = min(removable, step_ms * 0.999)
     after = step_ms - removable
     return BoundedGain(
-        step_ms=step_ms, removable_ms=removable, after_ms=after, speedup=step_ms / after, capped_by=capped_by
+        step_ms=step_ms,
+        removable_ms=removable,
+        after_ms=after,
+        speedup=step_ms / after,
+        capped_by=capped_by,
+        share_of_step=removable / step_ms,
     )
 
 

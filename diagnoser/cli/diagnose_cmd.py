@@ -11,25 +11,28 @@ from diagnoser.errors import InputError
 @click.argument("case_path", metavar="CASE")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.option("--markdown", is_flag=True, help="Print the diagnosis as Markdown.")
+@click.option("--html", is_flag=True, help="Print the diagnosis as one self-contained HTML page.")
 @click.option("--rules", "rule_paths", multiple=True, metavar="PATH", help="Extra rule file or folder (repeatable).")
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
-def diagnose(case_path: str, as_json: bool, markdown: bool, rule_paths: tuple[str, ...], output: str | None) -> None:
+def diagnose(case_path: str, as_json: bool, markdown: bool, html: bool, rule_paths: tuple[str, ...], output: str | None) -> None:
     """Rank hypotheses for CASE (JSON/YAML case file), with checks, bounded gains and undo criteria."""
     from diagnoser.engine import diagnose as run_diagnosis
     from diagnoser.engine import load_rulebook
     from diagnoser.fileio import write_atomic
     from diagnoser.models.case import load_case
-    from diagnoser.report import render_json, render_markdown, render_text
+    from diagnoser.report import render_html, render_json, render_markdown, render_text
 
-    if as_json and markdown:
-        raise InputError("--json and --markdown: choose one output format")
+    chosen = [flag for flag, on in (("--json", as_json), ("--markdown", markdown), ("--html", html)) if on]
+    if len(chosen) > 1:
+        raise InputError(f"{' and '.join(chosen)}: choose one output format")
     case = load_case(case_path)
     rulebook = load_rulebook(rule_paths)
     try:
         result = run_diagnosis(case, rulebook)
     except InputError as err:  # the bound rejected the pinned workload
         raise InputError(f"{case_path}: workload: {err}") from None
-    text = render_json(result) if as_json else render_markdown(result) if markdown else render_text(result)
+    render = render_json if as_json else render_markdown if markdown else render_html if html else render_text
+    text = render(result)
     if output:
         write_atomic(output, text if text.endswith("\n") else text + "\n")
     else:

@@ -17,37 +17,37 @@ SECTIONS = (
 )
 
 
-def _num(x: float) -> str:
+def num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _evidence(h: Hypothesis) -> str:
+def evidence_text(h: Hypothesis) -> str:
     return ", ".join(f"{e.name}={e.value}{(' ' + e.unit) if e.unit else ''}" for e in h.evidence)
 
 
-def _gain(h: Hypothesis) -> str:
+def gain_text(h: Hypothesis) -> str:
     if h.gain is None:
         return ""
     g = h.gain
     capped = f", capped by {g.capped_by}" if g.capped_by else ""
-    return f"at most {_num(g.removable_ms)} of {_num(g.step_ms)} ms -> {_num(g.after_ms)} ms, {g.speedup:.3f}x{capped}"
+    return f"at most {num(g.removable_ms)} of {num(g.step_ms)} ms -> {num(g.after_ms)} ms, {g.speedup:.3f}x{capped}"
 
 
-def _bound_line(d: Diagnosis) -> str | None:
+def bound_line(d: Diagnosis) -> str | None:
     b = d.bound
     if b is None:
         return None
-    parts = [f"floor {_num(b.floor_ms)} ms ({b.source})"]
+    parts = [f"floor {num(b.floor_ms)} ms ({b.source})"]
     if b.observed_step_ms is not None:
-        parts.append(f"observed {_num(b.observed_step_ms)} ms")
+        parts.append(f"observed {num(b.observed_step_ms)} ms")
     if b.unexplained_ms is not None:
-        parts.append(f"unexplained {_num(b.unexplained_ms)} ms")
+        parts.append(f"unexplained {num(b.unexplained_ms)} ms")
     if b.fraction_of_ceiling is not None:
         parts.append(f"{b.fraction_of_ceiling:.0%} of the ceiling")
     return "Bound: " + ", ".join(parts)
 
 
-def _verdict(d: Diagnosis) -> str:
+def verdict_line(d: Diagnosis) -> str:
     causes = d.of_kind(Kind.cause)
     guards = d.of_kind(Kind.guard)
     parts = []
@@ -64,20 +64,20 @@ def _verdict(d: Diagnosis) -> str:
 
 def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
     lines = [f"{index}. [{h.id}] {h.title}"]
-    gain = _gain(h)
+    gain = gain_text(h)
     if gain:
         lines.append(f"{indent}gain: {gain}")
     if h.parent:
         lines.append(f"{indent}refines: {h.parent}")
     lines.append(f"{indent}why: {h.explanation}")
     if h.evidence:
-        lines.append(f"{indent}evidence: {_evidence(h)}")
+        lines.append(f"{indent}evidence: {evidence_text(h)}")
     if h.check:
         lines.append(f"{indent}check: {h.check.measure}")
         lines.append(f"{indent}  confirms: {h.check.confirms}")
         lines.append(f"{indent}  refutes: {h.check.refutes}")
     for r in h.remedies:
-        predicted = f" -> {_num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
+        predicted = f" -> {num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
         lines.append(f"{indent}remedy: {r.action} (cost: {r.cost}; risk: {r.risk}){predicted}")
     for u in h.undo:
         lines.append(f"{indent}undo if {u.metric.value}: {u.revert_if}")
@@ -87,11 +87,11 @@ def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
 def render_text(d: Diagnosis) -> str:
     out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis"]
     if d.reference_step_ms is not None:
-        out.append(f"Reference step: {_num(d.reference_step_ms)} ms")
-    bound = _bound_line(d)
+        out.append(f"Reference step: {num(d.reference_step_ms)} ms")
+    bound = bound_line(d)
     if bound:
         out.append(bound)
-    out.append(_verdict(d))
+    out.append(verdict_line(d))
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if not items:
@@ -111,11 +111,11 @@ def render_text(d: Diagnosis) -> str:
 def render_markdown(d: Diagnosis) -> str:
     out = [f"# Diagnosis{': ' + d.title if d.title else ''}", ""]
     if d.reference_step_ms is not None:
-        out.append(f"- Reference step: {_num(d.reference_step_ms)} ms")
-    bound = _bound_line(d)
+        out.append(f"- Reference step: {num(d.reference_step_ms)} ms")
+    bound = bound_line(d)
     if bound:
         out.append(f"- {bound}")
-    out.append(f"- {_verdict(d)}")
+    out.append(f"- {verdict_line(d)}")
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if not items:

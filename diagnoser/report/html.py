@@ -1,0 +1,103 @@
+"""A diagnosis as one self-contained HTML page: no scripts, no external assets, every text
+escaped, so it can be attached to a ticket or mailed and opened anywhere.
+
+Same order and wording as the text report; each cause also gets a bar for the share of the
+step it could remove at most, which makes the Amdahl bound visible at a glance.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
+from diagnoser.report.diagnosis import SECTIONS, bound_line, gain_text, num, verdict_line
+
+STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #1d2330; }
+h1 { font-size: 1.6rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #ccd; } h3 { font-size: 1.05rem; margin-bottom: .3rem; }
+ul.summary { list-style: none; padding: 0; } ul.summary li { margin: .2rem 0; }
+article { border-left: 4px solid #ccd; padding: .2rem 0 .4rem 1rem; margin: 1rem 0; }
+article.cause { border-color: #c0392b; } article.guard { border-color: #d68910; }
+article.check { border-color: #2874a6; } article.lesson { border-color: #7d8b99; }
+.gain { display: flex; align-items: center; gap: .6rem; } .track { width: 14rem; height: .7rem; background: #eef; }
+.bar { height: 100%; background: #c0392b; } table { border-collapse: collapse; margin: .4rem 0; }
+td, th { border: 1px solid #dde; padding: .15rem .5rem; text-align: left; vertical-align: top; }
+dt { font-weight: 600; } dd { margin: 0 0 .3rem 1rem; } code { background: #f3f3f8; padding: 0 .2rem; }
+"""
+
+
+def _gain(h: Hypothesis) -> str:
+    if h.gain is None:
+        return ""
+    width = f"{100 * h.gain.share_of_step:.1f}%"
+    return (
+        f'<div class="gain"><div class="track" title="share of the step it can remove">'
+        f'<div class="bar" style="width: {width}"></div></div><span>{escape(gain_text(h))}</span></div>'
+    )
+
+
+def _evidence(h: Hypothesis) -> str:
+    if not h.evidence:
+        return ""
+    rows = "".join(
+        f"<tr><td><code>{escape(e.name)}</code></td><td>{escape(str(e.value))}{escape(' ' + e.unit) if e.unit else ''}</td></tr>"
+        for e in h.evidence
+    )
+    return f'<table class="evidence"><tr><th>evidence</th><th>value</th></tr>{rows}</table>'
+
+
+def _check(h: Hypothesis) -> str:
+    if h.check is None:
+        return ""
+    c = h.check
+    return (
+        f'<dl class="check"><dt>check</dt><dd>{escape(c.measure)}</dd><dt>confirms</dt><dd>{escape(c.confirms)}</dd>'
+        f"<dt>refutes</dt><dd>{escape(c.refutes)}</dd></dl>"
+    )
+
+
+def _remedies(h: Hypothesis) -> str:
+    remedies = []
+    for r in h.remedies:
+        predicted = f" &rarr; {num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
+        remedies.append(f"<li>{escape(r.action)} <em>(cost: {escape(r.cost)}; risk: {escape(r.risk)})</em>{predicted}</li>")
+    undo = [f"<li><code>{escape(u.metric.value)}</code>: {escape(u.revert_if)}</li>" for u in h.undo]
+    out = f'<dl><dt>remedies</dt><dd><ul class="remedies">{"".join(remedies)}</ul></dd></dl>' if remedies else ""
+    return out + (f'<dl><dt>undo when</dt><dd><ul class="undo">{"".join(undo)}</ul></dd></dl>' if undo else "")
+
+
+def _article(h: Hypothesis, index: int) -> str:
+    refines = f'<p class="refines">refines <code>{escape(h.parent)}</code></p>' if h.parent else ""
+    return (
+        f'<article class="{h.kind.value}" id="{escape(h.id)}">'
+        f"<h3>{index}. <code>{escape(h.id)}</code> {escape(h.title)}</h3>"
+        f"{_gain(h)}{refines}<p>{escape(h.explanation)}</p>{_evidence(h)}{_check(h)}{_remedies(h)}</article>"
+    )
+
+
+def render_html(d: Diagnosis) -> str:
+    title = f"Diagnosis: {d.title}" if d.title else "Diagnosis"
+    summary = []
+    if d.reference_step_ms is not None:
+        summary.append(f"Reference step: {num(d.reference_step_ms)} ms")
+    bound = bound_line(d)
+    if bound:
+        summary.append(bound)
+    summary.append(verdict_line(d))
+    body = [f"<h1>{escape(title)}</h1>", '<ul class="summary">' + "".join(f"<li>{escape(s)}</li>" for s in summary) + "</ul>"]
+    for kind, heading in SECTIONS:
+        items = d.of_kind(kind)
+        if items:
+            body.append(f'<section id="{kind.value}"><h2>{escape(heading)}</h2>')
+            body += [_article(h, i) for i, h in enumerate(items, 1)]
+            body.append("</section>")
+    if not d.of_kind(Kind.cause):
+        body.append("<p><em>No cause named yet.</em></p>")
+    if d.rule_errors:
+        errors = "".join(f"<li><code>{escape(e.rule)}</code>: {escape(e.error)}</li>" for e in d.rule_errors)
+        body.append(f'<section id="rule-errors"><h2>Rule errors (the other rules still ran)</h2><ul>{errors}</ul></section>')
+    body.append(f"<footer><p>{d.rules_loaded} rules loaded.</p></footer>")
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
