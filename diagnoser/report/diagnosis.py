@@ -62,6 +62,13 @@ def verdict_line(d: Diagnosis) -> str:
     return "Verdict: " + "; ".join(parts)
 
 
+def summary_lines(d: Diagnosis) -> list[str]:
+    """Reference step, bound and verdict: the lines every format opens with."""
+    lines = [f"Reference step: {num(d.reference_step_ms)} ms"] if d.reference_step_ms is not None else []
+    bound = bound_line(d)
+    return lines + ([bound] if bound else []) + [verdict_line(d)]
+
+
 def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
     lines = [f"{index}. [{h.id}] {h.title}"]
     gain = gain_text(h)
@@ -85,13 +92,7 @@ def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
 
 
 def render_text(d: Diagnosis) -> str:
-    out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis"]
-    if d.reference_step_ms is not None:
-        out.append(f"Reference step: {num(d.reference_step_ms)} ms")
-    bound = bound_line(d)
-    if bound:
-        out.append(bound)
-    out.append(verdict_line(d))
+    out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis", *summary_lines(d)]
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if not items:
@@ -109,13 +110,7 @@ def render_text(d: Diagnosis) -> str:
 
 
 def render_markdown(d: Diagnosis) -> str:
-    out = [f"# Diagnosis{': ' + d.title if d.title else ''}", ""]
-    if d.reference_step_ms is not None:
-        out.append(f"- Reference step: {num(d.reference_step_ms)} ms")
-    bound = bound_line(d)
-    if bound:
-        out.append(f"- {bound}")
-    out.append(f"- {verdict_line(d)}")
+    out = [f"# Diagnosis{': ' + d.title if d.title else ''}", "", *(f"- {line}" for line in summary_lines(d))]
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if not items:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
-from diagnoser.report.diagnosis import SECTIONS, bound_line, gain_text, num, verdict_line
+from diagnoser.report.diagnosis import SECTIONS, gain_text, num, summary_lines
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #1d2330; }
@@ -77,14 +77,8 @@ def _article(h: Hypothesis, index: int) -> str:
 
 def render_html(d: Diagnosis) -> str:
     title = f"Diagnosis: {d.title}" if d.title else "Diagnosis"
-    summary = []
-    if d.reference_step_ms is not None:
-        summary.append(f"Reference step: {num(d.reference_step_ms)} ms")
-    bound = bound_line(d)
-    if bound:
-        summary.append(bound)
-    summary.append(verdict_line(d))
-    body = [f"<h1>{escape(title)}</h1>", '<ul class="summary">' + "".join(f"<li>{escape(s)}</li>" for s in summary) + "</ul>"]
+    summary = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(d))
+    body = [f"<h1>{escape(title)}</h1>", f'<ul class="summary">{summary}</ul>']
     for kind, heading in SECTIONS:
         items = d.of_kind(kind)
         if items:
