@@ -138,3 +138,22 @@ def test_cli_text_json_and_errors():
     assert data["outcome"] == "silent" and data["bodies"][0]["conditions"][0]["detail"] == "cuda_graphs=True is not False"
     result = run_cli("rules", "explain", "nope", str(EXAMPLE))
     assert result.returncode == 2 and result.stderr.strip() == "diagnoser: error: no rule 'nope'; `diagnoser rules list` shows the ids"
+
+
+def test_overview_of_every_rule(book):
+    result = run_cli("rules", "explain", "--all", str(EXAMPLE))
+    assert result.returncode == 0
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert set(lines) == set(book.specs)
+    assert lines["small-expert-kernels"].split()[1:4] == ["cause", "concluded", "small-expert-kernels"]
+    assert lines["host-overhead"].endswith("false for host=0.9, step=16 (MIN_PART_MS=0.1, MIN_PART_SHARE=0.08)")
+    assert lines["late-rank"].endswith("the case has no Collective fact")
+    data = json.loads(run_cli("rules", "explain", "--all", str(EXAMPLE), "--json").stdout)
+    assert {x["rule"]: x["outcome"] for x in data}["launch-gaps"] == "concluded" and len(data) == len(book.specs)
+
+
+@pytest.mark.parametrize("args", [("explain", str(EXAMPLE)), ("explain", "--all", "launch-gaps", str(EXAMPLE)), ("explain",)])
+def test_explain_arguments_are_checked(args):
+    result = run_cli("rules", *args)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "diagnoser: error: usage: diagnoser rules explain ID CASE, or diagnoser rules explain --all CASE"

@@ -48,19 +48,26 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
 
 
 @rules.command("explain")
-@click.argument("rule_id", metavar="ID")
-@click.argument("case_path", metavar="CASE")
+@click.argument("args", nargs=-1, metavar="ID CASE | --all CASE")
+@click.option("--all", "every", is_flag=True, help="One line per rule: its verdict and the first condition that failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
 @_RULES_OPTION
-def explain_cmd(rule_id: str, case_path: str, as_json: bool, rule_paths: tuple[str, ...]) -> None:
+def explain_cmd(args: tuple[str, ...], every: bool, as_json: bool, rule_paths: tuple[str, ...]) -> None:
     """Why rule ID concluded or stayed silent on CASE, condition by condition."""
     from diagnoser.engine import load_rulebook
     from diagnoser.engine.explain import explain_rules
     from diagnoser.models.case import load_case
-    from diagnoser.report.explain import render_explanation
+    from diagnoser.report.explain import render_explanation, render_overview
 
-    (explanation,) = explain_rules(load_case(case_path), load_rulebook(rule_paths), [rule_id])
-    click.echo(explanation.model_dump_json(indent=2) if as_json else render_explanation(explanation), nl=as_json)
+    if len(args) != (1 if every else 2):
+        raise InputError("usage: diagnoser rules explain ID CASE, or diagnoser rules explain --all CASE")
+    book = load_rulebook(rule_paths)
+    rule_ids = sorted(book.specs, key=lambda r: (book.specs[r].kind.value, r)) if every else [args[0]]
+    explanations = explain_rules(load_case(args[-1]), book, rule_ids)
+    if as_json:
+        click.echo("[" + ",".join(x.model_dump_json(indent=2) for x in explanations) + "]" if every else explanations[0].model_dump_json(indent=2))
+    else:
+        click.echo(render_overview(explanations) if every else render_explanation(explanations[0]), nl=False)
 
 
 @rules.command("test")
