@@ -10,6 +10,7 @@ import pytest
 
 from conftest import REPO, run_cli
 from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.engine.explain import explain_rules
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import Kind
@@ -56,15 +57,22 @@ def test_raising_rule_is_reported_and_the_others_still_run(tmp_path):
 
 
 RAISING_TEST_PACK = """
-from diagnoser.engine import MATCH, TEST, Budget, Finding, RuleSet, RuleSpec, ev, rule
+from diagnoser.engine import AS, MATCH, TEST, P, Budget, Finding, RuleSet, RuleSpec, ev, rule
 
 BAD_TEST = RuleSpec(id="bad-test", title="A rule whose condition raises", explanation="x")
+
+
+BAD_PREDICATE = RuleSpec(id="bad-predicate", title="A rule whose field predicate raises", explanation="x")
 
 
 class BrokenCondition(RuleSet):
     @rule(BAD_TEST, Budget(launch_ms=MATCH.launch), TEST(lambda launch: launch / 0 > 1))
     def bad_test(self, launch):
         return Finding(evidence=[ev("budget.launch_ms", launch)])
+
+    @rule(BAD_PREDICATE, AS.b << Budget(launch_ms=P(lambda v: v.upper() == "X")))
+    def bad_predicate(self, b):
+        return Finding(evidence=[ev("budget.launch_ms", b["launch_ms"])])
 """
 
 
@@ -73,9 +81,15 @@ def test_a_raising_test_condition_fails_closed_and_is_reported(tmp_path):
     # aborted the whole diagnosis with an internal error
     pack = write(tmp_path, "broken_test.py", RAISING_TEST_PACK)
     d = diagnose(Case.model_validate(LAUNCH_CASE), load_rulebook([pack]))
-    assert [(e.rule, e.error) for e in d.rule_errors] == [("bad-test", "ZeroDivisionError in a TEST: float division by zero")]
+    assert [(e.rule, e.error) for e in d.rule_errors] == [
+        ("bad-predicate", "AttributeError in a field predicate: 'float' object has no attribute 'upper'"),
+        ("bad-test", "ZeroDivisionError in a TEST: float division by zero"),
+    ]
     fired = {h.rule for h in d.hypotheses}
-    assert {"launch-gaps", "graphs-off"} <= fired and "bad-test" not in fired
+    assert {"launch-gaps", "graphs-off"} <= fired and not {"bad-test", "bad-predicate"} & fired
+    (x,) = explain_rules(Case.model_validate(LAUNCH_CASE), load_rulebook([pack]), ["bad-predicate"])
+    assert x.outcome == "raised"
+    assert x.bodies[0].conditions[0].detail == "launch_ms=1.5 raised AttributeError: 'float' object has no attribute 'upper' in the predicate"
 
 
 def test_raising_rule_through_the_cli(tmp_path):

@@ -224,7 +224,10 @@ def _constraint(constraint: Any, value: Any, bindings: dict[str, Any]) -> tuple[
     elif isinstance(constraint, L):
         ok, why = value == constraint.value, f"is not {_show(constraint.value)}"
     elif isinstance(constraint, P):
-        ok, why = bool(constraint.match(value)), "fails the predicate"
+        try:
+            ok, why = bool(inspect.unwrap(constraint.match)(value)), "fails the predicate"
+        except Exception as err:  # noqa: BLE001 - the engine failed this predicate closed; say why
+            ok, why = False, f"raised {type(err).__name__}: {err} in the predicate"
     else:
         ok, why = value == constraint, f"is not {_show(constraint)}"
     name = getattr(constraint, "__bind__", None)

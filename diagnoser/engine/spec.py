@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diagnoser.engine.facts import Holds
 from diagnoser.errors import InputError
-from diagnoser.experta_compat import AND, MATCH, NOT, OR, TEST, Rule
+from diagnoser.experta_compat import AND, ANDFC, MATCH, NOT, NOTFC, OR, ORFC, TEST, Fact, P, Rule
 from diagnoser.models.hypothesis import Check, Evidence, Kind, RuleError, UndoCriterion, UndoMetric
 from diagnoser.models.documents import load_document, validation_message
 
@@ -103,28 +103,39 @@ class RuleSet:
 test_errors: ContextVar[list[RuleError] | None] = ContextVar("test_errors", default=None)
 
 
-def _guarded_test(test: Callable[..., Any], rule_id: str) -> Callable[..., Any]:
-    """A TEST that fails closed: experta calls TESTs while it matches, outside any rule body, so
-    one that raises would otherwise abort the whole diagnosis. The error is kept for the report."""
+def _fail_closed(check: Callable[..., Any], rule_id: str, where: str) -> Callable[..., Any]:
+    """A condition that fails closed: experta calls TESTs and field predicates while it matches,
+    outside any rule body, so one that raises would otherwise abort the whole diagnosis. The
+    error is kept for the report."""
 
-    @functools.wraps(test)  # experta reads the parameter names through __wrapped__
-    def guarded(**bindings: Any) -> Any:
+    @functools.wraps(check)  # experta reads a TEST's parameter names through __wrapped__
+    def guarded(*args: Any, **bindings: Any) -> Any:
         try:
-            return test(**bindings)
+            return check(*args, **bindings)
         except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             sink = test_errors.get()
             if sink is not None:
-                sink.append(RuleError(rule=rule_id, error=f"{type(err).__name__} in a TEST: {err}"))
+                sink.append(RuleError(rule=rule_id, error=f"{type(err).__name__} in a {where}: {err}"))
             return False
 
     return guarded
 
 
-def _guard_tests(element: Any, rule_id: str) -> Any:
+def _guard_conditions(element: Any, rule_id: str) -> Any:
+    """The same pattern with every TEST and field predicate made to fail closed."""
     if isinstance(element, TEST):
-        return TEST(_guarded_test(element[0], rule_id))
-    if isinstance(element, (AND, OR, NOT)):
-        return type(element)(*(_guard_tests(child, rule_id) for child in element))
+        return TEST(_fail_closed(element[0], rule_id, "TEST"))
+    if isinstance(element, P):
+        return P(_fail_closed(element.match, rule_id, "field predicate"), element.__bind__)
+    if isinstance(element, (AND, OR, NOT, ANDFC, ORFC, NOTFC)):
+        return type(element)(*(_guard_conditions(child, rule_id) for child in element))
+    if isinstance(element, Fact) and element.has_field_constraints():
+        fields = {k: _guard_conditions(v, rule_id) for k, v in element.items() if not Fact.is_special(k)}
+        positional = [fields.pop(k) for k in sorted(k for k in fields if isinstance(k, int))]
+        guarded = type(element)(*positional, **fields)
+        if element.__bind__ is not None:
+            guarded.__bind__ = element.__bind__
+        return guarded
     return element
 
 
@@ -132,7 +143,7 @@ def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callabl
     """Turn a body into an experta rule carrying its spec; a child also matches its parent's ``Holds``."""
 
     def wrap(body: Callable[..., Finding | None]) -> Rule:
-        conditions = [_guard_tests(p, spec.id) for p in patterns]
+        conditions = [_guard_conditions(p, spec.id) for p in patterns]
         if spec.parent:
             conditions.append(
                 Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP), step_ms=getattr(MATCH, PARENT_STEP))
