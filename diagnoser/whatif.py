@@ -11,6 +11,29 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
+# What each model assumes, carried in its result so every format states it next to the figure.
+AMDAHL_ASSUMPTIONS = (
+    "the parts are non-overlapping pieces of one serial step, measured on the critical rank",
+    "a change removes only the part it replaces: waiting on a dependency, another rank or the client needs another remedy",
+    "rate = one emitted token per step for one stream; re-test the whole service before promising it",
+)
+SPECULATION_ASSUMPTIONS = (
+    "each draft token is accepted with the same probability a once the ones before it were; k drafts, "
+    "one correction or bonus token per cycle: a model of accepted-prefix length, not of every decoder "
+    "or of an averaged acceptance counter",
+    "drafting, verification and other work do not overlap; measure accepted output, draft cost, "
+    "verification cost and extra memory together (fewer target calls alone is no win)",
+    "acceptance and costs move with load and with the prompts: measure them at the served workload",
+)
+BATCH_ASSUMPTIONS = (
+    "step = the bound's floor at that batch + the time above the floor measured at the current batch, assumed unchanged",
+    "aggregate rate = batch x tokens per step / step for ordinary decode; the expert union, KV reads and compute "
+    "grow with the batch, so the step is not fixed",
+    "per-user latency need not follow this curve: test at the service's concurrency, and keep single-stream "
+    "figures for quiet periods and freshly started replicas",
+)
+
+
 class AmdahlResult(BaseModel):
     parts_ms: dict[str, float]
     parts_after_ms: dict[str, float]
@@ -19,6 +42,7 @@ class AmdahlResult(BaseModel):
     after_ms: float
     saved_ms: float
     speedup: float
+    assumptions: list[str] = Field(default_factory=lambda: list(AMDAHL_ASSUMPTIONS))
 
 
 class BoundedGain(BaseModel):
@@ -41,6 +65,7 @@ class SpeculationResult(BaseModel):
     ms_per_token: float
     speedup: float
     is_slowdown: bool
+    assumptions: list[str] = Field(default_factory=lambda: list(SPECULATION_ASSUMPTIONS))
 
 
 class BatchPoint(BaseModel):

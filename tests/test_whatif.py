@@ -74,6 +74,17 @@ def test_cli_amdahl_and_speculate():
     assert json.loads(out.stdout)["expected_tokens_per_cycle"] == 8.0
 
 
+def test_every_calculator_states_what_it_assumes():
+    # the reference's caveats travel with the figures: accepted-prefix model, costs measured
+    # together, the Amdahl part only, and the concurrency regime for batching
+    out = run_cli("whatif", "speculate", "-a", "0.8", "-k", "7", "--verify-ms", "12", "--draft-ms", "3", "--other-ms", "1", "--ordinary-ms", "9")
+    assert "accepted-prefix length" in out.stdout and "fewer target calls alone is no win" in out.stdout
+    data = json.loads(run_cli("whatif", "speculate", "-a", "0.8", "-k", "7", "--verify-ms", "12", "--draft-ms", "3", "--ordinary-ms", "9", "--json").stdout)
+    assert any("not of every decoder" in a for a in data["assumptions"])
+    out = run_cli("whatif", "amdahl", "--part", "launch=1.5", "--part", "other=7.5", "--set", "launch=0.5", "--json")
+    assert any("removes only the part it replaces" in a for a in json.loads(out.stdout)["assumptions"])
+
+
 def test_cli_whatif_bad_input_is_one_line():
     out = run_cli("whatif", "amdahl", "--part", "device=4.5", "--set", "launch=0.5")
     assert out.returncode == 2 and "no part named 'launch'" in out.stderr and "Traceback" not in out.stderr
@@ -97,6 +108,8 @@ def test_cli_batch_uses_the_bound(tmp_path):
     assert points[1]["step_ms"] == pytest.approx(12.0)
     assert points[16]["step_ms"] == pytest.approx(12.0 - floor1 + floor16)
     assert points[16]["aggregate_tokens_per_s"] == pytest.approx(16e3 / points[16]["step_ms"])
+    text = run_cli("whatif", "batch", str(path), "--batch", "1,16").stdout
+    assert "quiet periods and freshly started replicas" in text and "the step is not fixed" in text
     out = run_cli("whatif", "batch", str(path), "--batch", "x")
     assert out.returncode == 2
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from diagnoser.whatif import AmdahlResult, BatchPoint, SpeculationResult
+from diagnoser.whatif import BATCH_ASSUMPTIONS, AmdahlResult, BatchPoint, SpeculationResult
 
 
 def _num(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _assumptions(lines: list[str] | tuple[str, ...]) -> list[str]:
+    return ["assumes:"] + [f"  - {line}" for line in lines]
 
 
 def render_amdahl(r: AmdahlResult) -> str:
@@ -17,6 +21,7 @@ def render_amdahl(r: AmdahlResult) -> str:
             f"before: {before} = {_num(r.before_ms)} ms",
             f"after:  {after} = {_num(r.after_ms)} ms  ({r.changed_part} changed)",
             f"speed-up: {_num(r.before_ms)} / {_num(r.after_ms)} = {r.speedup:.4g}x (saves {_num(r.saved_ms)} ms per step)",
+            *_assumptions(r.assumptions),
         ]
     )
 
@@ -28,6 +33,7 @@ def render_speculation(r: SpeculationResult) -> str:
             f"E[tokens/cycle] at a={r.acceptance:g}, k={r.draft_length}: {r.expected_tokens_per_cycle:.4g}",
             f"cycle: {_num(r.cycle_ms)} ms -> {_num(r.ms_per_token)} ms per emitted token (ordinary step {_num(r.ordinary_step_ms)} ms)",
             f"speed-up: {r.expected_tokens_per_cycle:.4g} x {_num(r.ordinary_step_ms)} / {_num(r.cycle_ms)} = {verdict}",
+            *_assumptions(r.assumptions),
         ]
     )
 
@@ -38,6 +44,5 @@ def render_batch(points: list[BatchPoint]) -> str:
         f"{p.batch:>6} {p.floor_ms:>10.4g} {p.step_ms:>10.4g} {p.aggregate_tokens_per_s:>11.4g} {p.per_user_tokens_per_s:>15.4g}"
         for p in points
     ]
-    rows.append("step = floor at that batch + the measured time above the floor (assumed unchanged)")
-    return "\n".join(rows)
+    return "\n".join(rows + _assumptions(BATCH_ASSUMPTIONS))
 
