@@ -7,6 +7,7 @@ belief it corrects (``claims``). It adds no gain; it keeps a fix from being over
 from diagnoser.engine import (
     MATCH,
     OR,
+    P,
     TEST,
     Bound,
     Budget,
@@ -23,6 +24,8 @@ SPECS = load_specs(__file__)
 
 # Below half of the ceiling people start asking whether this is "normal".
 LOW_FRACTION = 0.5
+# Budgets `diagnoser analyze` wrote come from a profiled run: a diagnostic, not a capacity test.
+PROFILED = "diagnoser analyze"
 
 
 class LessonRules(RuleSet):
@@ -57,3 +60,11 @@ class LessonRules(RuleSet):
     @rule(SPECS["sampling-not-necessarily-cpu"], OR(Holds(rule="host-overhead"), Claim(name="sampling_on_cpu")))
     def sampling_inspect(self):
         return Finding(evidence=[ev("trigger", "host overhead or a claim that sampling runs on the CPU")])
+
+    @rule(
+        SPECS["diagnostics-not-capacity"],
+        OR(Holds(rule=MATCH.cause), Claim(name="trace_rate_is_capacity")),
+        Budget(source=P(lambda source: source.startswith(PROFILED)) & MATCH.source),
+    )
+    def diagnostics_not_capacity(self, source):
+        return Finding(evidence=[ev("budget.source", source)])

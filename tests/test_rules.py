@@ -20,7 +20,10 @@ GUARDS = [
     "speculation-without-cost",
     "boundary-mismatch",
 ]
-LESSONS = ["low-fraction-not-a-diagnosis", "smaller-tp-same-calls", "graphs-remove-launch-share-only", "sparsity-is-not-ep", "sampling-not-necessarily-cpu"]
+LESSONS = [
+    "low-fraction-not-a-diagnosis", "smaller-tp-same-calls", "graphs-remove-launch-share-only", "sparsity-is-not-ep",
+    "sampling-not-necessarily-cpu", "diagnostics-not-capacity",
+]
 BEYOND = [
     "graphs-off", "graph-capture-too-small", "host-overhead", "output-length-growth", "penalty-over-history",
     "proxy-buffering", "sort-sampling", "moe-untuned-config", "custom-allreduce-off", "pcie-topology",

@@ -184,6 +184,7 @@ class Claim(str, Enum):
     smaller_tp_fewer_collectives = "smaller_tp_fewer_collectives"
     graphs_close_gap = "graphs_close_gap"
     fraction_is_normal = "fraction_is_normal"
+    trace_rate_is_capacity = "trace_rate_is_capacity"
 
 
 class Observations(_Obs):
