@@ -98,7 +98,6 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     under_load = readings_under_load(lambda: dst.copy_(src)) if ctx.device == "cuda" else None
     measured = max(read_gbs, copy_gbs)
     theory, theory_source = theoretical_gbs(ctx)
-    del src, dst
     return {
         "device": ctx.device,
         "buffer_bytes": size,
