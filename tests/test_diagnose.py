@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 
 from conftest import REPO, run_cli
 
@@ -111,6 +112,14 @@ def test_real_h2d_stream_points_at_host_to_device_copies(shared_dir, tmp_path):
     assert values["budget.h2d_bytes"] == pytest.approx(25.4753, abs=1e-4)  # GB
     assert values["h2d_rate_gbs"] == pytest.approx(25_475_253_792 / 920.872841e-3 / 1e9, rel=1e-4)  # 27.66 GB/s
     assert first["gain"]["removable_ms"] == pytest.approx(920.8728, abs=1e-3)
+    # Kernel-class shares are of kernels plus copies: by SQL, device 0's kernels take 22.385163 ms
+    # and its copies outside D2H 940.501276 ms (H2D 920.872841 + D2D 19.613651 + memset
+    # 0.014784), 962.886439 ms in all, which here is the device part exactly (nothing overlaps).
+    # Shares of kernel time alone made the GEMMs look like 87 % of a step they take 2 % of.
+    observations = yaml.safe_load(case.read_text())["observations"]
+    assert observations["budget"]["device_ms"] == pytest.approx(22.385163 + 940.501276, abs=1e-5)
+    gemm = next(k for k in observations["kernel_classes"] if k["kernel_class"] == "gemm")
+    assert gemm["share_of_step"] == pytest.approx(19.368 / 962.886439, abs=1e-5)
 
 
 def test_workload_the_bound_rejects_names_the_case(tmp_path):

@@ -102,6 +102,9 @@ class Analysis(BaseModel):
     median_step_ms: float | None
     step_spread_ms: float | None = Field(description="p90 - p10 of critical-rank step times")
     kernel_table: list[KernelClassRow] = Field(description="critical rank, all steps")
+    copy_us: float = Field(
+        default=0.0, description="critical rank, all steps: copies and memsets in the device part (D2H is host time)"
+    )
     collectives: list[CollectiveRow]
     kernel_sum_across_ranks_ms: float = Field(
         description="sum of kernel durations over ranks and steps: NOT elapsed time"
@@ -114,6 +117,16 @@ class Analysis(BaseModel):
         if rank is None:
             rank = next((s.critical_rank for s in self.steps if s.key == key), None)
         return next((r for r in self.rank_steps if r.key == key and r.rank == rank), None)
+
+
+def device_copy_us(ops: DeviceOps, steps: list) -> float:
+    """Copy and memset time in the steps' device part: the kernel table's classes are shares of
+    kernels plus these, so a step spent fetching over PCIe does not inflate every kernel class."""
+    if not steps:
+        return 0.0
+    rows = np.concatenate([s.ops for s in steps])
+    rows = rows[(ops.source[rows] != IS_KERNEL) & ~ops.is_d2h[rows]]
+    return float((ops.end[rows] - ops.start[rows]).sum()) / 1000.0
 
 
 def _keys(seg: Segmentation) -> list[str]:
@@ -226,9 +239,11 @@ def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align
     ]
     critical_rank = next((s.critical_rank for s in summaries if s.key == representative), None)
     table: list[KernelClassRow] = []
+    copy_us = 0.0
     for trace, ops, seg, _ in per_rank:
         if trace.rank == critical_rank:
             table = kernel_table(trace, ops, seg.steps)
+            copy_us = device_copy_us(ops, seg.steps)
     kernel_sum = sum(
         float((t.kernels["end"] - t.kernels["start"]).sum()) / 1e6 for t, _, seg, _ in per_rank if len(t.kernels)
     )
@@ -242,6 +257,7 @@ def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align
         median_step_ms=float(np.median(times)) if len(times) else None,
         step_spread_ms=float(np.percentile(times, 90) - np.percentile(times, 10)) if len(times) else None,
         kernel_table=table,
+        copy_us=copy_us,
         collectives=collectives,
         kernel_sum_across_ranks_ms=kernel_sum,
         unassigned_ops={t.rank: seg.unassigned for t, _, seg, _ in per_rank},

@@ -96,8 +96,9 @@ def _collectives(analysis: Analysis) -> list[CollectiveObs]:
 
 
 def _kernel_classes(analysis: Analysis) -> list[KernelClassObs]:
-    """One fact per class; implementations of a class (nccl, symm_mem) are merged."""
-    device_total = sum(r.total_us for r in analysis.kernel_table) or 1.0
+    """One fact per class; implementations of a class (nccl, symm_mem) are merged. Shares are of
+    all device work, copies included, so that device_ms x share is the class's time."""
+    device_total = sum(r.total_us for r in analysis.kernel_table) + analysis.copy_us or 1.0
     classes: dict[str, KernelClassObs] = {}
     for row in analysis.kernel_table:
         share = row.total_us / device_total
