@@ -37,6 +37,11 @@ def same_figure(a: float, b: float) -> bool:
 
 
 CLAIM_OVERCOUNT = 1.1
+# A traced Python call costs the host about a microsecond; a thousand or more per step is
+# milliseconds of host time that the un-profiled server does not spend.
+TRACED_CALLS = 1000
+# Host-side parts (launch + host) worth questioning: 8 % of the step, as for launch gaps.
+HOST_SIDE_SHARE = 0.08
 # Two byte counts within 5 % are the same figure (byte counts are exact; timings are not).
 SAME_BYTES = 0.05
 
@@ -142,3 +147,19 @@ class GuardRules(RuleSet):
     @rule(SPECS["boundary-mismatch"], BoundaryPair(observed=MATCH.observed, bound=MATCH.bound), TEST(lambda observed, bound: observed != bound))
     def boundary_mismatch(self, observed, bound):
         return Finding(evidence=[ev("observed.boundary", observed), ev("bound.boundary", bound)])
+
+    @rule(
+        SPECS["python-tracer-inflates-host"],
+        Budget(python_calls=MATCH.calls, launch_ms=MATCH.launch, host_ms=MATCH.host, step_ms=MATCH.step),
+        TEST(lambda calls, launch, host, step: calls >= TRACED_CALLS and launch + host >= HOST_SIDE_SHARE * step),
+    )
+    def python_tracer_inflates_host(self, calls, launch, host, step):
+        return Finding(
+            evidence=[
+                ev("budget.python_calls", calls),
+                ev("budget.launch_ms", launch, "ms"),
+                ev("budget.host_ms", host, "ms"),
+                ev("budget.step_ms", step, "ms"),
+            ],
+            detail=f"{calls} traced Python calls in a {step:.3g} ms step: the launch and host parts include the tracer's cost.",
+        )

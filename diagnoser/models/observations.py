@@ -39,6 +39,9 @@ class StepBudget(_Obs):
     )
     h2d_exposed_ms: float | None = Field(default=None, ge=0, description="of h2d_ms, time no compute kernel overlaps")
     h2d_bytes: float | None = Field(default=None, ge=0, description="bytes the step's host-to-device copies moved")
+    python_calls: int | None = Field(
+        default=None, ge=0, description="Python calls the profiler traced during the step (with_stack); each cost host time"
+    )
 
     @property
     def parts_ms(self) -> float:

@@ -61,6 +61,7 @@ class RankStep(BaseModel):
     h2d_ns: int = Field(default=0, description="host-to-device copies in the window (inside the device part)")
     h2d_exposed_ns: int = Field(default=0, description="of those, time no compute kernel overlaps")
     h2d_bytes: int = Field(default=0, description="bytes the window's host-to-device copies moved")
+    python_calls: int = Field(default=0, description="Python calls the profiler traced in the window (with_stack)")
     graph_status: str
     graph_launches: int
     kernel_launches: int
@@ -163,6 +164,7 @@ def _rank_step(
         h2d_ns=h2d.copy_ns,
         h2d_exposed_ns=h2d.exposed_ns,
         h2d_bytes=h2d.bytes,
+        python_calls=int(np.searchsorted(trace.python_calls, hi) - np.searchsorted(trace.python_calls, lo)),
         graph_status=replay.status.value,
         graph_launches=replay.graph_launches,
         kernel_launches=replay.kernel_launches,

@@ -40,6 +40,7 @@ def step_budget(row: RankStep, spread_ms: float | None = None) -> StepBudget:
         h2d_ms=row.h2d_ns / 1e6,
         h2d_exposed_ms=row.h2d_exposed_ns / 1e6,
         h2d_bytes=row.h2d_bytes,
+        python_calls=row.python_calls,
     )
 
 

@@ -84,3 +84,5 @@ class RankTrace:
     device_name: str | None = None
     notes: list[str] = field(default_factory=list)  # what the reader could not find ("no NVTX table")
     shapes: Table = field(default_factory=Table)
+    # start times (ns) of Python calls the profiler traced (with_stack): each one also cost the host time
+    python_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
