@@ -42,6 +42,10 @@ CLAIM_OVERCOUNT = 1.1
 TRACED_CALLS = 1000
 # Host-side parts (launch + host) worth questioning: 8 % of the step, as for launch gaps.
 HOST_SIDE_SHARE = 0.08
+# No step markers, a window of a second or more and the GPU busy under half of it: the capture
+# holds startup, compilation or idle time, not decode steps (decode steps are milliseconds).
+WHOLE_TRACE_MS = 1000.0
+BUSY_SHARE = 0.5
 # Two byte counts within 5 % are the same figure (byte counts are exact; timings are not).
 SAME_BYTES = 0.05
 
@@ -162,4 +166,15 @@ class GuardRules(RuleSet):
                 ev("budget.step_ms", step, "ms"),
             ],
             detail=f"{calls} traced Python calls in a {step:.3g} ms step: the launch and host parts include the tracer's cost.",
+        )
+
+    @rule(
+        SPECS["capture-window-not-a-step"],
+        Budget(segmentation="whole_trace", step_ms=MATCH.step, device_ms=MATCH.device, exposed_comm_ms=MATCH.comm),
+        TEST(lambda step, device, comm: step >= WHOLE_TRACE_MS and device + comm < BUSY_SHARE * step),
+    )
+    def capture_window_not_a_step(self, step, device, comm):
+        return Finding(
+            evidence=[ev("budget.segmentation", "whole_trace"), ev("budget.step_ms", step, "ms"), ev("gpu_busy_ms", device + comm, "ms")],
+            detail=f"The GPU is busy {device + comm:.4g} of {step:.4g} ms of the capture.",
         )

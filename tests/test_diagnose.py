@@ -128,6 +128,26 @@ def test_real_h2d_stream_points_at_host_to_device_copies(shared_dir, tmp_path):
     assert gemm["share_of_step"] == pytest.approx(19.368 / 962.886439, abs=1e-5)
 
 
+def test_an_unmarked_mostly_idle_capture_is_flagged(tmp_path):
+    """Two 1 ms kernels two seconds apart, no step markers: analyze takes the whole capture as
+    one 2,001 ms step with the GPU busy 2 ms of it, and the guard says it is not a decode step."""
+    base = 1_700_000_000_000_000
+    events = []
+    for n, t0 in enumerate((0, 2_000_000)):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": base + t0 - 10,
+                       "dur": 5, "args": {"correlation": n + 1}})
+        events.append({"ph": "X", "cat": "kernel", "name": "gemv", "pid": 0, "tid": 7, "ts": base + t0, "dur": 1000,
+                       "args": {"device": 0, "stream": 7, "correlation": n + 1}})
+    trace, case = tmp_path / "capture.json", tmp_path / "case.yaml"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    assert run_cli("analyze", str(trace), "--case", str(case)).returncode == 0
+    budget = yaml.safe_load(case.read_text())["observations"]["budget"]
+    assert budget["segmentation"] == "whole_trace" and budget["step_ms"] == pytest.approx(2001.0)
+    d = json.loads(run_cli("diagnose", str(case), "--json").stdout)
+    guard = next(h for h in d["hypotheses"] if h["rule"] == "capture-window-not-a-step")
+    assert {e["name"]: e["value"] for e in guard["evidence"]}["gpu_busy_ms"] == pytest.approx(2.0)
+
+
 def test_workload_the_bound_rejects_names_the_case(tmp_path):
     path = tmp_path / "case.yaml"
     path.write_text("workload: {model: qwen3-8b, layout: {tp: 7}, observed: {step_ms: 5}}\n")

@@ -42,6 +42,9 @@ class StepBudget(_Obs):
     python_calls: int | None = Field(
         default=None, ge=0, description="Python calls the profiler traced during the step (with_stack); each cost host time"
     )
+    segmentation: str | None = Field(
+        default=None, description="how the trace was cut into steps: profiler_step, range, graph_launch or whole_trace"
+    )
 
     @property
     def parts_ms(self) -> float:

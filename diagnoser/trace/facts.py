@@ -25,7 +25,7 @@ from diagnoser.models.observations import (
 from diagnoser.trace.analysis import Analysis, CollectiveRow, RankStep
 
 
-def step_budget(row: RankStep, spread_ms: float | None = None) -> StepBudget:
+def step_budget(row: RankStep, spread_ms: float | None = None, segmentation: str | None = None) -> StepBudget:
     ms = {part: ns / 1e6 for part, ns in row.parts_ns.items()}
     return StepBudget(
         rank=row.rank,
@@ -41,6 +41,7 @@ def step_budget(row: RankStep, spread_ms: float | None = None) -> StepBudget:
         h2d_exposed_ms=row.h2d_exposed_ns / 1e6,
         h2d_bytes=row.h2d_bytes,
         python_calls=row.python_calls,
+        segmentation=segmentation,
     )
 
 
@@ -132,7 +133,7 @@ def to_observations(analysis: Analysis) -> Observations:
         if r.rank == critical.rank and r.between_steps_ns is not None
     ]
     return Observations(
-        budget=step_budget(critical, analysis.step_spread_ms),
+        budget=step_budget(critical, analysis.step_spread_ms, analysis.method),
         rank_budgets=[step_budget(r) for r in same_step],
         kernel_classes=_kernel_classes(analysis),
         graph=_graph(analysis, critical),
