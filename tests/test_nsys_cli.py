@@ -67,6 +67,28 @@ def test_compare_before_and_after_shows_what_changed(exports, capsys):
     # The after capture spends less time in kernels on both GPUs within the same 300 ms window.
     device = {r["rank"]: next(p for p in r["parts_ms"] if p["name"] == "device") for r in doc["ranks"]}
     assert all(d["after"] < d["before"] for d in device.values())
+    # ... and yet the step did not get faster: on rank 0 the 26.53 ms of kernel time saved came
+    # back as 28.71 ms of launch gaps (19.38 -> 48.10 ms), so the critical path moved to the host.
+    assert doc["verdict"] == (
+        "no faster: median step 298.66 -> 299.25 ms (+0.2%); on rank 0 device fell 26.53 ms while launch rose "
+        "28.71 ms: the saving moved into another part of the step, which the critical path now runs through"
+    )
+
+
+def test_verdicts_by_hand():
+    from diagnoser.trace.compare import Change, RankChange, _verdict
+
+    def rank(parts):
+        return RankChange(rank=0, step_before="s", step_after="s", window_ms=Change(name="window", before=10, after=10),
+                          parts_ms=[Change(name=n, before=b, after=a) for n, b, a in parts])
+
+    assert _verdict(Change(name="step", before=10.0, after=8.0), []) == "faster: median step 10.00 -> 8.00 ms (-20.0%), 1.250x"
+    assert _verdict(Change(name="step", before=8.0, after=10.0), []) == "slower: median step 8.00 -> 10.00 ms (+25.0%), 0.800x"
+    # a 3 ms fall that comes back as 1 ms elsewhere is not "moved" (under 70 %): just no faster
+    quiet = rank([("device", 6, 3), ("launch", 2, 3), ("host", 2, 2)])
+    assert _verdict(Change(name="step", before=10.0, after=9.9), [quiet]) == "no faster: median step 10.00 -> 9.90 ms (-1.0%)"
+    moved = rank([("device", 6, 3), ("launch", 2, 4.5), ("host", 2, 2)])
+    assert "on rank 0 device fell 3.00 ms while launch rose 2.50 ms" in _verdict(Change(name="step", before=10.0, after=9.9), [moved])
 
 
 def test_show_the_minimal_synthetic_export_lists_what_is_missing(exports, capsys):

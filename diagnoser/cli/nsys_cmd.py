@@ -160,8 +160,7 @@ def compare(before: Path, after: Path, step_range: str | None, as_json: bool) ->
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return
-    step = result.median_step_ms
-    click.echo(f"median step: {step.before:.2f} -> {step.after:.2f} ms" if step.delta is not None else "median step: n/a")
+    click.echo(result.verdict)
     for line in result.headline or ["no change above 1% of the step"]:
         click.echo(f"  {line}")
     c = {x.name: x for x in result.collectives}

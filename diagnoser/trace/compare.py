@@ -23,6 +23,11 @@ from diagnoser.trace.budget import PARTS
 HEADLINE_MIN_SHARE = 0.01
 # A median kernel duration that moved by this fraction is a change in the kernel, not noise.
 MEDIAN_CHANGE = 0.10
+# A median step within 2 % of before is "no faster": two captures of one workload differ that much.
+SAME_STEP = 0.02
+# A rise in one part of at least this share of another part's fall on the same rank is the
+# saving reappearing elsewhere (the critical path moved), not two unrelated changes.
+MOVED_SHARE = 0.7
 
 
 class Change(BaseModel):
@@ -53,6 +58,7 @@ class Comparison(BaseModel):
     kernel_classes_count: list[Change] = Field(description="critical rank, kernels per class")
     kernel_classes_median_us: list[Change] = Field(description="critical rank, median kernel duration per class: faster or fewer?")
     collectives: list[Change] = Field(description="count, median wait and transfer (µs)")
+    verdict: str = Field(description="faster, slower or no faster, and where a saving went when the step did not move")
     headline: list[str] = Field(description="largest changes first, in words")
 
 
@@ -136,6 +142,32 @@ def _headline(critical: Change, ranks: list[RankChange], classes: list[Change], 
     return ordered
 
 
+def _moved(ranks: list[RankChange]) -> str:
+    """The largest fall in one part that reappeared as a rise in another on the same rank."""
+    best: tuple[float, str] | None = None
+    for rc in ranks:
+        deltas = [(p.delta, p.name) for p in rc.parts_ms if p.delta is not None]
+        if not deltas:
+            continue
+        fall, fell = min(deltas)
+        rise, rose = max(deltas)
+        if fall < 0 < rise and rise >= MOVED_SHARE * -fall and (best is None or -fall > best[0]):
+            best = (-fall, f"on rank {rc.rank} {fell} fell {-fall:.2f} ms while {rose} rose {rise:.2f} ms")
+    return best[1] if best else ""
+
+
+def _verdict(step: Change, ranks: list[RankChange]) -> str:
+    if step.delta is None or not step.before:
+        return "no step to compare on one side"
+    change = step.delta / step.before
+    figures = f"median step {step.before:.2f} -> {step.after:.2f} ms ({change:+.1%})"
+    if abs(change) < SAME_STEP:
+        moved = _moved(ranks)
+        where = f"; {moved}: the saving moved into another part of the step, which the critical path now runs through" if moved else ""
+        return f"no faster: {figures}{where}"
+    return f"{'faster' if change < 0 else 'slower'}: {figures}, {step.before / step.after:.3f}x"
+
+
 def compare_analyses(before: Analysis, after: Analysis) -> Comparison:
     ranks = [
         _rank_change(rank, representative_row(before, rank), representative_row(after, rank))
@@ -144,15 +176,17 @@ def compare_analyses(before: Analysis, after: Analysis) -> Comparison:
     classes_ms = _class_changes(before, after, "total_us")
     medians = _class_changes(before, after, "median_us")
     critical = Change(name="critical rank", before=_critical_rank(before), after=_critical_rank(after))
+    step = Change(name="median step", before=before.median_step_ms, after=after.median_step_ms)
     return Comparison(
         before=before.sources,
         after=after.sources,
-        median_step_ms=Change(name="median step", before=before.median_step_ms, after=after.median_step_ms),
+        median_step_ms=step,
         critical_rank=critical,
         ranks=ranks,
         kernel_classes_ms=classes_ms,
         kernel_classes_count=_class_changes(before, after, "count"),
         kernel_classes_median_us=medians,
         collectives=_collective_changes(before, after),
+        verdict=_verdict(step, ranks),
         headline=_headline(critical, ranks, classes_ms, medians),
     )
