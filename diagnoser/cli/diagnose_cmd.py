@@ -13,8 +13,14 @@ from diagnoser.errors import InputError
 @click.option("--markdown", is_flag=True, help="Print the diagnosis as Markdown.")
 @click.option("--html", is_flag=True, help="Print the diagnosis as one self-contained HTML page.")
 @click.option("--rules", "rule_paths", multiple=True, metavar="PATH", help="Extra rule file or folder (repeatable).")
+@click.option(
+    "--threshold", "thresholds", multiple=True, metavar="MODULE.NAME=VALUE",
+    help="Change a rule threshold for this run, e.g. launch.MIN_PART_SHARE=0.05 (repeatable; `rules show ID` lists them).",
+)
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
-def diagnose(case_path: str, as_json: bool, markdown: bool, html: bool, rule_paths: tuple[str, ...], output: str | None) -> None:
+def diagnose(
+    case_path: str, as_json: bool, markdown: bool, html: bool, rule_paths: tuple[str, ...], thresholds: tuple[str, ...], output: str | None
+) -> None:
     """Rank hypotheses for CASE (JSON/YAML case file), with checks, bounded gains and undo criteria."""
     from diagnoser.engine import diagnose as run_diagnosis
     from diagnoser.engine import load_rulebook
@@ -25,12 +31,17 @@ def diagnose(case_path: str, as_json: bool, markdown: bool, html: bool, rule_pat
     chosen = [flag for flag, on in (("--json", as_json), ("--markdown", markdown), ("--html", html)) if on]
     if len(chosen) > 1:
         raise InputError(f"{' and '.join(chosen)}: choose one output format")
+    from diagnoser.engine.thresholds import parse_threshold, thresholds_set
+
+    settings = dict(parse_threshold(t) for t in thresholds)
     case = load_case(case_path)
     rulebook = load_rulebook(rule_paths)
-    try:
-        result = run_diagnosis(case, rulebook)
-    except InputError as err:  # the bound rejected the pinned workload
-        raise InputError(f"{case_path}: workload: {err}") from None
+    with thresholds_set(rulebook, settings) as before:
+        try:
+            result = run_diagnosis(case, rulebook)
+        except InputError as err:  # the bound rejected the pinned workload
+            raise InputError(f"{case_path}: workload: {err}") from None
+    result.thresholds_changed = {key: [before[key], value] for key, value in settings.items()}
     render = render_json if as_json else render_markdown if markdown else render_html if html else render_text
     text = render(result)
     if output:

@@ -51,8 +51,9 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, metavar="ID CASE | --all CASE")
 @click.option("--all", "every", is_flag=True, help="One line per rule: its verdict and the first condition that failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@click.option("--threshold", "thresholds", multiple=True, metavar="MODULE.NAME=VALUE", help="Change a rule threshold for this run (repeatable).")
 @_RULES_OPTION
-def explain_cmd(args: tuple[str, ...], every: bool, as_json: bool, rule_paths: tuple[str, ...]) -> None:
+def explain_cmd(args: tuple[str, ...], every: bool, as_json: bool, thresholds: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
     """Why rule ID concluded or stayed silent on CASE, condition by condition."""
     from diagnoser.engine import load_rulebook
     from diagnoser.engine.explain import explain_rules
@@ -61,9 +62,14 @@ def explain_cmd(args: tuple[str, ...], every: bool, as_json: bool, rule_paths: t
 
     if len(args) != (1 if every else 2):
         raise InputError("usage: diagnoser rules explain ID CASE, or diagnoser rules explain --all CASE")
+    from diagnoser.engine.thresholds import parse_threshold, thresholds_set
+
+    settings = dict(parse_threshold(t) for t in thresholds)
     book = load_rulebook(rule_paths)
     rule_ids = sorted(book.specs, key=lambda r: (book.specs[r].kind.value, r)) if every else [args[0]]
-    explanations = explain_rules(load_case(args[-1]), book, rule_ids)
+    case = load_case(args[-1])
+    with thresholds_set(book, settings):
+        explanations = explain_rules(case, book, rule_ids)
     if as_json:
         click.echo("[" + ",".join(x.model_dump_json(indent=2) for x in explanations) + "]" if every else explanations[0].model_dump_json(indent=2))
     else:

@@ -111,6 +111,9 @@ class Diagnosis(_Out):
     hypotheses: list[Hypothesis] = Field(default_factory=list)
     rule_errors: list[RuleError] = Field(default_factory=list)
     rules_loaded: int = 0
+    thresholds_changed: dict[str, list[float]] = Field(
+        default_factory=dict, description="MODULE.NAME -> [value in the rules, value used for this run]"
+    )
 
     def of_kind(self, kind: Kind) -> list[Hypothesis]:
         return [h for h in self.hypotheses if h.kind == kind]

@@ -63,10 +63,14 @@ def verdict_line(d: Diagnosis) -> str:
 
 
 def summary_lines(d: Diagnosis) -> list[str]:
-    """Reference step, bound and verdict: the lines every format opens with."""
+    """Reference step, bound, verdict and any changed threshold: the lines every format opens with."""
     lines = [f"Reference step: {num(d.reference_step_ms)} ms"] if d.reference_step_ms is not None else []
     bound = bound_line(d)
-    return lines + ([bound] if bound else []) + [verdict_line(d)]
+    lines += ([bound] if bound else []) + [verdict_line(d)]
+    if d.thresholds_changed:
+        changed = ", ".join(f"{k} {num(was)} -> {num(now)}" for k, (was, now) in d.thresholds_changed.items())
+        lines.append(f"Thresholds changed for this run: {changed}")
+    return lines
 
 
 def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:

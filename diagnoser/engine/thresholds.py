@@ -1,0 +1,68 @@
+"""Run the rule base with some cut-offs changed, to see how much a conclusion leans on them.
+
+Rules read their thresholds (UPPER_CASE numeric constants of their module) when a condition is
+tested, not when the rule is built. So a sensitivity run sets the constants on the rule modules
+for its duration and puts every one back afterwards, whatever happens in between.
+
+    parse_threshold("launch.MIN_PART_SHARE=0.05") -> ("launch.MIN_PART_SHARE", 0.05)
+    with thresholds_set(rulebook, {"launch.MIN_PART_SHARE": 0.05}): diagnose(...)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+from diagnoser.engine.loader import Rulebook
+from diagnoser.errors import InputError
+
+
+def parse_threshold(text: str) -> tuple[str, float]:
+    key, sep, value = text.partition("=")
+    if not sep or "." not in key:
+        raise InputError(f"--threshold {text!r}: expected MODULE.NAME=VALUE, e.g. launch.MIN_PART_SHARE=0.05")
+    try:
+        return key.strip(), float(value)
+    except ValueError:
+        raise InputError(f"--threshold {key.strip()}: {value!r} is not a number") from None
+
+
+def rule_modules(rulebook: Rulebook) -> dict[str, ModuleType]:
+    """Rule modules by the short name an expert types: the file's stem (launch, guards, mine)."""
+    modules = {}
+    for ruleset in rulebook.rulesets:
+        module = sys.modules[ruleset.__module__]
+        modules[Path(module.__file__ or module.__name__).stem] = module
+    return modules
+
+
+def _thresholds(module: ModuleType) -> list[str]:
+    return sorted(n for n, v in vars(module).items() if n.isupper() and isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+@contextmanager
+def thresholds_set(rulebook: Rulebook, settings: dict[str, float]) -> Iterator[dict[str, float]]:
+    """Set the thresholds, yield what they were before, and restore them on the way out."""
+    modules = rule_modules(rulebook)
+    targets = []
+    for key, value in settings.items():
+        module_name, _, name = key.partition(".")
+        module = modules.get(module_name)
+        if module is None:
+            raise InputError(f"--threshold {key}: no rule module {module_name!r} (modules: {', '.join(sorted(modules))})")
+        if name not in _thresholds(module):
+            known = ", ".join(_thresholds(module)) or "none"
+            raise InputError(f"--threshold {key}: {module_name} has no threshold {name!r} (thresholds: {known})")
+        targets.append((module, name, value))
+    before = {f"{Path(m.__file__ or m.__name__).stem}.{n}": getattr(m, n) for m, n, _ in targets}
+    saved = [(m, n, getattr(m, n)) for m, n, _ in targets]
+    try:
+        for module, name, value in targets:
+            setattr(module, name, value)
+        yield before
+    finally:
+        for module, name, old in reversed(saved):
+            setattr(module, name, old)

@@ -1,0 +1,78 @@
+"""Threshold overrides: a sensitivity run changes cut-offs for one run and always puts them back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.engine.thresholds import parse_threshold, thresholds_set
+from diagnoser.errors import InputError
+from diagnoser.models.case import Case
+from diagnoser.rules import launch
+
+# the near-miss launch fixture: 0.3 ms of launch gaps and 0.3 ms of host in a 9 ms step (3.3 %)
+NEAR_MISS = {"observations": {"budget": {"step_ms": 9, "device_ms": 8.2, "exposed_comm_ms": 0.2, "launch_ms": 0.3, "host_ms": 0.3}}}
+
+
+def causes(d):
+    return {h.rule for h in d.hypotheses if h.kind.value == "cause"}
+
+
+def test_a_lower_cut_off_changes_the_conclusion_and_is_restored():
+    book = load_rulebook()
+    case = Case.model_validate(NEAR_MISS)
+    assert "launch-gaps" not in causes(diagnose(case, book))
+    with thresholds_set(book, {"launch.MIN_PART_SHARE": 0.03}) as before:
+        assert before == {"launch.MIN_PART_SHARE": 0.08} and launch.MIN_PART_SHARE == 0.03
+        assert {"launch-gaps", "host-overhead"} <= causes(diagnose(case, book))
+    assert launch.MIN_PART_SHARE == 0.08
+    assert "launch-gaps" not in causes(diagnose(case, book))
+
+
+def test_values_are_restored_when_the_run_fails():
+    book = load_rulebook()
+    with pytest.raises(RuntimeError):
+        with thresholds_set(book, {"launch.MIN_PART_SHARE": 0.5, "launch.MIN_PART_MS": 9.0}):
+            raise RuntimeError("boom")
+    assert (launch.MIN_PART_SHARE, launch.MIN_PART_MS) == (0.08, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("launch.MIN_PART_SHARE", "expected MODULE.NAME=VALUE"),
+        ("MIN_PART_SHARE=0.1", "expected MODULE.NAME=VALUE"),
+        ("launch.MIN_PART_SHARE=lots", "'lots' is not a number"),
+    ],
+)
+def test_malformed_settings(text, message):
+    with pytest.raises(InputError, match=message):
+        parse_threshold(text)
+
+
+def test_unknown_module_or_name_lists_what_exists():
+    book = load_rulebook()
+    with pytest.raises(InputError, match=r"no rule module 'lunch' \(modules: collectives, .*launch"):
+        with thresholds_set(book, {"lunch.MIN_PART_SHARE": 0.1}):
+            pass
+    # lower-case names and non-numbers (SPECS) are not thresholds
+    with pytest.raises(InputError, match=r"launch has no threshold 'SPECS' \(thresholds: GIL_BUSY, MIN_PART_MS"):
+        with thresholds_set(book, {"launch.SPECS": 1.0}):
+            pass
+
+
+def test_cli_reports_the_change(tmp_path):
+    case = tmp_path / "case.json"
+    case.write_text(json.dumps(NEAR_MISS))
+    out = run_cli("diagnose", str(case), "--threshold", "launch.MIN_PART_SHARE=0.03")
+    assert out.returncode == 0 and "Thresholds changed for this run: launch.MIN_PART_SHARE 0.08 -> 0.03" in out.stdout
+    d = json.loads(run_cli("diagnose", str(case), "--threshold", "launch.MIN_PART_SHARE=0.03", "--json").stdout)
+    assert d["thresholds_changed"] == {"launch.MIN_PART_SHARE": [0.08, 0.03]}
+    assert "launch-gaps" in {h["rule"] for h in d["hypotheses"]}
+    x = run_cli("rules", "explain", "launch-gaps", str(case), "--threshold", "launch.MIN_PART_SHARE=0.03")
+    assert "true for launch=0.3, step=9 (MIN_PART_MS=0.1, MIN_PART_SHARE=0.03)" in x.stdout
+    bad = run_cli("diagnose", str(case), "--threshold", "launch.NOPE=1")
+    assert bad.returncode == 2 and bad.stderr.startswith("diagnoser: error: --threshold launch.NOPE: launch has no threshold")
