@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_cli
 from diagnoser.engine import diagnose, load_rulebook
-from diagnoser.engine.thresholds import parse_threshold, thresholds_set
+from diagnoser.engine.thresholds import parse_threshold, rule_modules, thresholds_set
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
 from diagnoser.rules import launch
@@ -76,3 +76,23 @@ def test_cli_reports_the_change(tmp_path):
     assert "true for launch=0.3, step=9 (MIN_PART_MS=0.1, MIN_PART_SHARE=0.03)" in x.stdout
     bad = run_cli("diagnose", str(case), "--threshold", "launch.NOPE=1")
     assert bad.returncode == 2 and bad.stderr.startswith("diagnoser: error: --threshold launch.NOPE: launch has no threshold")
+
+
+def test_a_user_module_that_shares_a_bundled_name_is_named_in_full(tmp_path):
+    user = tmp_path / "launch.py"
+    user.write_text(
+        "from diagnoser.engine import MATCH, TEST, Budget, Finding, RuleSet, RuleSpec, ev, rule\n"
+        "MIN_X = 100.0\n"
+        "SPEC = RuleSpec(id='user-x', title='t', explanation='e')\n"
+        "class Mine(RuleSet):\n"
+        "    @rule(SPEC, Budget(step_ms=MATCH.step), TEST(lambda step: step > MIN_X))\n"
+        "    def user_x(self, step):\n"
+        "        return Finding(evidence=[ev('budget.step_ms', step)])\n"
+    )
+    book = load_rulebook([user])
+    full = next(name for name in rule_modules(book) if name.startswith("diagnoser_user_rules_launch_"))
+    case = Case.model_validate(NEAR_MISS)
+    assert "user-x" not in causes(diagnose(case, book))
+    with thresholds_set(book, {f"{full}.MIN_X": 1.0}) as before:
+        assert before == {f"{full}.MIN_X": 100.0}
+        assert "user-x" in causes(diagnose(case, book))

@@ -31,12 +31,18 @@ def parse_threshold(text: str) -> tuple[str, float]:
 
 
 def rule_modules(rulebook: Rulebook) -> dict[str, ModuleType]:
-    """Rule modules by the short name an expert types: the file's stem (launch, guards, mine)."""
-    modules = {}
+    """Rule modules by the short name an expert types: the file's stem (launch, guards, mine),
+    or the full module name where two files share a stem."""
+    modules: dict[str, ModuleType] = {}
     for ruleset in rulebook.rulesets:
         module = sys.modules[ruleset.__module__]
-        modules[Path(module.__file__ or module.__name__).stem] = module
+        stem = _short_name(module)
+        modules[stem if modules.get(stem, module) is module else module.__name__] = module
     return modules
+
+
+def _short_name(module: ModuleType) -> str:
+    return Path(module.__file__ or module.__name__).stem
 
 
 def _thresholds(module: ModuleType) -> list[str]:
@@ -57,7 +63,8 @@ def thresholds_set(rulebook: Rulebook, settings: dict[str, float]) -> Iterator[d
             known = ", ".join(_thresholds(module)) or "none"
             raise InputError(f"--threshold {key}: {module_name} has no threshold {name!r} (thresholds: {known})")
         targets.append((module, name, value))
-    before = {f"{Path(m.__file__ or m.__name__).stem}.{n}": getattr(m, n) for m, n, _ in targets}
+    names = {id(m): key for key, m in modules.items()}
+    before = {f"{names[id(m)]}.{n}": getattr(m, n) for m, n, _ in targets}
     saved = [(m, n, getattr(m, n)) for m, n, _ in targets]
     try:
         for module, name, value in targets:
