@@ -19,6 +19,7 @@ from typing import Any
 from diagnoser.engine.facts import Holds, present_inputs
 from diagnoser.engine.loader import Rulebook, rules_of, tests_in
 from diagnoser.engine.runner import run_engine
+from diagnoser.engine.thresholds import is_threshold
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, NOT, NOTFC, OR, ORFC, TEST, Fact, L, P, W
 from diagnoser.models.case import Case
@@ -43,6 +44,7 @@ def explain_rules(case: Case, rulebook: Rulebook, rule_ids: Iterable[str]) -> li
         produced = [h.id for h in engine.found if h.rule == rule_id]
         error = next((e.error for e in engine.errors if e.rule == rule_id), None)
         outcome = "concluded" if produced else "raised" if error else "declined" if rule_id in engine.fired else "silent"
+        bodies = [_explain_body(name, rule, facts) for name, rule in compiled if rule.spec.id == rule_id]
         explanations.append(
             RuleExplanation(
                 rule=spec.id,
@@ -54,7 +56,8 @@ def explain_rules(case: Case, rulebook: Rulebook, rule_ids: Iterable[str]) -> li
                 outcome=outcome,
                 hypotheses=produced,
                 error=error,
-                bodies=[_explain_body(name, rule, facts) for name, rule in compiled if rule.spec.id == rule_id],
+                bodies=bodies,
+                stopped_at=_stopped_at(bodies),
             )
         )
     return explanations
@@ -100,6 +103,15 @@ def _progress(trace: Trace) -> tuple[int, int]:
     return sum(c.holds for c in trace), len(trace)
 
 
+def _stopped_at(bodies: list[BodyExplanation]) -> str:
+    """The condition a rule stopped at, in the way to conclude that got furthest."""
+    if not bodies:
+        return ""
+    furthest = max(bodies, key=lambda b: _progress(b.conditions))
+    failed = next((c for c in furthest.conditions if not c.holds), None)
+    return f"{failed.condition}: {failed.detail}" if failed else ""
+
+
 def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     """The module constants (UPPER_CASE numbers) a TEST reads, directly or through a helper
     function of its module, so a verdict can show the cut-offs it was judged against."""
@@ -108,7 +120,7 @@ def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     module = getattr(func, "__globals__", {})
     for name in func.__code__.co_names:
         value = module.get(name)
-        if name.isupper() and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_threshold(name, value):
             found[name] = value
         elif depth and inspect.isfunction(value) and value.__module__ == func.__module__:
             found.update(thresholds_used(value, depth - 1))

@@ -45,8 +45,13 @@ def _short_name(module: ModuleType) -> str:
     return Path(module.__file__ or module.__name__).stem
 
 
+def is_threshold(name: str, value: object) -> bool:
+    """A rule threshold is an UPPER_CASE number at module level (True and False are not numbers here)."""
+    return name.isupper() and isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _thresholds(module: ModuleType) -> list[str]:
-    return sorted(n for n, v in vars(module).items() if n.isupper() and isinstance(v, (int, float)) and not isinstance(v, bool))
+    return sorted(n for n, v in vars(module).items() if is_threshold(n, v))
 
 
 @contextmanager

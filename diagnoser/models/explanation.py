@@ -41,3 +41,4 @@ class RuleExplanation(BaseModel):
     hypotheses: list[str]  # ids it produced
     error: str | None = None
     bodies: list[BodyExplanation]
+    stopped_at: str = ""  # the first failed condition of the furthest match; empty when one matched

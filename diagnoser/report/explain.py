@@ -34,15 +34,6 @@ def render_explanation(x: RuleExplanation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def first_failure(x: RuleExplanation) -> str:
-    """The condition a silent rule stopped at, from the way to conclude that got furthest."""
-    if not x.bodies:
-        return ""
-    body = max(x.bodies, key=lambda b: (sum(c.holds for c in b.conditions), len(b.conditions)))
-    failed = next((c for c in body.conditions if not c.holds), None)
-    return f"{failed.condition}: {failed.detail}" if failed else ""
-
-
 def render_overview(explanations: list[RuleExplanation]) -> str:
     """One line per rule, for "why does nothing fire here?"."""
     lines = []
@@ -54,6 +45,6 @@ def render_overview(explanations: list[RuleExplanation]) -> str:
         elif x.outcome == "declined":
             detail = "conditions held; the body returned nothing"
         else:
-            detail = first_failure(x)
+            detail = x.stopped_at
         lines.append(f"{x.rule:34} {x.kind.value:7} {x.outcome:9} {detail}")
     return "\n".join(lines) + "\n"
