@@ -8,6 +8,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    P,
     TEST,
     W,
     Budget,
@@ -78,39 +79,36 @@ class MachineRules(RuleSet):
         )
 
     @rule(
-        SPECS["cpu-offload"],
-        Server(cpu_offload_gb=MATCH.gb),
-        TEST(lambda gb: gb > 0),
-        AS.b << Budget(h2d_exposed_ms=MATCH.exposed),
+        SPECS["h2d-copies"],
+        AS.b << Budget(h2d_exposed_ms=MATCH.exposed, step_ms=MATCH.step),
+        NOT(Server(cpu_offload_gb=P(lambda gb: gb > 0))),
+        TEST(lambda exposed, step: exposed >= MIN_H2D_MS and exposed >= MIN_H2D_SHARE * step),
     )
-    def cpu_offload_measured(self, gb, b, exposed):
-        """Configured offload and a trace: the copies the trace measured replace the estimate,
-        and a trace without them says the offload is not on the decode path."""
-        if exposed < MIN_H2D_MS:
-            return None
-        evidence = [ev("server.cpu_offload_gb", gb, "GB"), ev("budget.h2d_exposed_ms", exposed, "ms")]
-        if "h2d_bytes" in b:
-            evidence.append(ev("budget.h2d_bytes", b["h2d_bytes"] / 1e9, "GB"))
-        return Finding(
-            evidence=evidence,
-            removable_ms=exposed,
-            detail=f"The trace shows {exposed:.3g} ms of host-to-device copies per step with no kernel running.",
-        )
+    def h2d_copies(self, b, exposed):
+        return h2d_finding(b, exposed, [])
 
     @rule(
         SPECS["h2d-copies"],
-        Budget(h2d_exposed_ms=MATCH.exposed, h2d_ms=MATCH.copying, h2d_bytes=MATCH.nbytes, step_ms=MATCH.step),
-        TEST(lambda exposed, step: exposed >= MIN_H2D_MS and exposed >= MIN_H2D_SHARE * step),
+        AS.b << Budget(h2d_exposed_ms=MATCH.exposed),
+        Server(cpu_offload_gb=MATCH.gb),
+        TEST(lambda gb, exposed: gb > 0 and exposed >= MIN_H2D_MS),
     )
-    def h2d_copies(self, exposed, copying, nbytes, step):
-        evidence = [
-            ev("budget.h2d_exposed_ms", exposed, "ms"),
-            ev("budget.h2d_ms", copying, "ms"),
-            ev("budget.h2d_bytes", nbytes / 1e9, "GB"),
-        ]
-        detail = ""
+    def h2d_copies_offloaded(self, b, exposed, gb):
+        """A configured offload is the prime suspect, so less exposed time is worth naming; the
+        measured copies replace cpu-offload's assumed link, and one hypothesis holds that time."""
+        return h2d_finding(b, exposed, [ev("server.cpu_offload_gb", gb, "GB")])
+
+
+def h2d_finding(b, exposed: float, evidence: list) -> Finding:
+    evidence = [*evidence, ev("budget.h2d_exposed_ms", exposed, "ms")]
+    copying, nbytes = b.get("h2d_ms"), b.get("h2d_bytes")
+    if copying is not None:
+        evidence.append(ev("budget.h2d_ms", copying, "ms"))
+    detail = f"{exposed:.3g} ms of host-to-device copies per step with no kernel running."
+    if nbytes is not None:
+        evidence.append(ev("budget.h2d_bytes", nbytes / 1e9, "GB"))
         if nbytes and copying:
             rate = nbytes / copying / 1e6  # bytes per ms -> GB/s
             evidence.append(ev("h2d_rate_gbs", rate, "GB/s"))
             detail = f"{nbytes / 1e9:.3g} GB per step at {rate:.3g} GB/s; {exposed:.3g} ms of it with no kernel running."
-        return Finding(evidence=evidence, removable_ms=exposed, detail=detail)
+    return Finding(evidence=evidence, removable_ms=exposed, detail=detail)
