@@ -1,12 +1,13 @@
 """`diagnoser probe`: measure this machine and print one report (or fold it into a case).
 
-stdout carries only the result (the JSON document with ``--json``, else a table) so scripts
-can pipe it; logs and the progress display go to stderr, and only when a person is watching.
+stdout carries only the result (the JSON document with ``--json``, Markdown with
+``--markdown``, else the status table and each probe's figures) so scripts can pipe it; logs and the progress display go to stderr, and only when a person is watching.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from typing import Any
 
@@ -82,22 +83,11 @@ def _logger(console: Any | None) -> logging.Logger:
     return log
 
 
-def print_table(report: Any) -> None:
-    from rich.table import Table
-
-    from diagnoser.report.console import stdout_console
-
-    table = Table(title=f"diagnoser probe on {report.host}")
-    for column in ("probe", "status", "seconds", "reason"):
-        table.add_column(column)
-    for result in report.results:
-        table.add_row(result.name, result.status, f"{result.duration_s:.2f}", result.reason or "")
-    stdout_console().print(table)
-
-
 @click.command()
 @click.option("--only", "only", help="comma-separated probes to run (device,bandwidth,gemm,graphs,collectives,client,context_sweep)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON document on stdout")
+@click.option("--markdown", is_flag=True, help="print the report as Markdown (status, then each probe's figures)")
+@click.option("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
 @click.option("--case", "case_path", type=click.Path(dir_okay=False), help="read the workload from this case and merge the results into it (created if missing)")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds allowed per probe")
@@ -111,10 +101,12 @@ def print_table(report: Any) -> None:
 @click.option("--delay-rank", type=int, help="collectives: rank that sleeps before each collective")
 @click.option("--delay-ms", type=float, help="collectives: how long that rank sleeps")
 @click.option("--option", "extra", multiple=True, metavar="KEY=VALUE", help="any other probe option, repeatable (value read as YAML)")
-@click.option("--from-report", type=click.Path(dir_okay=False), help="run nothing: merge a saved probe --json report into --case")
+@click.option("--from-report", type=click.Path(dir_okay=False), help="run nothing: read a saved probe --json report (to print it, or merge it into --case)")
 def probe(
     only: str | None,
     as_json: bool,
+    markdown: bool,
+    output: str | None,
     case_path: str | None,
     from_report: str | None,
     device: str,
@@ -128,8 +120,17 @@ def probe(
     Every probe reports ok, skipped (with the reason) or failed (with the reason); one that
     fails never stops the others, and a machine without a GPU is a normal result.
     """
+    if as_json and markdown:
+        raise InputError("--json and --markdown: choose one output format")
     if from_report:
-        _merge_saved(from_report, case_path)
+        from diagnoser.probes.report import load_report
+
+        report = load_report(from_report)
+        if case_path:
+            from diagnoser.probes.to_case import update_case_file
+
+            update_case_file(case_path, report)
+        _emit(report, as_json, markdown, output)
         return
     from rich.console import Console
 
@@ -155,20 +156,28 @@ def probe(
 
         update_case_file(case_path, report)
         ctx.log.info("merged into %s", case_path)
+    _emit(report, as_json, markdown, output)
+
+
+def _emit(report: Any, as_json: bool, markdown: bool, output: str | None) -> None:
+    """To stdout, or to a file written atomically."""
+    from diagnoser.report.probe import render_markdown, render_text
+
     if as_json:
-        click.echo(report.model_dump_json(indent=2))
+        text = report.model_dump_json(indent=2) + "\n"
+    elif markdown:
+        text = render_markdown(report)
     else:
-        print_table(report)
+        from diagnoser.report.console import PIPE_WIDTH
 
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not output else PIPE_WIDTH
+        text = render_text(report, width)
+    if output:
+        from diagnoser.fileio import write_atomic
 
-def _merge_saved(report_path: str, case_path: str | None) -> None:
-    """Fold a report measured elsewhere (say, on the GPU box) into a case here."""
-    from diagnoser.probes.report import load_report
-    from diagnoser.probes.to_case import update_case_file
-
-    if not case_path:
-        raise InputError("--from-report needs --case CASE to merge into")
-    update_case_file(case_path, load_report(report_path))
+        write_atomic(output, text)
+    else:
+        click.echo(text, nl=False)
 
 
 def _run_with_progress(ctx: Any, names: list[str], console: Any | None) -> Any:
