@@ -17,6 +17,7 @@ from typing import Any
 from diagnoser.errors import InputError
 from diagnoser.models.hardware import Hardware, hardware_preset, match_hardware
 from diagnoser.models.model_spec import resolve_model
+from diagnoser.models.observations import GemmPoint
 from diagnoser.probes.bandwidth import cache_bytes
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
 from diagnoser.probes.timing import median_s, require_device
@@ -222,5 +223,12 @@ def doubling_m(points: list[dict[str, Any]]) -> int | None:
 
 
 def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
-    """Nothing: the sweep is a reference table for this machine, not a fact about the served step."""
-    return {}
+    """The points whose bandwidth fraction is known (a GPU with a peak figure): the yardstick the
+    rule base holds the served MoE kernel against at the same rows per expert."""
+    points = [
+        GemmPoint(shape=shape["name"], dtype=shape["dtype"], m=p["m"], time_us=p["time_us"], bw_fraction=p["fraction_of_peak_bandwidth"])
+        for shape in facts.get("shapes", [])
+        for p in shape["points"]
+        if p.get("fraction_of_peak_bandwidth") is not None
+    ]
+    return {"gemm_sweep": points} if points else {}

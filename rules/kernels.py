@@ -29,6 +29,9 @@ MIN_SHARE = 0.15
 SMALL_ROWS_PER_EXPERT = 16
 # Under 60 % of peak bandwidth a weight-streaming kernel is not bandwidth-limited.
 LOW_BW_FRACTION = 0.6
+# A served MoE kernel this many times slower than a plain GEMM at the same rows per expert is
+# the kernel's doing; inside that margin, packing and routing overheads explain the difference.
+BELOW_REFERENCE = 1.25
 
 
 def headroom_ms(device_ms: float, share: float, bw_fraction: float | None) -> float:
@@ -46,8 +49,23 @@ def small_expert_work(k) -> bool:
     return (underfilled or skinny) and slow
 
 
+def split_expert_loss(class_ms: float, achieved: float, reference: float) -> tuple[float, float]:
+    """(kernel part, shape part) of the time the expert GEMMs lose against full bandwidth.
+
+    Matching a plain GEMM at the same rows would cut the class to ``achieved / reference`` of
+    its time; what is left is lost to the shape itself, which only more rows per expert (or
+    wider expert shards) recover. The two parts add up to ``class_ms x (1 - achieved)``, the
+    parent's claim.
+    """
+    kernel = class_ms * max(0.0, 1.0 - achieved / reference)
+    return kernel, class_ms * (1.0 - achieved) - kernel
+
+
 def _kernel_evidence(k) -> list:
-    names = ("share_of_step", "count_per_step", "grid_ctas", "sm_count", "tokens_per_expert", "achieved_bw_fraction", "backend")
+    names = (
+        "share_of_step", "count_per_step", "grid_ctas", "sm_count", "tokens_per_expert", "achieved_bw_fraction",
+        "reference_bw_fraction", "reference_dtype", "backend",
+    )
     estimated = set(k.get("estimated_from_bound", ()))
     return [
         ev(f"kernel_classes[{k['kernel_class']}].{n}" + (" (estimated from the bound)" if n in estimated else ""), k[n])
@@ -55,6 +73,13 @@ def _kernel_evidence(k) -> list:
         if n in k
     ]
 
+
+
+# The MoE class with the plain-GEMM yardstick at its rows per expert, and the device time it shares.
+MOE_AND_REFERENCE = (
+    AS.k << KernelClass(kernel_class="moe", share_of_step=MATCH.share, achieved_bw_fraction=MATCH.a, reference_bw_fraction=MATCH.r),
+    Budget(device_ms=MATCH.device),
+)
 
 
 class KernelRules(RuleSet):
@@ -69,6 +94,18 @@ class KernelRules(RuleSet):
             evidence=_kernel_evidence(k) + [ev("budget.device_ms", device, "ms")],
             removable_ms=headroom_ms(device, share, k.get("achieved_bw_fraction")),
         )
+
+    @rule(SPECS["expert-kernel-below-reference"], *MOE_AND_REFERENCE, TEST(lambda a, r: a * BELOW_REFERENCE < r))
+    def expert_kernel_below_reference(self, k, share, a, r, device):
+        kernel, _ = split_expert_loss(device * share, a, r)
+        detail = f"With {k['tokens_per_expert']:.3g} rows per expert a plain GEMM reaches {r:.0%} of peak bandwidth, the served kernel {a:.0%}."
+        return Finding(evidence=_kernel_evidence(k), removable_ms=kernel, detail=detail)
+
+    @rule(SPECS["expert-shape-limited"], *MOE_AND_REFERENCE, TEST(lambda r: r < LOW_BW_FRACTION))
+    def expert_shape_limited(self, k, share, a, r, device):
+        _, shape = split_expert_loss(device * share, a, r)
+        detail = f"With {k['tokens_per_expert']:.3g} rows per expert a plain GEMM reaches only {r:.0%} of peak bandwidth."
+        return Finding(evidence=_kernel_evidence(k), removable_ms=shape, detail=detail)
 
     @rule(
         SPECS["moe-untuned-config"],

@@ -20,6 +20,26 @@ def test_synthetic_20ms_names_no_cause_and_asks_for_a_trace():
     assert "[missing:budget]" in out.stdout
 
 
+def test_a_gemm_sweep_from_the_gpu_box_splits_the_expert_loss_into_kernel_and_shape(tmp_path):
+    """The probe's sweep travels by file: measured on the GPU, merged into the case here."""
+    points = [{"m": m, "time_us": 8.0, "tflops": 1.0, "gbs": 1.0, "fraction_of_peak_bandwidth": f} for m, f in ((1, 0.45), (2, 0.5), (4, 0.6))]
+    gemm = {"shapes": [{"name": "qwen3-30b-a3b expert gate_up", "dtype": "fp8", "n": 1536, "k": 2048, "points": points}]}
+    report = tmp_path / "h100.json"
+    report.write_text(json.dumps({"schema_version": 1, "created": "t", "host": "gpu", "results": [
+        {"name": "gemm", "status": "ok", "duration_s": 1.0, "facts": gemm}]}))
+    case = tmp_path / "case.yaml"
+    case.write_text(MOE.read_text())
+    assert run_cli("probe", "--from-report", str(report), "--case", str(case), "--json").returncode == 0
+    d = json.loads(run_cli("diagnose", str(case), "--json").stdout)
+    gains = {h["rule"]: h["gain"]["removable_ms"] for h in d["hypotheses"] if h["kind"] == "cause"}
+    # 1 row per expert: the plain fp8 GEMM reaches 0.45 of peak, the served kernel 0.25.
+    # The MoE class (13.6 x 0.6 = 8.16 ms) loses 8.16 x 0.75 = 6.12 ms: matching the plain GEMM
+    # recovers 8.16 x (1 - 0.25 / 0.45) = 3.627 ms, the shape keeps the other 2.493 ms.
+    assert gains["small-expert-kernels"] == pytest.approx(6.12)
+    assert gains["expert-kernel-below-reference"] == pytest.approx(8.16 * (1 - 0.25 / 0.45))
+    assert gains["expert-shape-limited"] == pytest.approx(6.12 - 8.16 * (1 - 0.25 / 0.45))
+
+
 def test_synthetic_20ms_json():
     out = run_cli("diagnose", str(SYNTHETIC), "--json")
     d = json.loads(out.stdout)

@@ -120,3 +120,41 @@ def test_only_impossible_dtypes_skip_the_probe(monkeypatch):
     monkeypatch.setattr(gemm, "fp8_unsupported", lambda device: "no fp8 here")
     with pytest.raises(ProbeSkipped, match="fp8: no fp8 here"):
         run(ProbeContext(options={"gemm_dtypes": ["fp8"]}))
+
+
+def sweep_facts(fractions: dict[int, float] | None) -> dict:
+    """GPU-shaped facts of one shape; ``None`` drops the fractions, as a run without a peak figure does."""
+    points = [{"m": m, "time_us": 10.0 + m, "tflops": 1.0, "gbs": 1.0} for m in (1, 2, 4)]
+    for p in points:
+        if fractions is not None:
+            p["fraction_of_peak_bandwidth"] = fractions[p["m"]]
+    return {"shapes": [{"name": "qwen3-30b-a3b expert gate_up", "dtype": "fp8", "n": 1536, "k": 2048, "points": points}]}
+
+
+def test_sweep_points_with_a_bandwidth_fraction_feed_the_case():
+    (first, *_, last) = gemm.to_observations(sweep_facts({1: 0.2, 2: 0.3, 4: 0.45}))["gemm_sweep"]
+    assert (first.shape, first.dtype, first.m, first.time_us, first.bw_fraction) == ("qwen3-30b-a3b expert gate_up", "fp8", 1, 11.0, 0.2)
+    assert last.m == 4 and last.bw_fraction == 0.45
+    # a CPU run has no peak figure to hold the served kernel against: nothing to feed
+    assert gemm.to_observations(sweep_facts(None)) == {}
+
+
+def test_the_yardstick_at_the_served_rows_by_hand():
+    from diagnoser.engine.facts import gemm_reference
+    from diagnoser.models.observations import GemmPoint
+
+    def point(shape, dtype, m, t, f):
+        return GemmPoint(shape=shape, dtype=dtype, m=m, time_us=t, bw_fraction=f)
+
+    pts = [
+        point("gate_up", "bf16", 1, 10, 0.4), point("gate_up", "bf16", 4, 10, 0.6),
+        point("down", "bf16", 1, 5, 0.2), point("down", "bf16", 4, 5, 0.3),
+    ]
+    # M = 2 is halfway in log2 from 1 to 4: gate_up 0.5 over 10 us, down 0.25 over 5 us -> 6.25 / 15
+    assert gemm_reference(pts, 2) == (pytest.approx(6.25 / 15), "bf16")
+    # held at the sweep's ends: below M = 1 the M = 1 points, above M = 4 the M = 4 points
+    assert gemm_reference(pts, 0.5)[0] == pytest.approx(5 / 15) and gemm_reference(pts, 100)[0] == pytest.approx(7.5 / 15)
+    # the best dtype is the yardstick
+    fp8 = [point("gate_up", "fp8", 1, 6, 0.7), point("gate_up", "fp8", 4, 6, 0.7)]
+    assert gemm_reference(pts + fp8, 2) == (pytest.approx(0.7), "fp8")
+    assert gemm_reference([], 2) is None

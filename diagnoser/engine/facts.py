@@ -7,6 +7,7 @@ a field then simply does not match, and the engine reports the missing input ins
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.models.observations import BoundaryTimings, KernelClassObs, StepBudget
+from diagnoser.models.observations import BoundaryTimings, GemmPoint, KernelClassObs, StepBudget
 
 
 class Reference(Fact):
@@ -31,7 +32,7 @@ class RankBudget(Fact):
 
 
 class KernelClass(Fact):
-    """One kernel class aggregated over the step."""
+    """One kernel class aggregated over the step; MoE adds ``reference_bw_fraction`` from a GEMM sweep."""
 
 
 class Graph(Fact):
@@ -117,6 +118,7 @@ INPUTS: dict[str, InputInfo] = {
     "collectives": InputInfo("collective intervals", "trace all ranks and run `diagnoser analyze` (collective alignment)"),
     "boundaries": InputInfo("boundary timings", "run `diagnoser probe client` against the server next to a device trace"),
     "context_sweep": InputInfo("context sweep", "time the same output length at 3+ controlled context lengths"),
+    "gemm_sweep": InputInfo("GEMM sweep", "run `diagnoser probe --only gemm --case CASE` on the serving GPU (expert shapes by rows)"),
     "probe": InputInfo("machine probes", "run `diagnoser probe` on the serving GPU (bandwidth, clocks, throttling)"),
     "speculation": InputInfo("speculation counters", "read draft length, acceptance and draft/verify time from the server metrics"),
     "server": InputInfo("server settings", "record the serving engine's flags (graphs, custom all-reduce, sampling, offload)"),
@@ -151,13 +153,42 @@ def _boundaries(b: BoundaryTimings) -> Boundaries:
     ))
 
 
-def _kernel_class(k: KernelClassObs, budget: StepBudget | None, bound: BoundSummary | None) -> KernelClass:
+def gemm_reference(points: list[GemmPoint], rows: float) -> tuple[float, str] | None:
+    """(fraction of peak bandwidth, dtype) the best plain expert GEMMs reach at ``rows`` rows.
+
+    Each swept shape is read at ``rows`` by interpolating in log2(M), and held at its ends
+    outside the sweep. An expert runs all its shapes, so a dtype's figure is their bytes over
+    their time, which is the time-weighted mean of their fractions; the best dtype is the
+    yardstick, since the served kernel may use any of them.
+    """
+    series: dict[tuple[str, str], list[GemmPoint]] = {}
+    for p in points:
+        series.setdefault((p.dtype, p.shape), []).append(p)
+    by_dtype: dict[str, list[tuple[float, float]]] = {}
+    for (dtype, _), pts in series.items():
+        pts.sort(key=lambda p: p.m)
+        x = math.log2(min(max(rows, pts[0].m), pts[-1].m))
+        hi = next(i for i, p in enumerate(pts) if math.log2(p.m) >= x)
+        lo = max(hi - 1, 0)
+        span = math.log2(pts[hi].m) - math.log2(pts[lo].m)
+        w = (x - math.log2(pts[lo].m)) / span if span else 1.0
+        time = pts[lo].time_us + w * (pts[hi].time_us - pts[lo].time_us)
+        fraction = pts[lo].bw_fraction + w * (pts[hi].bw_fraction - pts[lo].bw_fraction)
+        by_dtype.setdefault(dtype, []).append((fraction, time))
+    if not by_dtype:
+        return None
+    return max((sum(f * t for f, t in ft) / sum(t for _, t in ft), dtype) for dtype, ft in by_dtype.items())
+
+
+def _kernel_class(k: KernelClassObs, budget: StepBudget | None, bound: BoundSummary | None, sweep: list[GemmPoint]) -> KernelClass:
     """A kernel class, with MoE figures a trace cannot give estimated from the pinned workload.
 
     Traces rarely record how many rows each expert GEMM got or how many bytes the fused-MoE
     kernels read. The bound knows both for the pinned batch: rows per touched expert, and the
     expert bytes the busiest rank must read, which over the class's measured time give an
-    achieved-bandwidth estimate. Measured values always win; estimated ones are marked.
+    achieved-bandwidth estimate. Measured values always win; estimated ones are marked. With a
+    GEMM sweep from the probe, ``reference_bw_fraction`` is what a plain GEMM reaches at the same
+    rows per expert on this machine.
     """
     estimated: dict[str, float] = {}
     if k.kernel_class == "moe" and bound is not None:
@@ -166,7 +197,11 @@ def _kernel_class(k: KernelClassObs, budget: StepBudget | None, bound: BoundSumm
         class_ms = budget.device_ms * k.share_of_step if budget is not None else 0.0
         if k.achieved_bw_fraction is None and bound.expert_bytes and bound.bandwidth_gbs and class_ms > 0:
             estimated["achieved_bw_fraction"] = bound.expert_bytes / (class_ms / 1e3) / (bound.bandwidth_gbs * 1e9)
-    return KernelClass(**_fields(k, **estimated, estimated_from_bound=sorted(estimated) or None))
+    reference: dict[str, Any] = {}
+    rows = k.tokens_per_expert if k.tokens_per_expert is not None else estimated.get("tokens_per_expert")
+    if k.kernel_class == "moe" and rows is not None and (found := gemm_reference(sweep, rows)) is not None:
+        reference = {"reference_bw_fraction": found[0], "reference_dtype": found[1]}
+    return KernelClass(**_fields(k, **estimated, **reference, estimated_from_bound=sorted(estimated) or None))
 
 
 def reference_step_ms(case: Case) -> float | None:
@@ -248,7 +283,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         b = obs.budget
         facts.append(Budget(**_fields(b, parts_ms=b.parts_ms, unattributed_ms=max(0.0, b.step_ms - b.parts_ms))))
     facts += [RankBudget(**_fields(r, parts_ms=r.parts_ms)) for r in obs.rank_budgets]
-    facts += [_kernel_class(k, obs.budget, bound) for k in obs.kernel_classes]
+    facts += [_kernel_class(k, obs.budget, bound, obs.gemm_sweep) for k in obs.kernel_classes]
     if obs.graph is not None:
         captured = obs.graph.captured_batch_sizes
         facts.append(Graph(**_fields(obs.graph, max_captured_batch=max(captured) if captured else None)))

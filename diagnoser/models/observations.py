@@ -119,6 +119,20 @@ class BoundaryTimings(_Obs):
     )
 
 
+class GemmPoint(_Obs):
+    """A plain GEMM at a served expert shape and ``m`` rows, timed on this machine by ``diagnoser probe``.
+
+    It is the yardstick for the served MoE kernel: what a stock library GEMM reaches at the same
+    rows per expert tells a shape that cannot fill the GPU from a kernel that packs it badly.
+    """
+
+    shape: str = Field(description="which expert GEMM, e.g. 'deepseek-v3 expert gate_up'")
+    dtype: str
+    m: int = Field(ge=1, description="rows (tokens routed to the expert)")
+    time_us: float = Field(gt=0)
+    bw_fraction: float = Field(ge=0, description="achieved / peak memory bandwidth")
+
+
 class ContextPoint(_Obs):
     context: int = Field(ge=0)
     step_ms: float = Field(gt=0)
@@ -201,6 +215,7 @@ class Observations(_Obs):
     collectives: list[CollectiveObs] = Field(default_factory=list)
     boundaries: BoundaryTimings | None = None
     context_sweep: list[ContextPoint] = Field(default_factory=list)
+    gemm_sweep: list[GemmPoint] = Field(default_factory=list, description="plain expert GEMMs by rows, from the probe")
     probe: ProbeFacts | None = None
     speculation: SpeculationObs | None = None
     server: ServerConfig | None = None
