@@ -63,6 +63,7 @@ def _sqlite_without_kernels(directory: Path) -> Path:
         (_file("t.json", b'{"traceEvents": ['), "not valid JSON"),
         (_file("e.json", b""), "empty"),
         (_sqlite_without_kernels, "KERNEL"),
+        (_file("report.sqlite", b"not a database"), "not an SQLite database"),
     ],
 )
 def test_bad_inputs_exit_2_with_one_line(tmp_path, make, message):

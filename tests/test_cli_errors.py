@@ -71,3 +71,16 @@ def test_unknown_option_is_usage_error():
 def test_probe_bandwidth_must_come_from_a_gpu(tmp_path):
     path = bandwidth_report(tmp_path, "cpu", 12.0)
     assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--probe", str(path)), "cpu memory, not GPU HBM")
+
+
+def test_bound_reads_a_case_files_pin_and_says_when_there_is_none(tmp_path):
+    import yaml
+    from conftest import REPO
+
+    case = REPO / "examples" / "case-moe-small-experts.yaml"
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(yaml.safe_dump(yaml.safe_load(case.read_text())["workload"]))
+    as_case = json.loads(run_cli("bound", str(case), "--json").stdout)
+    assert as_case == json.loads(run_cli("bound", str(workload), "--json").stdout)
+    assert as_case["observed_step_ms"] == 16.0  # the pin's observation came along
+    assert_one_line_error(run_cli("bound", str(REPO / "examples" / "case-synthetic-20ms.yaml")), "a case without a workload: section")

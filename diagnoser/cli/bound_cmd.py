@@ -60,7 +60,8 @@ def bound(
 ) -> None:
     """Bytes each rank moves per decode step, the floor they imply, and what it leaves out.
 
-    Give a workload file (YAML/JSON) and/or flags; flags override the file. With
+    Give a workload file (YAML/JSON), or a case file whose workload: section pins the work,
+    and/or flags; flags override the file. With
     --bytes-per-step and --bandwidth, compute the single-rank floor from those figures alone.
     """
     from diagnoser.report.console import stdout_console
@@ -117,6 +118,11 @@ def _workload_document(path: str | None, flags: dict[str, Any], observed: dict[s
         if not isinstance(loaded, dict):
             raise InputError(f"{path}: expected a mapping at the top level")
         doc = loaded
+        if "model" not in doc and {"workload", "observations"} & doc.keys():
+            # a case file: its pin is the workload section
+            if not isinstance(doc.get("workload"), dict):
+                raise InputError(f"{path}: a case without a workload: section (pin the model, hardware, batch and context there)")
+            doc = doc["workload"]
     elif not flags["model"]:
         raise InputError("give a workload file, --model, or --bytes-per-step with --bandwidth")
     for key, path_in_doc in [

@@ -27,6 +27,8 @@ def _kind(path: Path) -> str:
         head = handle.read(16)
     if head == _SQLITE_MAGIC:
         return "sqlite"
+    if path.suffix in (".sqlite", ".db"):
+        raise InputError(f"{path}: not an SQLite database (expected an Nsight Systems export: nsys export --type sqlite)")
     return "kineto"
 
 
