@@ -43,7 +43,7 @@ class StepBudget(_Obs):
         default=None, ge=0, description="Python calls the profiler traced during the step (with_stack); each cost host time"
     )
     segmentation: str | None = Field(
-        default=None, description="how the trace was cut into steps: profiler_step, range, graph_launch or whole_trace"
+        default=None, description="how the trace was cut into steps: profiler_step, range, graph_launch, kernel_pattern or whole_trace"
     )
 
     @property

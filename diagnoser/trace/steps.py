@@ -5,7 +5,8 @@
 A step is a host-side window (``ProfilerStep#N``, a named ``record_function``/NVTX range,
 or, when nothing is annotated, the interval between the first ``cudaGraphLaunch`` calls of
 consecutive steps: one launch per step under full graphs, a fixed group of launches under
-piecewise graphs, found from the gaps between launches).
+piecewise graphs, found from the gaps between launches; without graphs, the repeats of an
+eager loop's kernel sequence, see ``step_pattern``).
 Device work belongs to the step whose window contains the start of the host call that
 launched it, so work that runs late (queued behind a deep stream) is still charged to the
 step that asked for it. Windowing is explicit: work launched outside every window, or with no
@@ -22,7 +23,8 @@ import numpy as np
 
 from diagnoser.errors import InputError
 from diagnoser.trace.model import RankTrace, RuntimeKind
-from diagnoser.trace.ops import DeviceOps
+from diagnoser.trace.ops import IS_KERNEL, DeviceOps
+from diagnoser.trace.step_pattern import pattern_steps
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 # Between steps the host schedules, samples and detokenizes, so the gap before a step's first
@@ -64,13 +66,13 @@ class Step:
 
 @dataclass
 class Segmentation:
-    method: str  # profiler_step | range | graph_launch | whole_trace
+    method: str  # profiler_step | range | graph_launch | kernel_pattern | whole_trace
     steps: list[Step]
     unassigned: int = 0  # device ops launched outside every window or with no launch call
     notes: list[str] = field(default_factory=list)
 
 
-def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[tuple[str, int, int]], list[str]]:
+def _host_windows(trace: RankTrace, ops: DeviceOps, step_range: str | None) -> tuple[str, list[tuple[str, int, int]], list[str]]:
     """(method, windows, notes about how they were found)."""
     ranges = trace.ranges
     names = [trace.strings[i] for i in ranges["name"]] if len(ranges) else []
@@ -98,11 +100,35 @@ def _host_windows(trace: RankTrace, step_range: str | None) -> tuple[str, list[t
     ends = [t["end"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
     if not everything:
         return "whole_trace", [], []
-    return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), int(max(a.max() for a in ends)) + 1)], []
+    last_end = int(max(a.max() for a in ends)) + 1
+    pattern = _pattern_windows(trace, ops, last_end)
+    if pattern is not None:
+        return pattern
+    return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), last_end)], []
+
+
+def _pattern_windows(trace: RankTrace, ops: DeviceOps, last_end: int) -> tuple[str, list[tuple[str, int, int]], list[str]] | None:
+    """Steps of an unmarked eager loop, from its repeating kernel sequence (see ``step_pattern``)."""
+    kernel = np.flatnonzero((ops.source == IS_KERNEL) & (ops.launch_start >= 0))
+    kernel = kernel[np.argsort(ops.launch_start[kernel], kind="stable")]
+    launches = ops.launch_start[kernel]
+    d2h = np.sort(np.where(ops.launch_start >= 0, ops.launch_start, ops.start)[ops.is_d2h])
+    found = pattern_steps(trace.kernels["name"][ops.row[kernel]], launches, d2h)
+    if found is None:
+        return None
+    bounds = [int(launches[i]) for i in found.first]
+    after = found.first[-1] + found.kernels_per_step
+    bounds.append(int(launches[after]) if after < len(launches) else last_end)
+    note = (
+        f"no step markers: steps inferred from a kernel sequence that repeats every {found.kernels_per_step} launches, "
+        "each starting after the step's longest launch gap; mark steps (ProfilerStep, NVTX, --step-range) to be sure"
+    )
+    windows = [(f"pattern#{i}", bounds[i], bounds[i + 1]) for i in range(len(found.first))]
+    return "kernel_pattern", windows, [note]
 
 
 def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = None) -> Segmentation:
-    method, windows, notes = _host_windows(trace, step_range)
+    method, windows, notes = _host_windows(trace, ops, step_range)
     windows.sort(key=lambda w: w[1])
     if method == "whole_trace":
         notes.append("no ProfilerStep, named range or repeated graph launch: the whole trace is one step")
