@@ -167,6 +167,42 @@ def test_launch_grouping_falls_back_to_one_launch_per_step():
     assert graph_launches_per_step(np.array([0, 10, 20, 100, 110, 120, 200, 260, 270, 300, 310, 320])) == (1, 0)
 
 
+def test_unlike_launch_groups_are_parts_of_one_step():
+    """Draft and target graphs alternate (a speculative decoder), 80 and 120 us apart: the gaps
+    alone make every launch a step; what each launch replayed joins draft and target."""
+    from diagnoser.trace.steps import graph_launches_per_step
+
+    starts = np.cumsum([0] + [80, 120] * 5)
+    draft_then_target = np.array([3, 20] * 6)
+    assert graph_launches_per_step(starts) == (1, 0)
+    assert graph_launches_per_step(starts, draft_then_target) == (2, 0)  # each step opens after the 120 us gap
+    assert graph_launches_per_step(starts[1:], draft_then_target[1:]) == (2, 1)  # a trace that opens mid-step
+    assert graph_launches_per_step(starts, np.full(12, 7)) == (1, 0)  # alike launches: one per step
+
+
+def test_real_training_step_of_two_graph_groups_is_one_step(shared_dir):
+    """The HTA trace, its ProfilerStep marks removed: each step replays 14 graphs in two groups
+    with a long host gap before each group. Grouping by gaps alone gave 10 alternating 'steps'
+    of 419 and 956 ops; the marked steps hold 1,375 ops each, and so do the whole inferred ones."""
+    import re
+
+    from diagnoser.trace.ops import device_ops
+    from diagnoser.trace.steps import segment_steps
+
+    (trace,) = load_traces([shared_dir / "data" / "hta" / "negative_queue_length_values_check" / "rank0.json.gz"], workers=1)
+    ops = device_ops(trace)
+    marked = segment_steps(trace, ops)
+    assert marked.method == "profiler_step" and [len(s.ops) for s in marked.steps] == [1375] * 5
+    names = [trace.strings[i] for i in trace.ranges["name"]]
+    trace.ranges = trace.ranges.take(np.flatnonzero([not re.match(r"ProfilerStep#", n) for n in names]))
+    inferred = segment_steps(trace, ops)
+    assert inferred.method == "graph_launch" and "14 graph launches per step" in inferred.notes[0]
+    whole = inferred.steps[:-1]  # the trace ends inside the last one
+    assert [len(s.ops) for s in whole] == [1375] * 4
+    # 215.9 to 216.6 ms, as the marked steps 2 to 5 (215.5 to 216.5 ms)
+    assert all(215 < (s.host_end - s.host_start) / 1e6 < 217 for s in whole)
+
+
 def test_host_to_device_copies_are_measured_and_split_by_overlap(tmp_path):
     """One step: a 40 us pageable H2D copy of 4 MB (5-45 us) and a kernel on another stream
     (25-65 us). The window is 5-65 us, all device time; 20 us of the copy has no kernel beside it."""

@@ -52,12 +52,14 @@ def candidate_periods(seq: np.ndarray, lo: int, hi: int) -> list[int]:
     return sorted(found)
 
 
+def repeats(seq: np.ndarray, period: int) -> bool:
+    """Whether (nearly) every item equals the one ``period`` later."""
+    return 0 < period < len(seq) and bool(np.mean(seq[:-period] == seq[period:]) >= SAME_SEQUENCE)
+
+
 def repeating_period(seq: np.ndarray) -> int | None:
     """The shortest period with which the sequence repeats itself, if it does."""
-    for p in candidate_periods(seq, MIN_KERNELS_PER_STEP, len(seq) // MIN_STEPS):
-        if np.mean(seq[:-p] == seq[p:]) >= SAME_SEQUENCE:
-            return p
-    return None
+    return next((p for p in candidate_periods(seq, MIN_KERNELS_PER_STEP, len(seq) // MIN_STEPS) if repeats(seq, p)), None)
 
 
 def step_offset(gaps: np.ndarray, period: int) -> int | None:

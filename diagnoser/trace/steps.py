@@ -24,7 +24,7 @@ import numpy as np
 from diagnoser.errors import InputError
 from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
-from diagnoser.trace.step_pattern import pattern_steps
+from diagnoser.trace.step_pattern import MIN_STEPS, pattern_steps, repeats
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 # Between steps the host schedules, samples and detokenizes, so the gap before a step's first
@@ -33,14 +33,15 @@ STEP_GAP_FACTOR = 3.0
 MAX_PIECES_PER_STEP = 128
 
 
-def graph_launches_per_step(starts: np.ndarray) -> tuple[int, int]:
+def graph_launches_per_step(starts: np.ndarray, signature: np.ndarray | None = None) -> tuple[int, int]:
     """(launches per step, index of the first step's first launch) from sorted launch times.
 
     Piecewise graphs replay a fixed number of pieces per step, separated by short gaps. The
     gaps before each step's first launch must then be the longest ones, clearly apart from
     every gap inside a step, and evenly spaced in launch count. Each clear split of the sorted
     gaps is tried from the lowest; without such a pattern every launch starts a step
-    (full-graph decode).
+    (full-graph decode). ``signature`` (one value per launch: what it replayed) then checks that
+    every step replays the same graphs; see ``_whole_steps``.
     """
     gaps = np.diff(starts)
     if len(gaps) < 3:
@@ -51,8 +52,41 @@ def graph_launches_per_step(starts: np.ndarray) -> tuple[int, int]:
         spacing = np.unique(np.diff(boundary))
         if len(boundary) >= 2 and len(spacing) == 1 and 2 <= spacing[0] <= MAX_PIECES_PER_STEP:
             pieces = int(spacing[0])
-            return pieces, int(boundary[0] + 1) % pieces
-    return 1, 0
+            return _whole_steps(gaps, signature, pieces, int(boundary[0] + 1) % pieces)
+    return _whole_steps(gaps, signature, 1, 0)
+
+
+def _whole_steps(gaps: np.ndarray, signature: np.ndarray | None, pieces: int, offset: int) -> tuple[int, int]:
+    """Groups of launches that differ from their neighbours are parts of one step, not steps.
+
+    A step can hold several long host gaps: a speculative decoder launches the draft's graphs,
+    waits, then the target's; a training step its forward and backward. The gaps then cut each
+    step into unlike groups, while a real step repeats what the one before it replayed. The
+    shortest multiple of the grouping that repeats is the step, opening at the group boundary
+    with the longest gaps.
+    """
+    if signature is None or repeats(signature, pieces):
+        return pieces, offset
+    for period in range(2 * pieces, min(len(signature) // MIN_STEPS, MAX_PIECES_PER_STEP) + 1, pieces):
+        if repeats(signature, period):
+            before = np.append(0, gaps)  # before[i]: the gap just before launch i
+            return period, max(((offset + j) % period for j in range(0, period, pieces)), key=lambda o: before[o::period].mean())
+    return pieces, offset
+
+
+def replay_signature(trace: RankTrace, ops: DeviceOps, launch_rows: np.ndarray) -> np.ndarray:
+    """Per graph launch, a number that tells different graphs apart: how many ops it replayed
+    and the name of its first kernel (graph ids are not in every trace format)."""
+    slot_of = np.full(len(trace.runtime), -1, dtype=np.int64)
+    slot_of[launch_rows] = np.arange(len(launch_rows))
+    replayed = np.flatnonzero(ops.by_graph & (ops.launch_row >= 0))
+    replayed = replayed[slot_of[ops.launch_row[replayed]] >= 0]
+    counts = np.bincount(slot_of[ops.launch_row[replayed]], minlength=len(launch_rows))
+    kernels = replayed[ops.source[replayed] == IS_KERNEL]
+    slots, first = np.unique(slot_of[ops.launch_row[kernels]], return_index=True)  # ops are start-sorted
+    first_name = np.full(len(launch_rows), -1, dtype=np.int64)
+    first_name[slots] = trace.kernels["name"][ops.row[kernels[first]]]
+    return counts * (len(trace.strings) + 1) + first_name + 1
 
 
 @dataclass
@@ -89,12 +123,13 @@ def _host_windows(trace: RankTrace, ops: DeviceOps, step_range: str | None) -> t
     rt = trace.runtime
     graph = np.flatnonzero(rt["kind"] == RuntimeKind.graph_launch) if len(rt) else np.zeros(0, np.int64)
     if len(graph) >= 2:
-        launches = np.sort(rt["start"][graph])
-        pieces, offset = graph_launches_per_step(launches)
+        graph = graph[np.argsort(rt["start"][graph], kind="stable")]
+        launches = rt["start"][graph]
+        pieces, offset = graph_launches_per_step(launches, replay_signature(trace, ops, graph))
         starts = launches[offset::pieces]
         last_end = int(max(rt["end"].max(), trace.kernels["end"].max() if len(trace.kernels) else 0))
         bounds = list(starts) + [last_end]
-        notes = [f"piecewise CUDA graphs: {pieces} graph launches per step, grouped by the gaps between them"] if pieces > 1 else []
+        notes = [f"{pieces} graph launches per step, grouped by the gaps between them and what each replayed"] if pieces > 1 else []
         return "graph_launch", [(f"graph#{i}", int(bounds[i]), int(bounds[i + 1])) for i in range(len(starts))], notes
     everything = [t["start"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
     ends = [t["end"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
