@@ -5,6 +5,7 @@ belief it corrects (``claims``). It adds no gain; it keeps a fix from being over
 """
 
 from diagnoser.engine import (
+    AS,
     MATCH,
     OR,
     P,
@@ -15,6 +16,7 @@ from diagnoser.engine import (
     Finding,
     Holds,
     RuleSet,
+    Speculation,
     ev,
     load_specs,
     rule,
@@ -26,6 +28,10 @@ SPECS = load_specs(__file__)
 LOW_FRACTION = 0.5
 # Budgets `diagnoser analyze` wrote come from a profiled run: a diagnostic, not a capacity test.
 PROFILED = "diagnoser analyze"
+# Demonstrated costs a first round of work removes, before layouts or speculation are compared.
+FIX_FIRST = frozenset({"launch-gaps", "small-expert-kernels", "slow-kernel-path", "moe-untuned-config", "sort-sampling"})
+# Beliefs about another layout, to be tested after that round.
+LAYOUT_CLAIMS = frozenset({"ep_will_help", "smaller_tp_fewer_collectives"})
 
 
 class LessonRules(RuleSet):
@@ -68,3 +74,30 @@ class LessonRules(RuleSet):
     )
     def diagnostics_not_capacity(self, source):
         return Finding(evidence=[ev("budget.source", source)])
+
+    @rule(
+        SPECS["fix-demonstrated-first"],
+        Holds(rule=P(lambda r: r in FIX_FIRST) & MATCH.cause, cap_ms=MATCH.cap, step_ms=MATCH.step),
+        AS.s << Speculation(speedup=MATCH.speedup, expected_tokens=MATCH.tokens, ordinary_step_ms=MATCH.ordinary),
+        TEST(lambda cap, step: cap is not None and step),
+    )
+    def speculation_after_fix(self, cause, cap, step, s, speedup, tokens, ordinary):
+        """Only the ordinary step is shortened here; the cycle may shorten too, hence 'measure again'."""
+        after = ordinary * (1 - cap / step)
+        cycle = s["verify_ms"] + s["draft_ms"] + s["other_ms"]
+        return Finding(
+            evidence=[ev("cause", cause), ev("speculation.speedup", speedup), ev("ordinary_step_after_fix_ms", after, "ms")],
+            detail=(
+                f"{cause} takes the ordinary step from {ordinary:.3g} to at most {after:.3g} ms; if the cycle kept its "
+                f"{cycle:.3g} ms, speculation would give {tokens:.4g} x {after:.3g} / {cycle:.3g} = {tokens * after / cycle:.3f}x, "
+                f"not {speedup:.3f}x."
+            ),
+        )
+
+    @rule(
+        SPECS["fix-demonstrated-first"],
+        Holds(rule=P(lambda r: r in FIX_FIRST) & MATCH.cause),
+        Claim(name=P(lambda c: c in LAYOUT_CLAIMS) & MATCH.claim),
+    )
+    def layout_after_fix(self, cause, claim):
+        return Finding(evidence=[ev("cause", cause), ev("claims", claim)])

@@ -22,7 +22,7 @@ GUARDS = [
 ]
 LESSONS = [
     "low-fraction-not-a-diagnosis", "smaller-tp-same-calls", "graphs-remove-launch-share-only", "sparsity-is-not-ep",
-    "sampling-not-necessarily-cpu", "diagnostics-not-capacity",
+    "sampling-not-necessarily-cpu", "diagnostics-not-capacity", "fix-demonstrated-first",
 ]
 BEYOND = [
     "graphs-off", "graph-capture-too-small", "host-overhead", "output-length-growth", "penalty-over-history",
@@ -71,6 +71,17 @@ def test_near_miss_detection_is_real(book):
     wrong = fx.model_copy(update={"first": "client-gap", "silent": ["graphs-off"]})
     problems = check_fixture(wrong, book)
     assert "expected client-gap first, got launch-gaps" in problems and "graphs-off fired but must not" in problems
+
+
+def test_a_speculation_estimate_is_worked_again_against_the_fixed_step(book):
+    """The reference's two worked examples together: the 9 ms step loses its 1.5 ms launch part,
+    so the 0.8-acceptance cycle (4.161 tokens per 16 ms) gives 4.161 x 7.5 / 16 = 1.951x, not 2.341x."""
+    from diagnoser.engine import diagnose
+
+    fx = next(fx for _, fx in ALL if fx.name.startswith("a launch cost and a speculation estimate"))
+    (lesson,) = [h for h in diagnose(fx.case, book).hypotheses if h.id == "fix-demonstrated-first"]
+    assert "from 9 to at most 7.5 ms" in lesson.explanation
+    assert "4.161 x 7.5 / 16 = 1.951x, not 2.341x" in lesson.explanation
 
 
 def test_bundled_fixture_folder_is_the_package_data():
