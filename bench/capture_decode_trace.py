@@ -7,7 +7,9 @@ norms, QKV and output projections, attention over the cache, a gated MLP and an 
 the trace has the kernel mix of real decode (many small kernels; GEMV-shaped GEMMs).
 
 Each step runs inside ``record_function("decode_step")`` so `diagnoser analyze
---step-range decode_step` finds it; graph replay is recorded the same way.
+--step-range decode_step` finds it; graph replay is recorded the same way. Like a server, each
+step copies its sampled tokens to the host, so `--steps-from pattern` can cut the eager trace
+without the marks and be checked against them.
 
 Usage: python bench/capture_decode_trace.py --out DIR [--layers 8] [--hidden 2048] [--batch 8]
        [--context 1024] [--steps 12] [--device auto|cuda|cpu]
@@ -107,8 +109,11 @@ def main() -> None:
     model, keys, values, x = build(args, device)
 
     with torch.inference_mode():
-        def eager() -> None:
-            model(x, keys, values)
+        def forward() -> torch.Tensor:
+            return model(x, keys, values)
+
+        def eager() -> list[int]:
+            return forward().tolist()  # a server emits the sampled tokens: one copy to the host per step
 
         for _ in range(3):  # warm-up: allocator, cuBLAS handles, kernel selection
             eager()
@@ -121,12 +126,17 @@ def main() -> None:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):
-                eager()
+                forward()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            eager()
-        graph_ms = profile_steps(graph.replay, args.steps, device, args.out / "decode_graph.json.gz")
+            tokens = forward()
+
+        def replay() -> list[int]:
+            graph.replay()
+            return tokens.tolist()
+
+        graph_ms = profile_steps(replay, args.steps, device, args.out / "decode_graph.json.gz")
     e, g = statistics.median(eager_ms), statistics.median(graph_ms)
     print(f"graph: median step {g:.3f} ms; gain {e / g:.2f}x ({e - g:.3f} ms per step)")
 

@@ -36,4 +36,7 @@ for mode in eager graph; do
   timeout 60 python3 -m diagnoser analyze "$OUT/decode_$mode.json.gz" --step-range decode_step --json \
     > "$OUT/analyze_$mode.json"
 done
+# the same eager steps cut without their marks, from the repeating kernel sequence alone
+echo "== diagnoser analyze decode_eager.json.gz --steps-from pattern"
+timeout 60 python3 -m diagnoser analyze "$OUT/decode_eager.json.gz" --steps-from pattern
 ls -la "$OUT"

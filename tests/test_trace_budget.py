@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.facts import to_observations
@@ -180,12 +181,12 @@ def test_unlike_launch_groups_are_parts_of_one_step():
     assert graph_launches_per_step(starts, np.full(12, 7)) == (1, 0)  # alike launches: one per step
 
 
-def test_real_training_step_of_two_graph_groups_is_one_step(shared_dir):
-    """The HTA trace, its ProfilerStep marks removed: each step replays 14 graphs in two groups
-    with a long host gap before each group. Grouping by gaps alone gave 10 alternating 'steps'
-    of 419 and 956 ops; the marked steps hold 1,375 ops each, and so do the whole inferred ones."""
-    import re
-
+def test_real_training_steps_cut_three_ways_agree(shared_dir):
+    """The HTA trace has ProfilerStep marks, graph launches and a repeating kernel sequence.
+    Each step replays 14 graphs in two groups with a long host gap before each: grouping by gaps
+    alone gave 10 alternating 'steps' of 419 and 956 ops. The marked steps hold 1,375 ops and
+    take 209.7, 216.5, 216.1, 215.5 and 216.2 ms; the whole steps cut from the graph launches or
+    from the kernel sequence hold the same ops and take the same time, at another phase."""
     from diagnoser.trace.ops import device_ops
     from diagnoser.trace.steps import segment_steps
 
@@ -193,14 +194,21 @@ def test_real_training_step_of_two_graph_groups_is_one_step(shared_dir):
     ops = device_ops(trace)
     marked = segment_steps(trace, ops)
     assert marked.method == "profiler_step" and [len(s.ops) for s in marked.steps] == [1375] * 5
-    names = [trace.strings[i] for i in trace.ranges["name"]]
-    trace.ranges = trace.ranges.take(np.flatnonzero([not re.match(r"ProfilerStep#", n) for n in names]))
-    inferred = segment_steps(trace, ops)
-    assert inferred.method == "graph_launch" and "14 graph launches per step" in inferred.notes[0]
-    whole = inferred.steps[:-1]  # the trace ends inside the last one
-    assert [len(s.ops) for s in whole] == [1375] * 4
-    # 215.9 to 216.6 ms, as the marked steps 2 to 5 (215.5 to 216.5 ms)
-    assert all(215 < (s.host_end - s.host_start) / 1e6 < 217 for s in whole)
+    graphs = segment_steps(trace, ops, steps_from="graphs")
+    assert graphs.method == "graph_launch" and "14 graph launches per step" in graphs.notes[0]
+    pattern = segment_steps(trace, ops, steps_from="pattern")
+    assert pattern.method == "kernel_pattern" and "repeats every 1075 launches" in pattern.notes[0]
+    for whole in (graphs.steps[:-1], pattern.steps):  # the trace ends inside the last graph-cut step
+        assert len(whole) == 4 and [len(s.ops) for s in whole] == [1375] * 4
+        assert all(215 < (s.host_end - s.host_start) / 1e6 < 217 for s in whole)
+
+
+def test_a_forced_source_of_steps_the_trace_lacks_is_one_line(tmp_path):
+    path = _graph_trace(tmp_path, [0, 100, 200])
+    done = run_cli("analyze", str(path), "--steps-from", "marks")
+    assert done.returncode == 2 and done.stderr.strip().endswith("--steps-from marks: no ProfilerStep ranges in the trace")
+    done = run_cli("analyze", str(path), "--steps-from", "pattern")
+    assert done.returncode == 2 and "no kernel sequence that repeats" in done.stderr
 
 
 def test_host_to_device_copies_are_measured_and_split_by_overlap(tmp_path):

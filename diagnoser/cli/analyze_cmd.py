@@ -24,6 +24,14 @@ _PART_LABELS = {
     "--step-range", "step_range", metavar="NAME", help="segment steps by host ranges whose name contains NAME"
 )
 @click.option(
+    "--steps-from",
+    type=click.Choice(["auto", "marks", "graphs", "pattern"]),
+    default="auto",
+    show_default=True,
+    help="where steps come from: the first that the trace has (ProfilerStep marks, graph launches, a repeating "
+    "kernel sequence), or only the one named, to check an inferred cut against the marked one",
+)
+@click.option(
     "--align",
     type=click.Choice(["clock", "collective"]),
     default="clock",
@@ -43,6 +51,7 @@ _PART_LABELS = {
 def analyze(
     traces: tuple[Path, ...],
     step_range: str | None,
+    steps_from: str,
     align: str,
     as_json: bool,
     case_out: Path | None,
@@ -54,7 +63,7 @@ def analyze(
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.load import load_traces
 
-    analysis = analyze_traces(load_traces(list(traces)), step_range, align)
+    analysis = analyze_traces(load_traces(list(traces)), step_range, align, steps_from)
     observations = to_observations(analysis)
     if case_out is not None:
         write_atomic(case_out, _case_text(case_out, observations))

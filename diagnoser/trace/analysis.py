@@ -1,6 +1,6 @@
 """From ranks' traces to one analysis: steps, the per-rank budget, the critical rank, collectives.
 
-    analyze_traces(traces, step_range=None, align="clock") -> Analysis
+    analyze_traces(traces, step_range=None, align="clock", steps_from="auto") -> Analysis
 
 Format-agnostic: it takes ``RankTrace`` objects, whichever reader filled them. Ranks are put
 on a common clock (each trace's ``clock_offset_ns``; with ``align="collective"`` corrected so
@@ -179,14 +179,16 @@ def _rank_step(
     )
 
 
-def analyze_traces(traces: list[RankTrace], step_range: str | None = None, align: str = "clock") -> Analysis:
+def analyze_traces(
+    traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
+) -> Analysis:
     notes: list[str] = []
     per_rank = []
     all_ops = [device_ops(trace) for trace in traces]
     if align == "collective" and len(traces) > 1:
         notes += align_on_first_collective(traces, all_ops)
     for trace, ops in zip(traces, all_ops):
-        seg = segment_steps(trace, ops, step_range)
+        seg = segment_steps(trace, ops, step_range, steps_from)
         notes += [f"rank {trace.rank}: {n}" for n in trace.notes + seg.notes]
         per_rank.append((trace, ops, seg, _keys(seg)))
     methods = {seg.method for _, _, seg, _ in per_rank}

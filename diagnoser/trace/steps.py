@@ -1,6 +1,6 @@
 """Decode steps: which host window each piece of device work belongs to.
 
-    segment_steps(trace, ops, step_range=None) -> Segmentation
+    segment_steps(trace, ops, step_range=None, steps_from="auto") -> Segmentation
 
 A step is a host-side window (``ProfilerStep#N``, a named ``record_function``/NVTX range,
 or, when nothing is annotated, the interval between the first ``cudaGraphLaunch`` calls of
@@ -106,8 +106,20 @@ class Segmentation:
     notes: list[str] = field(default_factory=list)
 
 
-def _host_windows(trace: RankTrace, ops: DeviceOps, step_range: str | None) -> tuple[str, list[tuple[str, int, int]], list[str]]:
-    """(method, windows, notes about how they were found)."""
+# What a forced ``steps_from`` needs, said when the trace lacks it.
+STEPS_FROM = {
+    "auto": "",
+    "marks": "no ProfilerStep ranges in the trace",
+    "graphs": "fewer than two CUDA graph launches in the trace",
+    "pattern": "no kernel sequence that repeats, with a copy to the host, in three or more steps",
+}
+
+
+def _host_windows(
+    trace: RankTrace, ops: DeviceOps, step_range: str | None, steps_from: str
+) -> tuple[str, list[tuple[str, int, int]], list[str]]:
+    """(method, windows, notes about how they were found). ``steps_from`` other than auto uses
+    one source of steps only, to check an inferred cut against the marked one."""
     ranges = trace.ranges
     names = [trace.strings[i] for i in ranges["name"]] if len(ranges) else []
     if step_range:
@@ -118,11 +130,11 @@ def _host_windows(trace: RankTrace, ops: DeviceOps, step_range: str | None) -> t
             )
         return "range", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in picked], []
     profiler = [i for i, n in enumerate(names) if _PROFILER_STEP.match(n)]
-    if profiler:
+    if profiler and steps_from in ("auto", "marks"):
         return "profiler_step", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in profiler], []
     rt = trace.runtime
     graph = np.flatnonzero(rt["kind"] == RuntimeKind.graph_launch) if len(rt) else np.zeros(0, np.int64)
-    if len(graph) >= 2:
+    if len(graph) >= 2 and steps_from in ("auto", "graphs"):
         graph = graph[np.argsort(rt["start"][graph], kind="stable")]
         launches = rt["start"][graph]
         pieces, offset = graph_launches_per_step(launches, replay_signature(trace, ops, graph))
@@ -134,11 +146,13 @@ def _host_windows(trace: RankTrace, ops: DeviceOps, step_range: str | None) -> t
     everything = [t["start"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
     ends = [t["end"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
     if not everything:
-        return "whole_trace", [], []
+        return "whole_trace", [], []  # the loader already refused a trace with no events
     last_end = int(max(a.max() for a in ends)) + 1
-    pattern = _pattern_windows(trace, ops, last_end)
+    pattern = _pattern_windows(trace, ops, last_end) if steps_from in ("auto", "pattern") else None
     if pattern is not None:
         return pattern
+    if steps_from != "auto":
+        raise InputError(f"{trace.source}: --steps-from {steps_from}: {STEPS_FROM[steps_from]}")
     return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), last_end)], []
 
 
@@ -155,15 +169,15 @@ def _pattern_windows(trace: RankTrace, ops: DeviceOps, last_end: int) -> tuple[s
     after = found.first[-1] + found.kernels_per_step
     bounds.append(int(launches[after]) if after < len(launches) else last_end)
     note = (
-        f"no step markers: steps inferred from a kernel sequence that repeats every {found.kernels_per_step} launches, "
-        "each starting after the step's longest launch gap; mark steps (ProfilerStep, NVTX, --step-range) to be sure"
+        f"steps inferred from a kernel sequence that repeats every {found.kernels_per_step} launches, each starting "
+        "after the step's longest launch gap; mark steps (ProfilerStep, NVTX, --step-range) to be sure"
     )
     windows = [(f"pattern#{i}", bounds[i], bounds[i + 1]) for i in range(len(found.first))]
     return "kernel_pattern", windows, [note]
 
 
-def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = None) -> Segmentation:
-    method, windows, notes = _host_windows(trace, ops, step_range)
+def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = None, steps_from: str = "auto") -> Segmentation:
+    method, windows, notes = _host_windows(trace, ops, step_range, steps_from)
     windows.sort(key=lambda w: w[1])
     if method == "whole_trace":
         notes.append("no ProfilerStep, named range or repeated graph launch: the whole trace is one step")
