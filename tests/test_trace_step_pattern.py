@@ -47,6 +47,14 @@ def test_every_step_of_an_eager_loop_is_found_and_warmup_is_left_out():
     assert all(names[i] == "embedding" for i in found.first)
 
 
+@pytest.mark.parametrize("steps", range(3, 11))
+def test_every_loop_length_is_cut_whole(steps):
+    """Wherever the steady-state search starts (a third of the way in), the step before it is
+    seen: the gap before its first kernel was once taken as zero, losing 6-step loops."""
+    found = pattern_steps(*decode_loop(steps))
+    assert found.kernels_per_step == 36 and list(found.first) == [36 * i for i in range(steps)]
+
+
 def test_without_a_copy_back_to_the_host_a_repeating_block_is_not_a_step():
     names, launches, _ = decode_loop(6)
     assert pattern_steps(names, launches, np.zeros(0, np.int64)) is None
@@ -70,10 +78,12 @@ def test_real_layer_and_block_repeats_stay_whole_trace(shared_dir, source):
     assert analysis.method == "whole_trace"
 
 
-def kineto_loop(tmp_path, steps: int):
-    """The loop above as a Kineto trace with no ProfilerStep: each kernel runs 5 us after its
-    launch for 4 us, and each step ends with a 2 us D2H copy of the sampled token."""
+def kineto_loop(tmp_path, steps: int, rank: int = 0, skip: int = 0):
+    """The loop above as a Kineto trace of ``rank`` with no ProfilerStep: each kernel runs 5 us
+    after its launch for 4 us, and each step ends with a 2 us D2H copy of the sampled token.
+    The trace opens ``skip`` kernels into the loop."""
     names, launches, d2h = decode_loop(steps)
+    names, launches, d2h = names[skip:], launches[skip:], d2h[d2h > launches[skip]]
     base, events, corr = 1_700_000_000_000_000, [], 0
     for name, t in zip(names, launches // 1000):
         corr += 1
@@ -87,8 +97,8 @@ def kineto_loop(tmp_path, steps: int):
                        "args": {"correlation": corr}})
         events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0, "tid": 7, "ts": base + int(t) + 5,
                        "dur": 2, "args": {"device": 0, "stream": 7, "correlation": corr, "bytes": 8}})
-    path = tmp_path / "eager_decode.json"
-    path.write_text(json.dumps({"traceEvents": events}))
+    path = tmp_path / f"rank{rank}.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": rank}, "traceEvents": events}))
     return path
 
 
@@ -101,3 +111,16 @@ def test_analyze_budgets_each_inferred_step_and_says_how_it_found_them(tmp_path)
     assert analysis.median_step_ms == pytest.approx(0.678)
     first = analysis.budget(rank=0, key="pattern#0")
     assert first.kernel_launches == 36
+
+
+def test_ranks_whose_traces_open_at_different_steps_compare_the_same_steps(tmp_path):
+    """Rank 1's trace opens 30 kernels into step 0, so its first whole step is rank 0's second:
+    numbering each rank's steps from its own first would compare step 0 with step 1."""
+    kineto_loop(tmp_path, 6, rank=0)
+    kineto_loop(tmp_path, 6, rank=1, skip=30)
+    analysis = analyze_traces(load_traces([tmp_path], workers=1))
+    assert analysis.method == "kernel_pattern"
+    assert [(s.key, s.ranks) for s in analysis.steps] == [("pattern#0", [0])] + [(f"pattern#{i}", [0, 1]) for i in range(1, 6)]
+    for key in (f"pattern#{i}" for i in range(1, 6)):
+        r0, r1 = (r for r in analysis.rank_steps if r.key == key)
+        assert r0.window_start_ns == r1.window_start_ns  # the same step: one clock, one start

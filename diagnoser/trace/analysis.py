@@ -135,6 +135,45 @@ def _keys(seg: Segmentation) -> list[str]:
     return names if len(set(names)) == len(names) else [f"#{s.ordinal}" for s in seg.steps]
 
 
+# Steps found from graph launches or a kernel pattern are numbered per rank, from each rank's
+# first whole step; those numbers need not name the same step on every rank.
+INFERRED = ("graph_launch", "kernel_pattern")
+
+
+def align_inferred_keys(segmented: list[tuple[RankTrace, Segmentation, list[str]]]) -> list[str]:
+    """Give each inferred step the key of the reference rank's step that starts nearest it on the
+    common clock, so collectives and budgets compare the same step across ranks.
+
+    Synchronised ranks start a step within a fraction of it; a window more than half a step from
+    every reference step keeps a key of its own (``@rank``), and so does the farther of two
+    windows that land on one reference step. Returns notes on what could not be matched.
+    """
+    inferred = [(t, seg, keys) for t, seg, keys in segmented if seg.method in INFERRED and seg.steps]
+    if len(inferred) < 2:
+        return []
+    ref_trace, ref_seg, ref_keys = max(inferred, key=lambda item: (len(item[1].steps), -item[0].rank))
+    ref_starts = np.array([st.host_start for st in ref_seg.steps]) + ref_trace.clock_offset_ns
+    half = float(np.median(np.diff(ref_starts))) / 2 if len(ref_starts) > 1 else float("inf")
+    notes = []
+    for trace, seg, keys in inferred:
+        if trace is ref_trace:
+            continue
+        starts = np.array([st.host_start for st in seg.steps]) + trace.clock_offset_ns
+        right = np.clip(np.searchsorted(ref_starts, starts), 1, len(ref_starts) - 1) if len(ref_starts) > 1 else np.zeros(len(starts), int)
+        left = np.maximum(right - 1, 0)
+        nearest = np.where(np.abs(starts - ref_starts[left]) <= np.abs(starts - ref_starts[right]), left, right)
+        distance = np.abs(starts - ref_starts[nearest])
+        best: dict[int, int] = {}
+        for i in np.argsort(distance, kind="stable"):
+            if distance[i] <= half and int(nearest[i]) not in best:
+                best[int(nearest[i])] = int(i)
+        matched = {i: ref_keys[r] for r, i in best.items()}
+        keys[:] = [matched.get(i, f"{key}@rank{trace.rank}") for i, key in enumerate(keys)]
+        if len(matched) < len(keys):
+            notes.append(f"rank {trace.rank}: {len(keys) - len(matched)} inferred steps match no step of rank {ref_trace.rank}")
+    return notes
+
+
 def _rank_step(
     trace: RankTrace, ops: DeviceOps, sets: RankSets, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet
 ) -> RankStep | None:
@@ -191,6 +230,7 @@ def analyze_traces(
         seg = segment_steps(trace, ops, step_range, steps_from)
         notes += [f"rank {trace.rank}: {n}" for n in trace.notes + seg.notes]
         per_rank.append((trace, ops, seg, _keys(seg)))
+    notes += align_inferred_keys([(trace, seg, keys) for trace, _, seg, keys in per_rank])
     methods = {seg.method for _, _, seg, _ in per_rank}
     if len(methods) > 1:
         notes.append(f"ranks were segmented differently ({', '.join(sorted(methods))})")

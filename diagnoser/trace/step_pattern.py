@@ -11,8 +11,8 @@ kernel sequence is periodic with the layer), but their gaps are not consistently
 training window, whose 16 transformer blocks have both a steady sequence and a steady gap).
 
 The period is searched for in the last two thirds of the trace (the steady state; the first
-steps often warm up allocators and autotuners), then extended backwards over every earlier
-period that matches. Kernels before the first whole period, or after the last, belong to no step.
+steps often warm up allocators and autotuners), or in all of it when that is too short to hold
+three steps, then extended backwards over every earlier period that matches. Kernels before the first whole period, or after the last, belong to no step.
 """
 
 from __future__ import annotations
@@ -63,25 +63,23 @@ def repeating_period(seq: np.ndarray) -> int | None:
 
 
 def step_offset(gaps: np.ndarray, period: int) -> int | None:
-    """Position in the period whose preceding launch gap is the longest in (nearly) every period."""
+    """Position in the period whose preceding launch gap is the longest in (nearly) every period.
+    A gap the trace does not show (before its first kernel) is NaN and judges nothing."""
     rows = gaps[: len(gaps) // period * period].reshape(-1, period)
-    offset = int(np.argmax(np.median(rows, axis=0)))
-    rest = np.delete(rows, offset, axis=1).max(axis=1) if period > 1 else np.zeros(len(rows))
-    return offset if np.mean(rows[:, offset] > rest) >= CONSISTENT else None
+    offset = int(np.nanargmax(np.nanmedian(rows, axis=0)))
+    rest = np.nanmax(np.delete(rows, offset, axis=1), axis=1) if period > 1 else np.zeros(len(rows))
+    known = ~np.isnan(rows[:, offset])
+    return offset if np.mean(rows[known, offset] > rest[known]) >= CONSISTENT else None
 
 
 def pattern_steps(names: np.ndarray, launch_starts: np.ndarray, d2h_starts: np.ndarray) -> PatternSteps | None:
     """Whole steps of a repeating kernel sequence; ``names`` and ``launch_starts`` in launch order,
     ``d2h_starts`` the sorted launch times of device-to-host copies."""
     n = len(names)
-    tail = n // 3
-    seq = names[tail:]
-    if len(seq) < MIN_KERNELS_PER_STEP * MIN_STEPS:
-        return None
-    period = repeating_period(seq)
+    tail, period = next(((t, p) for t in (n // 3, 0) if (p := repeating_period(names[t:])) is not None), (0, None))
     if period is None:
         return None
-    gaps = np.diff(launch_starts[tail:], prepend=launch_starts[tail])
+    gaps = np.append(np.nan, np.diff(launch_starts).astype(float))[tail:]  # gaps[i]: before kernel tail + i
     offset = step_offset(gaps, period)
     if offset is None:
         return None
