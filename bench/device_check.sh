@@ -36,7 +36,11 @@ for mode in eager graph; do
   timeout 60 python3 -m diagnoser analyze "$OUT/decode_$mode.json.gz" --step-range decode_step --json \
     > "$OUT/analyze_$mode.json"
 done
-# the same eager steps cut without their marks, from the repeating kernel sequence alone
-echo "== diagnoser analyze decode_eager.json.gz --steps-from pattern"
-timeout 60 python3 -m diagnoser analyze "$OUT/decode_eager.json.gz" --steps-from pattern
+# the same steps cut without their marks: eager from the repeating kernel sequence, replay from the graph launches
+for pair in eager:pattern graph:graphs; do
+  mode=${pair%%:*} source=${pair##*:}
+  [ -f "$OUT/decode_$mode.json.gz" ] || continue
+  echo "== diagnoser analyze decode_$mode.json.gz --steps-from $source"
+  timeout 60 python3 -m diagnoser analyze "$OUT/decode_$mode.json.gz" --steps-from "$source"
+done
 ls -la "$OUT"
