@@ -160,7 +160,7 @@ def test_piecewise_graphs_group_launches_into_steps(tmp_path):
 
 
 def test_launch_grouping_falls_back_to_one_launch_per_step():
-    from diagnoser.trace.steps import graph_launches_per_step
+    from diagnoser.trace.graph_steps import graph_launches_per_step
 
     assert graph_launches_per_step(np.array([0, 100, 205, 298, 400])) == (1, 0)  # even spacing: full graphs
     assert graph_launches_per_step(np.array([0, 10, 20, 100, 110, 120, 200, 210, 220])) == (3, 0)
@@ -171,7 +171,7 @@ def test_launch_grouping_falls_back_to_one_launch_per_step():
 def test_unlike_launch_groups_are_parts_of_one_step():
     """Draft and target graphs alternate (a speculative decoder), 80 and 120 us apart: the gaps
     alone make every launch a step; what each launch replayed joins draft and target."""
-    from diagnoser.trace.steps import graph_launches_per_step
+    from diagnoser.trace.graph_steps import graph_launches_per_step
 
     starts = np.cumsum([0] + [80, 120] * 5)
     draft_then_target = np.array([3, 20] * 6)
