@@ -20,6 +20,16 @@ def test_synthetic_20ms_names_no_cause_and_asks_for_a_trace():
     assert "[missing:budget]" in out.stdout
 
 
+def test_the_first_check_to_run_is_the_input_that_would_split_a_concluded_cause():
+    d = json.loads(run_cli("diagnose", str(MOE), "--json").stdout)
+    checks = [h for h in d["hypotheses"] if h["kind"] == "check"]
+    assert checks[0]["id"] == "missing:gemm_sweep"
+    assert checks[0]["evidence"] == [{"name": "refines", "value": "small-expert-kernels", "unit": ""}]
+    assert "They refine small-expert-kernels, which holds." in checks[0]["explanation"]
+    # inputs that only open new questions follow, and carry no such evidence
+    assert all(not c["evidence"] for c in checks[1:] if c["id"].startswith("missing:"))
+
+
 def test_a_gemm_sweep_from_the_gpu_box_splits_the_expert_loss_into_kernel_and_shape(tmp_path):
     """The probe's sweep travels by file: measured on the GPU, merged into the case here."""
     points = [{"m": m, "time_us": 8.0, "tflops": 1.0, "gbs": 1.0, "fraction_of_peak_bandwidth": f} for m, f in ((1, 0.45), (2, 0.5), (4, 0.6))]

@@ -20,7 +20,7 @@ from diagnoser.engine.facts import (
     reference_step_ms,
 )
 from diagnoser.engine.loader import Rulebook
-from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, test_errors
+from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, ev, test_errors
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import (
@@ -120,7 +120,11 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
 
 
 def missing_input_checks(rulebook: Rulebook, present: set[str], held: set[str]) -> list[Hypothesis]:
-    """One "check to run" per absent input, naming the causes it would let us evaluate."""
+    """One "check to run" per absent input, naming the causes it would let us evaluate.
+
+    An input that would refine a cause already concluded says so in its evidence, which ranks
+    it before inputs that only open new questions: it splits time the diagnosis already holds.
+    """
     blocked: dict[str, list[str]] = defaultdict(list)
     for spec in rulebook.specs.values():
         if spec.kind is not Kind.cause or not spec.report_missing:
@@ -134,13 +138,18 @@ def missing_input_checks(rulebook: Rulebook, present: set[str], held: set[str]) 
     for name in sorted(blocked):
         info = INPUTS[name]
         rules = sorted(set(blocked[name]))
+        refined = sorted({p for r in rules if (p := rulebook.specs[r].parent) is not None})
+        why = f"{len(rules)} cause rule(s) cannot evaluate without it: {', '.join(rules)}."
+        if refined:
+            why += f" They refine {', '.join(refined)}, which holds."
         checks.append(
             Hypothesis(
                 id=f"missing:{name}",
                 rule="engine",
                 kind=Kind.check,
                 title=f"Check to run: no {info.label} in the case",
-                explanation=f"{len(rules)} cause rule(s) cannot evaluate without it: {', '.join(rules)}.",
+                explanation=why,
+                evidence=[ev("refines", parent) for parent in refined],
                 check=Check(
                     measure=info.how,
                     confirms="any of those rules firing with evidence",
