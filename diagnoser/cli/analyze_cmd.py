@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from diagnoser.cli.step_options import step_options
+
 _PART_LABELS = {
     "device": "device (compute/memory)",
     "exposed_comm": "exposed communication",
@@ -20,17 +22,7 @@ _PART_LABELS = {
 
 @click.command("analyze")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--step-range", "step_range", metavar="NAME", help="segment steps by host ranges whose name contains NAME"
-)
-@click.option(
-    "--steps-from",
-    type=click.Choice(["auto", "marks", "graphs", "pattern"]),
-    default="auto",
-    show_default=True,
-    help="where steps come from: the first that the trace has (ProfilerStep marks, graph launches, a repeating "
-    "kernel sequence), or only the one named, to check an inferred cut against the marked one",
-)
+@step_options
 @click.option(
     "--align",
     type=click.Choice(["clock", "collective"]),

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from diagnoser.cli.step_options import step_options
+
 from diagnoser.trace.nsys_export import CAPTURE_RANGES, GRAPH_TRACE_MODES
 
 
@@ -23,17 +25,14 @@ def nsys() -> None:
     """
 
 
-_STEP_RANGE = click.option("--step-range", metavar="NAME", help="segment steps by this NVTX / record_function range")
-
-
-def _show(exports: list[Path], as_json: bool, step_range: str | None = None) -> None:
+def _show(exports: list[Path], as_json: bool, step_range: str | None, steps_from: str) -> None:
     """One line per rank: what was read, and the budget of its representative step."""
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.compare import representative_row
     from diagnoser.trace.nsys_sqlite import read_nsys_exports
 
     traces = read_nsys_exports(exports)
-    analysis = analyze_traces(traces, step_range)
+    analysis = analyze_traces(traces, step_range, steps_from=steps_from)
     ranks = []
     for trace in traces:
         row = representative_row(analysis, trace.rank)
@@ -71,12 +70,12 @@ def _show(exports: list[Path], as_json: bool, step_range: str | None = None) -> 
 @click.option("--nvtx-capture", metavar="RANGE[@DOMAIN]", help="the range to capture with --capture-range nvtx")
 @click.option("--fork", is_flag=True, help="also trace worker processes started by fork+exec (vLLM, SGLang)")
 @click.option("--timeout", type=float, default=None, help="seconds before the run is stopped (default: none)")
-@_STEP_RANGE
+@step_options
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capture_range_end: str,
-            nvtx_capture: str | None, fork: bool, timeout: float | None, step_range: str | None, as_json: bool,
-            command: tuple[str, ...]) -> None:
+            nvtx_capture: str | None, fork: bool, timeout: float | None, step_range: str | None, steps_from: str,
+            as_json: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND under nsys profile, export the report and read it.
 
     Example: diagnoser nsys profile --cuda-graph-trace node --fork -- python serve.py
@@ -89,31 +88,31 @@ def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capt
     report, code = run_profile(options, list(command), timeout)
     if code:
         click.echo(f"diagnoser: warning: the profiled command exited with code {code}; reading its report anyway", err=True)
-    _show([export_sqlite(report)], as_json, step_range)
+    _show([export_sqlite(report)], as_json, step_range, steps_from)
 
 
 @nsys.command()
 @click.argument("report", type=click.Path(path_type=Path))
 @click.option("--out-dir", type=click.Path(path_type=Path), help="where the .sqlite goes (default: beside the report)")
 @click.option("--timeout", type=float, default=600, show_default=True)
-@_STEP_RANGE
+@step_options
 @click.option("--json", "as_json", is_flag=True)
-def export(report: Path, out_dir: Path | None, timeout: float, step_range: str | None, as_json: bool) -> None:
+def export(report: Path, out_dir: Path | None, timeout: float, step_range: str | None, steps_from: str, as_json: bool) -> None:
     """Export REPORT (.nsys-rep) to SQLite and read it."""
     from diagnoser.trace.nsys_export import export_sqlite
 
-    _show([export_sqlite(report, out_dir, timeout)], as_json, step_range)
+    _show([export_sqlite(report, out_dir, timeout)], as_json, step_range, steps_from)
 
 
 @nsys.command()
 @click.argument("export_files", metavar="EXPORT...", nargs=-1, required=True, type=click.Path(path_type=Path))
-@_STEP_RANGE
+@step_options
 @click.option("--json", "as_json", is_flag=True)
-def show(export_files: tuple[Path, ...], step_range: str | None, as_json: bool) -> None:
+def show(export_files: tuple[Path, ...], step_range: str | None, steps_from: str, as_json: bool) -> None:
     """Read EXPORT... (.sqlite, or .nsys-rep exported first; one per rank is fine) and summarise each rank."""
     from diagnoser.trace.nsys_export import REPORT_SUFFIXES, export_sqlite
 
-    _show([export_sqlite(f) if f.suffix in REPORT_SUFFIXES else f for f in export_files], as_json, step_range)
+    _show([export_sqlite(f) if f.suffix in REPORT_SUFFIXES else f for f in export_files], as_json, step_range, steps_from)
 
 
 @nsys.command()
@@ -146,17 +145,15 @@ def recipe(name: str, reports: tuple[Path, ...], out_dir: Path | None, timeout: 
 @nsys.command()
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@_STEP_RANGE
+@step_options
 @click.option("--json", "as_json", is_flag=True)
-def compare(before: Path, after: Path, step_range: str | None, as_json: bool) -> None:
+def compare(before: Path, after: Path, step_range: str | None, steps_from: str, as_json: bool) -> None:
     """What changed from BEFORE to AFTER (two captures of the same workload, any trace format)."""
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.compare import compare_analyses
     from diagnoser.trace.load import load_traces
 
-    result = compare_analyses(
-        analyze_traces(load_traces([before]), step_range), analyze_traces(load_traces([after]), step_range)
-    )
+    result = compare_analyses(*(analyze_traces(load_traces([path]), step_range, steps_from=steps_from) for path in (before, after)))
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return
