@@ -114,10 +114,11 @@ class KernelRules(RuleSet):
         TEST(lambda share: share >= MIN_SHARE),
     )
     def moe_untuned_config(self, k, share, device):
-        return Finding(
-            evidence=_kernel_evidence(k) + [ev("kernel_classes[moe].tuned_config", False)],
-            removable_ms=headroom_ms(device, share, k.get("achieved_bw_fraction")),
-        )
+        """With a GEMM sweep, tuning is bounded by matching the plain GEMM at the same rows, not
+        by full bandwidth: the rest of the loss belongs to the shape."""
+        a, r = k.get("achieved_bw_fraction"), k.get("reference_bw_fraction")
+        removable = split_expert_loss(device * share, a, r)[0] if a is not None and r is not None else headroom_ms(device, share, a)
+        return Finding(evidence=_kernel_evidence(k) + [ev("kernel_classes[moe].tuned_config", False)], removable_ms=removable)
 
     @rule(
         SPECS["slow-kernel-path"],
