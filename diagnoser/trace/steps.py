@@ -80,6 +80,9 @@ def _host_windows(
         starts = launches[offset::pieces]
         last_end = int(max(rt["end"].max(), trace.kernels["end"].max() if len(trace.kernels) else 0))
         bounds = list(starts) + [last_end]
+        if len(starts) > 1 and len(launches) - offset - (len(starts) - 1) * pieces < pieces:
+            # the trace ends inside a step: the first launch of that partial step closes the last whole one
+            starts, bounds = starts[:-1], list(starts)
         notes = [f"{pieces} graph launches per step, grouped by the gaps between them and what each replayed"] if pieces > 1 else []
         return "graph_launch", [(f"graph#{i}", int(bounds[i]), int(bounds[i + 1])) for i in range(len(starts))], notes
     everything = [t["start"] for t in (trace.kernels, trace.copies, trace.runtime) if len(t)]
