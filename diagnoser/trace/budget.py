@@ -8,7 +8,8 @@
 
 The window runs from the step's first device op to the next step's first device op (so the
 gap between steps, where sampling and scheduling happen, belongs to the step that caused it);
-the last step ends at its last device op. Every instant of the window gets exactly one label,
+the last step ends at the first device op launched after it, or at its own last device op
+when the trace holds none. Every instant of the window gets exactly one label,
 in this order of precedence:
 
 * ``device``: some compute/memory kernel or copy runs (D2H copies excepted, see ``host``);
@@ -55,11 +56,20 @@ def step_window(ops: DeviceOps, step: Step, next_step: Step | None) -> tuple[int
     lo = int(ops.start[step.ops].min())
     last_end = int(ops.end[step.ops].max())
     hi = last_end
-    if next_step is not None and len(next_step.ops):
-        following = int(ops.start[next_step.ops].min())
-        if following > lo:
-            hi = following
+    following = _following_start(ops, step, next_step)
+    if following is not None and following > lo:
+        hi = following
     return lo, hi, min(last_end, hi)
+
+
+def _following_start(ops: DeviceOps, step: Step, next_step: Step | None) -> int | None:
+    """Where the next step's device work begins. After the last step of a segmentation that is the
+    first op launched after its window (a step the trace ends inside, left out): without it, the
+    last step of a deeply queued trace would run on to the end of the queue's drain."""
+    if next_step is not None:
+        return int(ops.start[next_step.ops].min()) if len(next_step.ops) else None
+    later = ops.start[ops.launch_start >= step.host_end]
+    return int(later.min()) if len(later) else None
 
 
 @dataclass(frozen=True)
