@@ -3,7 +3,8 @@
 Each probe module knows how its own facts map to observations (``to_observations``); this
 module only merges: a model already in the case is updated field by field (so the device
 probe and the bandwidth probe can both fill ``ProbeFacts``), and a list is replaced, because
-a fresh measurement supersedes an old one of the same kind. A figure a probe could not read
+a fresh measurement supersedes an old one of the same kind, except the collectives of the
+served step, which a probe's synthetic ones never replace. A figure a probe could not read
 (None) never erases one already known: the graph probe, for one, cannot know whether the
 server uses graphs, so it leaves a status from a trace in place.
 """
@@ -33,10 +34,17 @@ def _merge_value(old: Any, new: Any) -> Any:
     return new
 
 
+# Lists a probe only fills when the case has none: the probe times synthetic collectives at
+# decode sizes, which describe the fabric, while a trace's (or the engineer's) describe the served step.
+SERVED_STEP_LISTS = frozenset({"collectives"})
+
+
 def merge_observations(obs: Observations, updates: dict[str, Any]) -> Observations:
     """A copy of ``obs`` with ``updates`` applied, validated again as a whole."""
     applied: dict[str, Any] = {}
     for key, value in updates.items():
+        if key in SERVED_STEP_LISTS and getattr(obs, key):
+            continue
         applied[key] = _merge_value(getattr(obs, key), value)
     merged = obs.model_copy(update=applied)
     return Observations.model_validate(merged.model_dump(warnings=False))

@@ -101,6 +101,19 @@ def test_observations_keep_one_entry_per_op_at_the_largest_message():
     assert collectives.to_observations({"backend": "gloo", "collectives": []}) == {}
 
 
+def test_probe_collectives_fill_a_case_without_any_but_never_replace_the_served_steps():
+    from diagnoser.models.observations import CollectiveObs, Observations
+    from diagnoser.probes.to_case import merge_observations
+
+    probe = {"backend": "gloo", "collectives": [{
+        "op": "all_reduce", "message_bytes": 65536, "group_size": 2, "interval_ms": 8.0, "transfer_ms": 1.0,
+        "wait_ms": 7.0, "late_rank": 1, "bus_bandwidth_gbs": None, "preceding_compute_ms": 7.0}]}  # fmt: skip
+    updates = collectives.to_observations(probe)
+    assert merge_observations(Observations(), updates).collectives[0].implementation == "gloo"
+    traced = Observations(collectives=[CollectiveObs(op="all_reduce", implementation="nccl", interval_ms=0.4, wait_ms=0.1)])
+    assert merge_observations(traced, updates).collectives == traced.collectives
+
+
 def running(pid: int) -> bool:
     """Alive and not a zombie (an unreaped zombie still answers kill(pid, 0))."""
     try:
