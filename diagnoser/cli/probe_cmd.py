@@ -126,12 +126,21 @@ def probe(
         from diagnoser.probes.report import load_report
 
         report = load_report(from_report)
-        if case_path:
-            from diagnoser.probes.to_case import update_case_file
+    else:
+        report = _measure(only, case_path, device, timeout_s, max_memory_fraction, extra, flags)
+    if case_path:
+        from diagnoser.probes.to_case import update_case_file
 
-            update_case_file(case_path, report)
-        _emit(report, as_json, markdown, output)
-        return
+        update_case_file(case_path, report)
+        logging.getLogger("diagnoser.probes").info("merged into %s", case_path)
+    _emit(report, as_json, markdown, output)
+
+
+def _measure(
+    only: str | None, case_path: str | None, device: str, timeout_s: float, max_memory_fraction: float,
+    extra: tuple[str, ...], flags: dict[str, Any],
+) -> Any:
+    """Run the chosen probes with the options the case, the flags and --option give (in that order)."""
     from rich.console import Console
 
     from diagnoser.probes.base import ProbeContext
@@ -150,13 +159,7 @@ def probe(
         options=options,
         log=_logger(console),
     )
-    report = _run_with_progress(ctx, names, console)
-    if case_path:
-        from diagnoser.probes.to_case import update_case_file
-
-        update_case_file(case_path, report)
-        ctx.log.info("merged into %s", case_path)
-    _emit(report, as_json, markdown, output)
+    return _run_with_progress(ctx, names, console)
 
 
 def _emit(report: Any, as_json: bool, markdown: bool, output: str | None) -> None:

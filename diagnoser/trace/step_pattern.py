@@ -12,7 +12,8 @@ training window, whose 16 transformer blocks have both a steady sequence and a s
 
 The period is searched for in the last two thirds of the trace (the steady state; the first
 steps often warm up allocators and autotuners), or in all of it when that is too short to hold
-three steps, then extended backwards over every earlier period that matches. Kernels before the first whole period, or after the last, belong to no step.
+three steps, then extended backwards over every earlier period that matches. Kernels before
+the first whole period, or after the last, belong to no step.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def pattern_steps(names: np.ndarray, launch_starts: np.ndarray, d2h_starts: np.n
     if offset is None:
         return None
     first = tail + offset
-    while first - period >= 0 and np.mean(names[first - period : first] == names[first : first + period]) >= SAME_SEQUENCE:
+    while first - period >= 0 and repeats(names[first - period : first + period], period):
         first -= period
     starts = np.arange(first, n - period + 1, period)
     if len(starts) < MIN_STEPS:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.errors import InputError
+from diagnoser.trace.graph_steps import graph_launches_per_step, replay_signature
 from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
-from diagnoser.trace.graph_steps import graph_launches_per_step, replay_signature
 from diagnoser.trace.step_pattern import pattern_steps
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
