@@ -34,12 +34,13 @@ LOW_BW_FRACTION = 0.6
 BELOW_REFERENCE = 1.25
 
 
-def headroom_ms(device_ms: float, share: float, bw_fraction: float | None) -> float:
-    """Time a kernel class could lose if it ran at full bandwidth (all of it when unmeasured)."""
+def headroom_ms(device_ms: float, share: float, bw_fraction: float | None, reference: float = 1.0) -> float:
+    """Time a kernel class could lose if it reached ``reference`` of peak bandwidth: full bandwidth,
+    or what a plain GEMM reaches at the same shape (all of the class when unmeasured)."""
     class_ms = device_ms * share
     if bw_fraction is None:
         return class_ms
-    return class_ms * max(0.0, 1.0 - bw_fraction)
+    return class_ms * max(0.0, 1.0 - bw_fraction / reference)
 
 
 def small_expert_work(k) -> bool:
@@ -57,8 +58,8 @@ def split_expert_loss(class_ms: float, achieved: float, reference: float) -> tup
     wider expert shards) recover. The two parts add up to ``class_ms x (1 - achieved)``, the
     parent's claim.
     """
-    kernel = class_ms * max(0.0, 1.0 - achieved / reference)
-    return kernel, class_ms * (1.0 - achieved) - kernel
+    kernel = headroom_ms(class_ms, 1.0, achieved, reference)
+    return kernel, headroom_ms(class_ms, 1.0, achieved) - kernel
 
 
 def _kernel_evidence(k) -> list:
@@ -116,8 +117,7 @@ class KernelRules(RuleSet):
     def moe_untuned_config(self, k, share, device):
         """With a GEMM sweep, tuning is bounded by matching the plain GEMM at the same rows, not
         by full bandwidth: the rest of the loss belongs to the shape."""
-        a, r = k.get("achieved_bw_fraction"), k.get("reference_bw_fraction")
-        removable = split_expert_loss(device * share, a, r)[0] if a is not None and r is not None else headroom_ms(device, share, a)
+        removable = headroom_ms(device, share, k.get("achieved_bw_fraction"), k.get("reference_bw_fraction", 1.0))
         return Finding(evidence=_kernel_evidence(k) + [ev("kernel_classes[moe].tuned_config", False)], removable_ms=removable)
 
     @rule(

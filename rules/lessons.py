@@ -22,6 +22,8 @@ from diagnoser.engine import (
     rule,
 )
 
+from diagnoser.whatif import speculation
+
 SPECS = load_specs(__file__)
 
 # Below half of the ceiling people start asking whether this is "normal".
@@ -78,18 +80,18 @@ class LessonRules(RuleSet):
     @rule(
         SPECS["fix-demonstrated-first"],
         Holds(rule=P(lambda r: r in FIX_FIRST) & MATCH.cause, cap_ms=MATCH.cap, step_ms=MATCH.step),
-        AS.s << Speculation(speedup=MATCH.speedup, expected_tokens=MATCH.tokens, ordinary_step_ms=MATCH.ordinary),
+        AS.s << Speculation(speedup=MATCH.speedup, expected_tokens=MATCH.tokens, ordinary_step_ms=MATCH.ordinary, cycle_ms=MATCH.cycle),
         TEST(lambda cap, step: cap is not None and step),
     )
-    def speculation_after_fix(self, cause, cap, step, s, speedup, tokens, ordinary):
+    def speculation_after_fix(self, cause, cap, step, s, speedup, tokens, ordinary, cycle):
         """Only the ordinary step is shortened here; the cycle may shorten too, hence 'measure again'."""
         after = ordinary * (1 - cap / step)
-        cycle = s["verify_ms"] + s["draft_ms"] + s["other_ms"]
+        later = speculation(s["acceptance"], s["draft_length"], s["verify_ms"], s["draft_ms"], s["other_ms"], after).speedup
         return Finding(
             evidence=[ev("cause", cause), ev("speculation.speedup", speedup), ev("ordinary_step_after_fix_ms", after, "ms")],
             detail=(
                 f"{cause} takes the ordinary step from {ordinary:.3g} to at most {after:.3g} ms; if the cycle kept its "
-                f"{cycle:.3g} ms, speculation would give {tokens:.4g} x {after:.3g} / {cycle:.3g} = {tokens * after / cycle:.3f}x, "
+                f"{cycle:.3g} ms, speculation would give {tokens:.4g} x {after:.3g} / {cycle:.3g} = {later:.3f}x, "
                 f"not {speedup:.3f}x."
             ),
         )

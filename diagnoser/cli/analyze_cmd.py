@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from diagnoser.cli.step_options import step_options
-from diagnoser.errors import InputError
 
 _PART_LABELS = {
     "device": "device (compute/memory)",
@@ -56,13 +55,7 @@ def analyze(
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.load import load_traces
 
-    loaded = load_traces(list(traces))
-    if not any(len(t.kernels) or len(t.copies) for t in loaded):
-        raise InputError(
-            f"{', '.join(t.source for t in loaded)}: no GPU kernels or copies in the trace "
-            "(record CUDA activity: torch.profiler with ProfilerActivity.CUDA, or nsys -t cuda)"
-        )
-    analysis = analyze_traces(loaded, step_range, align, steps_from)
+    analysis = analyze_traces(load_traces(list(traces)), step_range, align, steps_from)
     observations = to_observations(analysis)
     if case_out is not None:
         write_atomic(case_out, _case_text(case_out, observations))

@@ -1,7 +1,8 @@
 """`diagnoser probe`: measure this machine and print one report (or fold it into a case).
 
 stdout carries only the result (the JSON document with ``--json``, Markdown with
-``--markdown``, else the status table and each probe's figures) so scripts can pipe it; logs and the progress display go to stderr, and only when a person is watching.
+``--markdown``, else the status table and each probe's figures) so scripts can pipe it; logs
+and the progress display go to stderr, and only when a person is watching.
 """
 
 from __future__ import annotations

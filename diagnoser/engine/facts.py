@@ -61,7 +61,7 @@ class Probe(Fact):
 
 
 class Speculation(Fact):
-    """Speculation counters; ``speedup`` and ``expected_tokens`` when the costs are known."""
+    """Speculation counters; ``speedup``, ``expected_tokens`` and ``cycle_ms`` when the costs are known."""
 
 
 class Server(Fact):
@@ -252,7 +252,7 @@ def _speculation(case: Case) -> Speculation | None:
     costs = (spec.verify_ms, spec.draft_ms, spec.other_ms, spec.ordinary_step_ms)
     if spec.acceptance is not None and None not in costs:
         result = speculation(spec.acceptance, spec.draft_length, *costs)
-        derived = {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup}
+        derived = {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup, "cycle_ms": result.cycle_ms}
     return Speculation(**_fields(spec, **derived))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
+from diagnoser.errors import InputError
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.breakdown import comm_comp_overlap, temporal_breakdown
 from diagnoser.trace.budget import (
@@ -221,6 +222,11 @@ def _rank_step(
 def analyze_traces(
     traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
 ) -> Analysis:
+    if not any(len(t.kernels) or len(t.copies) for t in traces):
+        raise InputError(
+            f"{', '.join(t.source for t in traces)}: no GPU kernels or copies in the trace "
+            "(record CUDA activity: torch.profiler with ProfilerActivity.CUDA, or nsys -t cuda)"
+        )
     notes: list[str] = []
     per_rank = []
     all_ops = [device_ops(trace) for trace in traces]
