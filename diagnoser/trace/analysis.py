@@ -160,8 +160,8 @@ def align_inferred_keys(segmented: list[tuple[RankTrace, Segmentation, list[str]
         if trace is ref_trace:
             continue
         starts = np.array([st.host_start for st in seg.steps]) + trace.clock_offset_ns
-        right = np.clip(np.searchsorted(ref_starts, starts), 1, len(ref_starts) - 1) if len(ref_starts) > 1 else np.zeros(len(starts), int)
-        left = np.maximum(right - 1, 0)
+        after = np.searchsorted(ref_starts, starts)  # the reference steps on either side of each start
+        left, right = np.clip(after - 1, 0, len(ref_starts) - 1), np.clip(after, 0, len(ref_starts) - 1)
         nearest = np.where(np.abs(starts - ref_starts[left]) <= np.abs(starts - ref_starts[right]), left, right)
         distance = np.abs(starts - ref_starts[nearest])
         best: dict[int, int] = {}
