@@ -17,17 +17,18 @@ def test_synthetic_20ms_names_no_cause_and_asks_for_a_trace():
     assert "floor 5 ms" in out.stdout and "unexplained 15 ms" in out.stdout and "25% of the ceiling" in out.stdout
     assert "No cause named yet: get a trace / run probes." in out.stdout
     assert "Causes, ranked" not in out.stdout and "Verdict: no cause named yet" in out.stdout
-    assert "[missing:budget]" in out.stdout
+    questions = out.stdout.split("Next questions (what would settle the most):\n")[1].split("\n\n")[0].splitlines()
+    assert len(questions) == 3 and questions[0].startswith("  1. step budget: profile ~20 decode steps")
 
 
-def test_the_first_check_to_run_is_the_input_that_would_split_a_concluded_cause():
+def test_the_first_question_is_the_input_that_would_split_a_concluded_cause():
     d = json.loads(run_cli("diagnose", str(MOE), "--json").stdout)
-    checks = [h for h in d["hypotheses"] if h["kind"] == "check"]
-    assert checks[0]["id"] == "missing:gemm_sweep"
-    assert checks[0]["evidence"] == [{"name": "refines", "value": "small-expert-kernels", "unit": ""}]
-    assert "They refine small-expert-kernels, which holds." in checks[0]["explanation"]
-    # inputs that only open new questions follow, and carry no such evidence
-    assert all(not c["evidence"] for c in checks[1:] if c["id"].startswith("missing:"))
+    first, *rest = d["questions"]
+    assert first["input"] == "gemm_sweep"
+    assert first["would_evaluate"] == ["expert-kernel-below-reference", "expert-shape-limited"]
+    # inputs that only open new questions follow, with lower scores; the JSON lists them all
+    assert len(rest) > 3 and all(q["score"] < first["score"] for q in rest)
+    assert not any(h["id"].startswith("missing:") for h in d["hypotheses"])
 
 
 def test_a_gemm_sweep_from_the_gpu_box_splits_the_expert_loss_into_kernel_and_shape(tmp_path):
@@ -80,9 +81,9 @@ def test_markdown_and_output_file(tmp_path):
     out = run_cli("diagnose", str(MOE), "--markdown", "-o", str(target))
     assert out.returncode == 0 and out.stdout == ""
     text = target.read_text()
-    assert text.startswith("# Diagnosis: MoE decode") and "## Causes, ranked by bounded gain" in text
+    assert text.startswith("# Diagnosis: MoE decode") and "## Causes, ranked by evidence grade, then bounded gain" in text
     assert "### 1. [small-expert-kernels]" in text
-    assert "- Verdict: leading cause small-expert-kernels, at most 1.619x" in text
+    assert "- Verdict: leading cause small-expert-kernels (measured, at most 1.619x" in text
     assert MOE.read_bytes() == before
 
 
@@ -92,7 +93,7 @@ def test_markdown_and_output_file(tmp_path):
         ("observations: {budget: {step_ms: -1}}", "observations.budget.step_ms"),
         ("schema_version: 7", "schema_version 7 not supported"),
         ("observations: [", "not valid JSON/YAML"),
-        ("observations: {claims: [gpu_is_sad]}", "observations.claims.0"),
+        ("observations: {claims: [{gpu: sad}]}", "observations.claims.0"),
     ],
 )
 def test_bad_case_is_one_line_exit_2(tmp_path, content, needle):
@@ -180,7 +181,7 @@ def test_an_unmarked_mostly_idle_capture_is_flagged(tmp_path):
 
 def test_workload_the_bound_rejects_names_the_case(tmp_path):
     path = tmp_path / "case.yaml"
-    path.write_text("workload: {model: qwen3-8b, layout: {tp: 7}, observed: {step_ms: 5}}\n")
+    path.write_text("workload: {model: qwen3-8b, hardware: h100-sxm, layout: {tp: 7}, observed: {step_ms: 5}}\n")
     out = run_cli("diagnose", str(path))
     assert out.returncode == 2 and out.stderr.startswith(f"diagnoser: error: {path}: workload: ")
     assert "TP=7" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -232,14 +232,16 @@ def test_child_gain_is_capped_by_the_parent():
     assert late.id == "late-rank:all_to_all"
 
 
-def test_missing_inputs_become_checks_not_silence():
+def test_missing_inputs_become_questions_not_silence():
     d = diagnose(Case.model_validate({"observations": {"boundaries": {"device_step_ms": 10}}}), load_rulebook())
-    checks = {h.id: h for h in d.of_kind(Kind.check)}
-    assert "missing:budget" in checks and "launch-gaps" in checks["missing:budget"].explanation
-    assert "diagnoser analyze" in checks["missing:budget"].check.measure
+    questions = {q.input: q for q in d.questions}
+    assert "budget" in questions and "launch-gaps" in questions["budget"].would_evaluate
+    assert "diagnoser analyze" in questions["budget"].how
     assert not d.of_kind(Kind.cause)
-    # a refinement whose parent did not conclude is not asked for
-    assert all("graph-capture-too-small" not in h.explanation for h in checks.values())
+    # a refinement whose parent was evaluated and did not conclude is not asked for
+    budget = {"budget": {"step_ms": 10, "device_ms": 10}}
+    d = diagnose(Case.model_validate({"observations": budget}), load_rulebook())
+    assert all("graph-capture-too-small" not in q.would_evaluate for q in d.questions)
 
 
 def test_output_order_is_the_same_under_different_hash_seeds():

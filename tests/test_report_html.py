@@ -73,7 +73,7 @@ def test_same_hypotheses_in_the_same_order_as_the_json(moe):
     assert [hid for _, hid in o.articles] == [h.id for h in moe.hypotheses]
     assert [cls for cls, _ in o.articles] == [h.kind.value for h in moe.hypotheses]
     text = " ".join(o.text)
-    assert "Verdict: leading cause small-expert-kernels, at most 1.619x" in text
+    assert "Verdict: leading cause small-expert-kernels (measured, at most 1.619x" in text
     for h in moe.hypotheses:
         for e in h.evidence:
             assert e.name in text

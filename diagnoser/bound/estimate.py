@@ -213,6 +213,8 @@ def active_parameters(spec: ModelSpec) -> float:
 
 
 def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Hardware:
+    if hardware is None and workload.hardware is None:
+        raise InputError("no hardware: name a preset or the GPU as nvidia-smi prints it")
     hw = hardware or hardware_preset(workload.hardware)
     if workload.measured_bandwidth_gbs:
         hw = hw.with_measured_bandwidth(workload.measured_bandwidth_gbs)
@@ -220,6 +222,8 @@ def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Ha
 
 
 def compute_bound(workload: Workload, hardware: Hardware | None = None) -> BoundReport:
+    if workload.model is None:
+        raise InputError("no model: name a preset, a config.json, or give the dimensions inline")
     spec = resolve_model(workload.model)
     hw = resolve_hardware(workload, hardware)
     layout = workload.layout

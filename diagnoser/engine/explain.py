@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from diagnoser.engine.facts import Holds, present_inputs
+from diagnoser.engine.facts import Holds, Unevaluable, present_inputs, with_derived_budget
 from diagnoser.engine.loader import Rulebook, rules_of, tests_in
 from diagnoser.engine.runner import run_engine
 from diagnoser.engine.thresholds import is_threshold
@@ -36,7 +36,7 @@ def explain_rules(case: Case, rulebook: Rulebook, rule_ids: Iterable[str]) -> li
         raise InputError(f"no rule {unknown[0]!r}; `diagnoser rules list` shows the ids")
     engine, bound, _ = run_engine(case, rulebook)
     facts = list(engine.facts.values())
-    present = present_inputs(case, bound)
+    present = present_inputs(with_derived_budget(case), bound)
     compiled = [(name, rule) for ruleset in rulebook.rulesets for name, rule in rules_of(ruleset)]
     explanations = []
     for rule_id in rule_ids:
@@ -191,7 +191,7 @@ def _solve_fact(conditions: list[Any], index: int, pattern: Fact, bindings: dict
 def _candidates(pattern: Fact, facts: Iterable[Fact]) -> list[Fact]:
     """Facts of the pattern's class; for a parent's Holds, only that parent's (the others are noise)."""
     same = [f for f in facts if type(f) is type(pattern)]
-    if isinstance(pattern, Holds) and isinstance(pattern.get("rule"), str):
+    if isinstance(pattern, (Holds, Unevaluable)) and isinstance(pattern.get("rule"), str):
         return [f for f in same if f.get("rule") == pattern["rule"]]
     return same
 
@@ -199,6 +199,8 @@ def _candidates(pattern: Fact, facts: Iterable[Fact]) -> list[Fact]:
 def _absent(pattern: Fact) -> str:
     if isinstance(pattern, Holds) and isinstance(pattern.get("rule"), str):
         return f"cause {pattern['rule']} did not conclude"
+    if isinstance(pattern, Unevaluable) and isinstance(pattern.get("rule"), str):
+        return f"cause {pattern['rule']} has its inputs, so it decides"
     return f"the case has no {type(pattern).__name__} fact"
 
 

@@ -16,7 +16,10 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.models.observations import BoundaryTimings, GemmPoint, KernelClassObs, StepBudget
+from diagnoser.engine.comparison import run_deltas, sweep_points
+from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
+from diagnoser.models.runtime import HostCost, RoutingObs
+from diagnoser.models.serving import Percentiles, ServingMetrics
 
 
 class Reference(Fact):
@@ -100,8 +103,50 @@ class Claim(Fact):
     """An explanation already on the table (``name``)."""
 
 
+class Metrics(Fact):
+    """Serving figures of the slow configuration; percentiles flattened (``tpot_p50_ms``) and
+    ``per_token_ms``, the most direct per-token interval reported."""
+
+
+class Expectation(Fact):
+    """The figure the slow run was compared with, and what kind of reference it is."""
+
+
+class RunDiff(Fact):
+    """One run against the baseline: ``setting`` (or ``several``), ``ratio`` of time per unit (above 1 is slower),
+    ``base_time``/``other_time`` and the ``figure`` they come from."""
+
+
+class HostCostFact(Fact):
+    """One named host cost per step (``name``, ``ms_per_step`` or ``share_of_step``, ``measured``, ``grows_with``)."""
+
+
+class Routing(Fact):
+    """MoE routing; ``imbalance`` is the busiest EP rank's load over the mean."""
+
+
+class Memory(Fact):
+    """KV and weight capacity facts."""
+
+
+class Platform(Fact):
+    """Build and platform facts."""
+
+
+class Stream(Fact):
+    """Stream burstiness."""
+
+
+class Shares(Fact):
+    """A budget quoted only as shares of a step of unknown length."""
+
+
 class Holds(Fact):
     """A cause concluded: ``rule`` id, ``cap_ms`` (the most a refinement may claim) and the ``step_ms`` it refers to."""
+
+
+class Unevaluable(Fact):
+    """A cause ``rule`` whose required inputs are absent: its refinements may fire on their own evidence."""
 
 
 class InputInfo(NamedTuple):
@@ -126,6 +171,14 @@ INPUTS: dict[str, InputInfo] = {
     "bound": InputInfo("bound", "pin the workload (`workload:` in the case) or give bound_inputs bytes and bandwidth"),
     "workload": InputInfo("workload pin", "add the `workload:` section (model, hardware, batch, context, layout)"),
     "bound_inputs": InputInfo("quoted bound inputs", "record how the spreadsheet's bound was computed (bound_inputs)"),
+    "metrics": InputInfo("serving metrics", "run the serving benchmark and record TPOT/ITL p50/p99, tokens/s and concurrency (`diagnoser probe --only client`)"),
+    "expected": InputInfo("expected figure", "record what the figure was compared with and how it was obtained (expected:)"),
+    "runs": InputInfo("A/B runs", "run the same workload with one setting changed (version, flag, batch) and record both figures"),
+    "host_costs": InputInfo("named host costs", "time the host work per step by name (py-spy or nsys CPU sampling of the engine loop)"),
+    "routing": InputInfo("expert routing", "log tokens per expert and per EP rank for a few decode steps"),
+    "memory": InputInfo("memory facts", "read KV-cache usage, preemptions and waiting requests from the server metrics"),
+    "platform": InputInfo("build and platform", "record the build type, GPU architecture, device API and CPU threads vs cores"),
+    "stream": InputInfo("stream timing", "record per-chunk arrival times of a few streams (`diagnoser probe --only client`)"),
 }
 
 
@@ -194,7 +247,7 @@ def _kernel_class(k: KernelClassObs, budget: StepBudget | None, bound: BoundSumm
     if k.kernel_class == "moe" and bound is not None:
         if k.tokens_per_expert is None and bound.rows_per_touched_expert is not None:
             estimated["tokens_per_expert"] = bound.rows_per_touched_expert
-        class_ms = budget.device_ms * k.share_of_step if budget is not None else 0.0
+        class_ms = budget.device_ms * k.share_of_step if budget is not None and k.share_of_step is not None else 0.0
         if k.achieved_bw_fraction is None and bound.expert_bytes and bound.bandwidth_gbs and class_ms > 0:
             estimated["achieved_bw_fraction"] = bound.expert_bytes / (class_ms / 1e3) / (bound.bandwidth_gbs * 1e9)
     reference: dict[str, Any] = {}
@@ -212,12 +265,36 @@ def reference_step_ms(case: Case) -> float | None:
     if obs.boundaries is not None and obs.boundaries.device_step_ms is not None:
         return obs.boundaries.device_step_ms
     observed = case.workload.observed if case.workload else None
-    return observed.step_ms if observed else None
+    if observed is not None and observed.step_ms is not None:
+        return observed.step_ms
+    return case.observations.metrics.per_token_ms() if case.observations.metrics else None
+
+
+def shares_budget(case: Case) -> StepBudget | None:
+    """A budget quoted as shares, made absolute with the measured step when one is known."""
+    obs = case.observations
+    shares = obs.budget_shares
+    if obs.budget is not None or shares is None:
+        return None
+    step = reference_step_ms(case)
+    if step is None:
+        return None
+    return StepBudget(
+        step_ms=step,
+        device_ms=shares.device * step,
+        exposed_comm_ms=shares.exposed_comm * step,
+        launch_ms=shares.launch * step,
+        queue_ms=shares.queue * step,
+        host_ms=shares.host * step,
+        source=f"shares of the measured step{': ' + shares.source if shares.source else ''}",
+    )
 
 
 def present_inputs(case: Case, bound: BoundSummary | None) -> set[str]:
     obs = case.observations
     present = {name for name in INPUTS if name in type(obs).model_fields and getattr(obs, name)}
+    if shares_budget(case) is not None:
+        present.add("budget")
     if bound is not None:
         present.add("bound")
     if case.workload is not None:
@@ -227,8 +304,23 @@ def present_inputs(case: Case, bound: BoundSummary | None) -> set[str]:
     return present
 
 
+def _graph(g: GraphReplayObs) -> Graph:
+    """``live_units``: the live batch in the capture list's unit. A capture list counted in tokens
+    holds ``k+1`` tokens per sequence while verifying ``k`` drafts, so 16 sequences need a 64-token graph at k = 3."""
+    captured = g.captured_batch_sizes
+    live = g.live_batch_size
+    if live is not None and g.capture_unit is CaptureUnit.tokens:
+        live *= g.query_tokens_per_sequence or 1
+    return Graph(**_fields(g, max_captured_batch=max(captured) if captured else None, live_units=live))
+
+
 def _context_sweep(case: Case) -> ContextSweep | None:
+    """The sweep as given, else runs that differ only in context (or prompt length)."""
     points = sorted(case.observations.context_sweep, key=lambda p: p.context)
+    if len(points) < 2:
+        runs = case.observations.runs
+        swept = sweep_points(runs, "context") or sweep_points(runs, "input_tokens")
+        points = [ContextPoint(context=int(c), step_ms=t) for c, t in swept]
     if len(points) < 2 or points[0].context == points[-1].context:
         return None
     lo, hi = points[0], points[-1]
@@ -272,6 +364,54 @@ def _boundary_pair(case: Case) -> BoundaryPair | None:
     return BoundaryPair(observed=observed.value, bound=bound.value)
 
 
+def with_derived_budget(case: Case) -> Case:
+    """The case with a shares-only budget made absolute, so every rule sees one budget."""
+    budget = shares_budget(case)
+    if budget is None:
+        return case
+    return case.model_copy(update={"observations": case.observations.model_copy(update={"budget": budget})})
+
+
+def _percentiles(prefix: str, p: Percentiles | None) -> dict[str, float]:
+    if p is None:
+        return {}
+    return {f"{prefix}_{k}_ms": v for k, v in p if v is not None}
+
+
+def _metrics(m: ServingMetrics) -> Metrics:
+    flat = {k: _plain(v) for k, v in m if v is not None and not isinstance(v, Percentiles)}
+    for name in ("tpot", "itl", "ttft", "request_latency"):
+        flat.update(_percentiles(name, getattr(m, f"{name}_ms")))
+    per_token = m.per_token_ms()
+    if per_token is not None:
+        flat["per_token_ms"] = per_token
+    if m.output_tokens_per_s and m.concurrency:
+        # What each stream would see if the aggregate rate were shared evenly by the streams in flight.
+        flat["implied_per_token_ms"] = 1e3 * m.concurrency / m.output_tokens_per_s
+    return Metrics(**flat)
+
+
+def _run_diffs(case: Case) -> list[RunDiff]:
+    return [
+        RunDiff(
+            base=d.base, other=d.other, setting=d.setting, changed=list(d.changed), before=d.before, after=d.after,
+            figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
+        )
+        for d in run_deltas(case.observations.runs)
+    ]
+
+
+def _host_cost(c: HostCost) -> HostCostFact:
+    return HostCostFact(**_fields(c, grows_with=[g.value for g in c.grows_with] or None))
+
+
+def _routing(r: RoutingObs) -> Routing:
+    loads = r.expert_load_per_rank
+    mean = sum(loads) / len(loads) if loads else 0.0
+    imbalance = max(loads) / mean if len(loads) > 1 and mean > 0 else None
+    return Routing(**_fields(r, expert_load_per_rank=None, ranks=len(loads) or None, imbalance=imbalance))
+
+
 def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     """Turn a case into the facts the rule base matches (aggregated; a few dozen at most)."""
     obs = case.observations
@@ -285,8 +425,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     facts += [RankBudget(**_fields(r, parts_ms=r.parts_ms)) for r in obs.rank_budgets]
     facts += [_kernel_class(k, obs.budget, bound, obs.gemm_sweep) for k in obs.kernel_classes]
     if obs.graph is not None:
-        captured = obs.graph.captured_batch_sizes
-        facts.append(Graph(**_fields(obs.graph, max_captured_batch=max(captured) if captured else None)))
+        facts.append(_graph(obs.graph))
     facts += [Collective(**_fields(c)) for c in obs.collectives]
     if obs.boundaries is not None:
         facts.append(_boundaries(obs.boundaries))
@@ -309,5 +448,18 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     if obs.claimed_step_ms is not None:
         facts.append(ClaimedStep(ms=obs.claimed_step_ms))
     facts.append(_boundary_pair(case))
-    facts += [Claim(name=c.value) for c in sorted(set(obs.claims), key=lambda c: c.value)]
+    facts += [Claim(name=c) for c in sorted({_plain(c) for c in obs.claims})]
+    if obs.metrics is not None:
+        facts.append(_metrics(obs.metrics))
+    if obs.expected is not None:
+        facts.append(Expectation(**_fields(obs.expected)))
+    facts += _run_diffs(case)
+    facts += [_host_cost(c) for c in obs.host_costs]
+    if obs.routing is not None:
+        facts.append(_routing(obs.routing))
+    for fact_type, model in ((Memory, obs.memory), (Platform, obs.platform), (Stream, obs.stream)):
+        if model is not None:
+            facts.append(fact_type(**_fields(model)))
+    if obs.budget_shares is not None and obs.budget is None:
+        facts.append(Shares(**_fields(obs.budget_shares)))
     return [f for f in facts if f is not None]

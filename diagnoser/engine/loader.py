@@ -43,11 +43,12 @@ class Rulebook:
 
         return type("ComposedRules", (*self.rulesets, DiagnosisEngine), {})
 
-    def engine(self, reference_step_ms: float | None) -> Any:
+    def engine(self, reference_step_ms: float | None, unevaluable: set[str] = frozenset()) -> Any:
         """A reset engine for one diagnosis; the RETE network is built once per rule book."""
         if self._engine is None:
             self._engine = self.engine_class()()
-        self._engine.start(reference_step_ms)
+            self._engine.specs = self.specs
+        self._engine.start(reference_step_ms, unevaluable)
         return self._engine
 
 

@@ -9,24 +9,28 @@ PYTHONHASHSEED), so two runs of one case print the same report.
 from __future__ import annotations
 
 import inspect
-from collections import defaultdict
 from typing import Any, Callable
 
 from diagnoser.engine.facts import (
-    INPUTS,
     Holds,
+    Unevaluable,
     case_facts,
     present_inputs,
     reference_step_ms,
+    with_derived_budget,
 )
+from diagnoser.engine.questions import next_questions
 from diagnoser.engine.loader import Rulebook
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, ev, test_errors
 from diagnoser.experta_compat import KnowledgeEngine
+from diagnoser.errors import InputError
 from diagnoser.models.case import Case
+from diagnoser.models.workload import Boundary
 from diagnoser.models.hypothesis import (
+    GRADE_ORDER,
     KIND_ORDER,
+    Grade,
     BoundSummary,
-    Check,
     Diagnosis,
     Hypothesis,
     Kind,
@@ -39,34 +43,87 @@ from diagnoser.whatif import bounded_gain
 class DiagnosisEngine(KnowledgeEngine):
     """Base of the composed engine: collects hypotheses and rule errors as rules fire."""
 
-    def start(self, reference_step_ms: float | None) -> None:
+    specs: dict[str, RuleSpec] = {}
+
+    def start(self, reference_step_ms: float | None, unevaluable: set[str] = frozenset()) -> None:
         """Forget the previous case: facts, agenda and conclusions."""
         self.reset()
         self.reference_step_ms = reference_step_ms
+        self.unevaluable = set(unevaluable)
         self.found: list[Hypothesis] = []
         self.errors: list[RuleError] = []
         self.fired: set[str] = set()  # rules whose patterns matched, whatever their body made of it
 
     def fire(self, spec: RuleSpec, body: Callable[..., Finding | None], bindings: dict[str, Any]) -> None:
         self.fired.add(spec.id)
+        # A refinement matched through Unevaluable (its parent's inputs are absent) has no parent cap.
+        standalone = spec.parent is not None and PARENT_CAP not in bindings
         cap = bindings.get(PARENT_CAP)
         step = bindings.get(PARENT_STEP) or self.reference_step_ms
         wanted = list(inspect.signature(body).parameters)[1:]
         try:
-            finding = body(self, **{name: bindings[name] for name in wanted})
+            finding = body(self, **{name: bindings.get(name) for name in wanted})
             if finding is None:
                 return
-            hypothesis = build_hypothesis(spec, finding, step, cap)
+            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec))
         except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
         self.found.append(hypothesis)
         if hypothesis.kind is Kind.cause:
+            if standalone:
+                self.found += self.implied_parents(spec, hypothesis)
             gain = hypothesis.gain
             self.declare(Holds(rule=spec.id, cap_ms=gain.removable_ms if gain else None, step_ms=gain.step_ms if gain else None))
 
+    def bounded_by(self, spec: RuleSpec) -> list[str]:
+        """The inputs that would bound a cause that fired without a measured time."""
+        if spec.bounded_by:
+            return list(spec.bounded_by)
+        chain = [spec]
+        while chain[-1].parent is not None and chain[-1].parent in self.specs:
+            chain.append(self.specs[chain[-1].parent])
+        return sorted({name for s in chain for name in s.requires} or {"budget"})
 
-def build_hypothesis(spec: RuleSpec, finding: Finding, reference_ms: float | None, cap_ms: float | None) -> Hypothesis:
+    def implied_parents(self, spec: RuleSpec, child: Hypothesis) -> list[Hypothesis]:
+        """Ancestors a standalone refinement implies, at its grade or below (never measured: they
+        claim no time of their own), up to the first one that can be evaluated."""
+        grade = child.grade if child.grade is not Grade.measured else Grade.indicated
+        implied = []
+        parent_id = spec.parent
+        while parent_id is not None and parent_id in self.unevaluable:
+            parent = self.specs[parent_id]
+            implied.append(
+                Hypothesis(
+                    id=parent.id,
+                    rule=parent.id,
+                    kind=Kind.cause,
+                    title=parent.title,
+                    explanation=f"{parent.explanation} Implied by {child.id}; its own inputs are absent.",
+                    evidence=[ev("implied_by", child.id)],
+                    check=parent.check,
+                    undo=list(parent.undo),
+                    parent=parent.parent,
+                    grade=grade,
+                    bounded_by=self.bounded_by(parent),
+                    implied_by=child.id,
+                )
+            )
+            parent_id = parent.parent
+        return implied
+
+
+def grade_of(spec: RuleSpec, finding: Finding) -> Grade:
+    """Measured only with a measured time to claim; otherwise what the rule's evidence supports."""
+    if finding.removable_ms is not None:
+        return finding.grade or Grade.measured
+    declared = finding.grade or spec.grade
+    return Grade.indicated if declared is Grade.measured else declared
+
+
+def build_hypothesis(
+    spec: RuleSpec, finding: Finding, reference_ms: float | None, cap_ms: float | None, bounded_by: list[str] = ()
+) -> Hypothesis:
     step = finding.step_ms or reference_ms
     gain = None
     remedies = []
@@ -86,7 +143,11 @@ def build_hypothesis(spec: RuleSpec, finding: Finding, reference_ms: float | Non
         )
     # A cause with nothing to show for it is a check to run, not a conclusion.
     kind = Kind.check if spec.kind is Kind.cause and not finding.evidence else spec.kind
+    grade = grade_of(spec, finding) if kind is Kind.cause else None
     return Hypothesis(
+        grade=grade,
+        bounded_by=list(bounded_by) if kind is Kind.cause and gain is None else [],
+        leads=spec.leads,
         id=f"{spec.id}:{finding.key}" if finding.key else spec.id,
         rule=spec.id,
         kind=kind,
@@ -104,12 +165,20 @@ def build_hypothesis(spec: RuleSpec, finding: Finding, reference_ms: float | Non
 
 def _rank_key(h: Hypothesis) -> tuple:
     speedup = h.gain.speedup if h.gain else 1.0
-    # At equal gain a cause comes before its refinements (they are capped by it, never above it).
-    return (KIND_ORDER[h.kind], -round(speedup, 9), h.parent is not None, -len(h.evidence), h.id, h.model_dump_json())
+    grade = GRADE_ORDER[h.grade] if h.grade is not None else 0
+    # At equal gain a measured cause comes before its refinements (they are capped by it, never
+    # above it); an unbounded one after them, since it is only named because they hold.
+    refinement_first = h.gain is None and h.grade is not Grade.measured
+    family = (h.parent is None) if refinement_first else (h.parent is not None)
+    return (
+        not h.leads, KIND_ORDER[h.kind], grade, -round(speedup, 9), h.implied_by is not None, family,
+        -len(h.evidence), h.id, h.model_dump_json(),
+    )
 
 
 def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
-    """Best first: causes by bounded speed-up, parents before refinements, then evidence; one entry per id."""
+    """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
+    before refinements, evidence; then the other kinds. One entry per id."""
     seen: set[str] = set()
     ranked = []
     for h in sorted(hypotheses, key=_rank_key):
@@ -117,48 +186,6 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
             seen.add(h.id)
             ranked.append(h)
     return ranked
-
-
-def missing_input_checks(rulebook: Rulebook, present: set[str], held: set[str]) -> list[Hypothesis]:
-    """One "check to run" per absent input, naming the causes it would let us evaluate.
-
-    An input that would refine a cause already concluded says so in its evidence, which ranks
-    it before inputs that only open new questions: it splits time the diagnosis already holds.
-    """
-    blocked: dict[str, list[str]] = defaultdict(list)
-    for spec in rulebook.specs.values():
-        if spec.kind is not Kind.cause or not spec.report_missing:
-            continue
-        if spec.parent is not None and spec.parent not in held:
-            continue
-        for name in spec.requires:
-            if name not in present:
-                blocked[name].append(spec.id)
-    checks = []
-    for name in sorted(blocked):
-        info = INPUTS[name]
-        rules = sorted(set(blocked[name]))
-        refined = sorted({p for r in rules if (p := rulebook.specs[r].parent) is not None})
-        why = f"{len(rules)} cause rule(s) cannot evaluate without it: {', '.join(rules)}."
-        if refined:
-            why += f" They refine {', '.join(refined)}, which holds."
-        checks.append(
-            Hypothesis(
-                id=f"missing:{name}",
-                rule="engine",
-                kind=Kind.check,
-                title=f"Check to run: no {info.label} in the case",
-                explanation=why,
-                evidence=[ev("refines", parent) for parent in refined],
-                check=Check(
-                    measure=info.how,
-                    confirms="any of those rules firing with evidence",
-                    refutes="the rules staying silent once the input is present",
-                ),
-                missing=[name],
-            )
-        )
-    return checks
 
 
 def _summary(source: str, floor_ms: float, result, **extra: float) -> BoundSummary:
@@ -174,15 +201,39 @@ def _summary(source: str, floor_ms: float, result, **extra: float) -> BoundSumma
     )
 
 
+def incomplete_pin(case: Case) -> str | None:
+    """Why the pinned workload cannot give a bound (model or GPU not known), or None."""
+    from diagnoser.models.hardware import hardware_preset
+
+    w = case.workload
+    if w is None:
+        return None
+    if w.model is None:
+        return "no bound: the model is not pinned (name a preset or give its dimensions)"
+    if w.hardware is None:
+        return "no bound: the GPU is not pinned (name it as nvidia-smi prints it)"
+    try:
+        hardware_preset(w.hardware)
+    except InputError:
+        return f"no bound: GPU {w.hardware!r} matches no preset (unknown); give its bandwidth with bound_inputs"
+    return None
+
+
+def _observed_for_bound(case: Case, step: float) -> dict:
+    metrics = case.observations.metrics
+    boundary = metrics.boundary.value if metrics is not None and case.observations.budget is None else "device_step"
+    return {"step_ms": step, "boundary": boundary if boundary in Boundary.__members__ else "device_step"}
+
+
 def compute_bound_summary(case: Case) -> BoundSummary | None:
     """The lead's bound for this case: the pinned workload if any, else the quoted bytes/bandwidth."""
     from diagnoser.bound import compute_bound, floor_from_bytes
 
     step = reference_step_ms(case)
-    if case.workload is not None:
+    if case.workload is not None and incomplete_pin(case) is None:
         workload = case.workload
         if workload.observed is None and step is not None:
-            workload = type(workload).model_validate({**workload.model_dump(), "observed": {"step_ms": step}})
+            workload = type(workload).model_validate({**workload.model_dump(), "observed": _observed_for_bound(case, step)})
         report = compute_bound(workload)
         critical = next(r for r in report.per_rank if r.rank == report.critical_rank)
         return _summary(
@@ -204,13 +255,15 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
 
 def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSummary | None, float | None]:
     """The engine after it has run over the case: its facts, conclusions and rule errors."""
+    case = with_derived_budget(case)
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
-    engine = rulebook.engine(step)
+    unevaluable = unevaluable_rules(rulebook, present_inputs(case, bound))
+    engine = rulebook.engine(step, unevaluable)
     raised: list[RuleError] = []
     token = test_errors.set(raised)
     try:
-        engine.declare(*case_facts(case, bound))
+        engine.declare(*case_facts(case, bound), *(Unevaluable(rule=r) for r in sorted(unevaluable)))
         engine.run()
     finally:
         test_errors.reset(token)
@@ -218,16 +271,27 @@ def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSu
     return engine, bound, step
 
 
+def unevaluable_rules(rulebook: Rulebook, present: set[str]) -> set[str]:
+    """Cause rules missing a required input: refinements of these may fire on their own evidence."""
+    return {
+        spec.id
+        for spec in rulebook.specs.values()
+        if spec.kind is Kind.cause and any(name not in present for name in spec.requires)
+    }
+
+
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
     engine, bound, step = run_engine(case, rulebook)
-    held = {h.rule for h in engine.found if h.kind is Kind.cause}
-    checks = missing_input_checks(rulebook, present_inputs(case, bound), held)
+    hypotheses = rank(engine.found)
+    present = present_inputs(with_derived_budget(case), bound)
     errors = sorted(engine.errors, key=lambda e: (e.rule, e.error))
     return Diagnosis(
         title=case.title,
         reference_step_ms=step,
         bound=bound,
-        hypotheses=rank(engine.found + checks),
+        bound_note=incomplete_pin(case),
+        hypotheses=hypotheses,
+        questions=next_questions(rulebook, present, hypotheses),
         rule_errors=list({(e.rule, e.error): e for e in errors}.values()),
         rules_loaded=len(rulebook.specs),
     )

@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from diagnoser.engine.facts import Holds
+from diagnoser.engine.facts import Holds, Unevaluable
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, MATCH, NOT, NOTFC, OR, ORFC, TEST, Fact, P, Rule
-from diagnoser.models.hypothesis import Check, Evidence, Kind, RuleError, UndoCriterion, UndoMetric
+from diagnoser.models.hypothesis import Check, Evidence, Grade, Kind, RuleError, UndoCriterion, UndoMetric
 from diagnoser.models.documents import load_document, validation_message
 
 # Names under which a child rule receives its parent's cap and step; reserved for the engine.
@@ -45,7 +45,15 @@ class RuleSpec(BaseModel):
     kind: Kind = Kind.cause
     parent: str | None = Field(default=None, description="refine only when this cause holds; gain capped by it")
     requires: tuple[str, ...] = Field(default=(), description="inputs (see engine.facts.INPUTS) it cannot evaluate without")
-    report_missing: bool = Field(default=True, description="say 'check to run' when a required input is absent")
+    report_missing: bool = Field(default=True, description="list a required input among the next questions when absent")
+    grade: Grade = Field(
+        default=Grade.indicated,
+        description="the grade its evidence supports when the finding claims no measured time (a measured time is 'measured')",
+    )
+    bounded_by: tuple[str, ...] = Field(
+        default=(), description="inputs that would bound it when it fires without a measured time (default: its parent's requires)"
+    )
+    leads: bool = Field(default=False, description="a guard that invalidates the comparison: ranks before every cause")
     explanation: str
     check: Check | None = None
     remedies: tuple[RemedySpec, ...] = ()
@@ -62,6 +70,7 @@ class Finding:
     detail: str = ""
     key: str = ""  # tells apart several firings of one rule (one per collective, ...)
     missing: list[str] = field(default_factory=list)
+    grade: Grade | None = None  # default: measured with a removable time, else the spec's grade
 
 
 def load_specs(module_file: str | Path) -> dict[str, RuleSpec]:
@@ -145,9 +154,11 @@ def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callabl
     def wrap(body: Callable[..., Finding | None]) -> Rule:
         conditions = [_guard_conditions(p, spec.id) for p in patterns]
         if spec.parent:
-            conditions.append(
-                Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP), step_ms=getattr(MATCH, PARENT_STEP))
-            )
+            # A refinement waits for its parent to hold, unless the parent cannot be evaluated
+            # at all (its inputs are absent): then config or symptom evidence names the
+            # refinement on its own, the parent is implied, and neither gain is bounded yet.
+            held = Holds(rule=spec.parent, cap_ms=getattr(MATCH, PARENT_CAP), step_ms=getattr(MATCH, PARENT_STEP))
+            conditions.append(OR(held, Unevaluable(rule=spec.parent)))
 
         def fire(engine: Any, **bindings: Any) -> None:
             engine.fire(spec, body, bindings)

@@ -10,13 +10,18 @@ from __future__ import annotations
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from diagnoser.models.observations import Observations
 from diagnoser.models.documents import load_model
 from diagnoser.models.workload import Boundary, Workload
 
-CASE_SCHEMA_VERSION = 1
+CASE_SCHEMA_VERSION = 2
+# Version 2 only added optional fields (serving metrics, runs, host costs, ...): a version-1
+# case is a valid version-2 case as it stands, so it loads without a migration step.
+READABLE_CASE_VERSIONS = (2, 1)
 
 
 class BytesBasis(str, Enum):
@@ -44,12 +49,20 @@ class BoundInputs(BaseModel):
 class Case(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int = Field(default=CASE_SCHEMA_VERSION, description="bumped on incompatible changes")
+    schema_version: int = Field(default=CASE_SCHEMA_VERSION, description="2; version-1 cases load unchanged")
     title: str = ""
     workload: Workload | None = None
     bound_inputs: BoundInputs | None = None
     observations: Observations = Field(default_factory=Observations)
 
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _hardware_unknown_unless_given(cls, value: Any) -> Any:
+        """A case is evidence: a GPU nobody named is unknown, never the calculator's default."""
+        if isinstance(value, dict) and "hardware" not in value:
+            return {**value, "hardware": None}
+        return value
+
 
 def load_case(path: str | Path) -> Case:
-    return load_model(path, Case, "a case file", version=CASE_SCHEMA_VERSION)
+    return load_model(path, Case, "a case file", version=READABLE_CASE_VERSIONS)

@@ -48,15 +48,17 @@ def load_document(path: str | Path) -> Any:
         raise InputError(f"{path}: not valid JSON/YAML{at}") from None
 
 
-def load_model(path: str | Path, model: type[M], what: str, version: int | None = None) -> M:
-    """A mapping document validated as ``model``; ``version`` checks its ``schema_version`` first."""
+def load_model(path: str | Path, model: type[M], what: str, version: int | tuple[int, ...] | None = None) -> M:
+    """A mapping document validated as ``model``; ``version`` (the newest first) checks its ``schema_version`` first."""
     data = load_document(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected {what} (a mapping at the top level)")
     if version is not None:
-        found = data.get("schema_version", version)
-        if found != version:
-            raise InputError(f"{path}: {what}: schema_version {found} not supported (this diagnoser reads {version})")
+        readable = (version,) if isinstance(version, int) else version
+        found = data.get("schema_version", readable[0])
+        if found not in readable:
+            listed = ", ".join(str(v) for v in readable)
+            raise InputError(f"{path}: {what}: schema_version {found} not supported (this diagnoser reads {listed})")
     try:
         return model.model_validate(data)
     except ValidationError as err:

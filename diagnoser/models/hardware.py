@@ -54,6 +54,8 @@ def hardware_presets() -> dict[str, Hardware]:
 def hardware_preset(name: str) -> Hardware:
     presets = hardware_presets()
     key = name.lower()
+    if key not in presets and (matched := match_hardware(name)) is not None:
+        return matched
     if key not in presets:
         raise InputError(f"unknown hardware preset {name!r}; known: {', '.join(sorted(presets))}")
     return presets[key]

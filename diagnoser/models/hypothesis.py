@@ -32,6 +32,23 @@ class Kind(str, Enum):
 KIND_ORDER = {Kind.cause: 0, Kind.guard: 1, Kind.check: 2, Kind.lesson: 3}
 
 
+class Grade(str, Enum):
+    """How far the evidence carries a cause; causes rank by grade before gain.
+
+    ``measured``: the time it claims was measured (a budget part, a kernel class's share of a
+    measured step, an A/B delta that isolates it, a probe). ``indicated``: a configuration or
+    symptom fact this cause produces and few others do; its gain is not bounded until the
+    named measurement is made. ``possible``: consistent with the symptoms, not discriminated.
+    """
+
+    measured = "measured"
+    indicated = "indicated"
+    possible = "possible"
+
+
+GRADE_ORDER = {Grade.measured: 0, Grade.indicated: 1, Grade.possible: 2}
+
+
 class Evidence(_Out):
     name: str = Field(description="the observation, e.g. budget.launch_ms")
     value: float | int | str | bool | None
@@ -81,6 +98,23 @@ class Hypothesis(_Out):
     undo: list[UndoCriterion] = Field(default_factory=list)
     parent: str | None = None
     missing: list[str] = Field(default_factory=list, description="inputs that would let more rules evaluate")
+    grade: Grade | None = Field(default=None, description="causes only: measured, indicated or possible")
+    bounded_by: list[str] = Field(
+        default_factory=list, description="an unbounded cause: the inputs whose measurement would bound its gain"
+    )
+    implied_by: str | None = Field(default=None, description="a parent named only because this refinement holds")
+    leads: bool = Field(default=False, description="a guard that invalidates the comparison; ranks before every cause")
+
+
+class Question(_Out):
+    """A fact the case lacks, ranked by how much it would settle among the open hypotheses."""
+
+    input: str = Field(description="the case input it supplies, e.g. budget")
+    label: str
+    how: str = Field(description="the command or measurement that answers it")
+    score: float = Field(ge=0, description="open hypotheses it would bound, plus rules it would let evaluate, weighted")
+    would_bound: list[str] = Field(default_factory=list, description="hypotheses whose gain it would bound or refute")
+    would_evaluate: list[str] = Field(default_factory=list, description="cause rules that cannot evaluate without it")
 
 
 class RuleError(_Out):
@@ -110,6 +144,8 @@ class Diagnosis(_Out):
     bound: BoundSummary | None = None
     hypotheses: list[Hypothesis] = Field(default_factory=list)
     rule_errors: list[RuleError] = Field(default_factory=list)
+    questions: list[Question] = Field(default_factory=list, description="the next facts to gather, best first")
+    bound_note: str | None = Field(default=None, description="why no bound was computed, when the pin is incomplete")
     rules_loaded: int = 0
     thresholds_changed: dict[str, list[float]] = Field(
         default_factory=dict, description="MODULE.NAME -> [value in the rules, value used for this run]"

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from diagnoser.models.runtime import HostCost, MemoryObs, PlatformObs, RoutingObs, StreamObs
+from diagnoser.models.serving import Expected, Run, ServingMetrics
 from diagnoser.models.workload import Boundary
 
 
@@ -51,11 +53,30 @@ class StepBudget(_Obs):
         return self.device_ms + self.exposed_comm_ms + self.launch_ms + self.queue_ms + self.host_ms
 
 
+class BudgetShares(_Obs):
+    """A budget quoted as shares of a step whose length was not given (a profile's percentages)."""
+
+    device: float = Field(default=0, ge=0, le=1)
+    exposed_comm: float = Field(default=0, ge=0, le=1)
+    launch: float = Field(default=0, ge=0, le=1, description="GPU idle waiting for launches")
+    queue: float = Field(default=0, ge=0, le=1)
+    host: float = Field(default=0, ge=0, le=1, description="GPU idle waiting for other host work")
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> "BudgetShares":
+        if self.device + self.exposed_comm + self.launch + self.queue + self.host > 1.0001:
+            raise ValueError("shares of one step add up to more than 1")
+        return self
+
+
 class KernelClassObs(_Obs):
     """One kernel class (GEMM, fused MoE, attention, NCCL, ...) aggregated over the step."""
 
-    kernel_class: str = Field(description="e.g. moe, gemm, attention, communication, elementwise")
-    share_of_step: float = Field(ge=0, le=1, description="fraction of the step's device time")
+    kernel_class: str = Field(description="e.g. moe, gemm, attention, communication, elementwise, sampling")
+    share_of_step: float | None = Field(
+        default=None, ge=0, le=1, description="fraction of the step's device time (or of GPU time, as a kernel summary quotes it)"
+    )
     count_per_step: float | None = Field(default=None, ge=0)
     median_us: float | None = Field(default=None, ge=0)
     grid_ctas: float | None = Field(default=None, ge=0, description="median CTAs per launch")
@@ -65,12 +86,26 @@ class KernelClassObs(_Obs):
     tokens_per_expert: float | None = Field(default=None, ge=0, description="mean rows per expert GEMM (MoE only)")
     tuned_config: bool | None = Field(default=None, description="fused-MoE kernel ran with a tuned config for this GPU")
     backend: str | None = Field(default=None, description="kernel or backend name chosen (attention backend, quant path)")
+    expected_backend: str | None = Field(default=None, description="the kernel or backend this GPU and format should use")
+    fallback: bool | None = Field(default=None, description="a slower generic or fallback path ran instead of the expected one")
+    split_kv: bool | None = Field(default=None, description="attention splits the KV sequence over CTAs (flash-decoding)")
+    extra_launches_per_step: float | None = Field(
+        default=None, ge=0, description="launches per step beyond the model's own kernels (per-layer metadata, per-expert loops)"
+    )
+    scales_with_max_context: bool | None = Field(
+        default=None, description="the kernel's work follows the configured maximum context, not the live one"
+    )
 
 
 class GraphStatus(str, Enum):
     none = "none"
     partial = "partial"
     full = "full"
+
+
+class CaptureUnit(str, Enum):
+    sequences = "sequences"
+    tokens = "tokens"
 
 
 class GraphReplayObs(_Obs):
@@ -80,7 +115,12 @@ class GraphReplayObs(_Obs):
     kernel_launches_per_step: float | None = Field(default=None, ge=0)
     graph_launches_per_step: float | None = Field(default=None, ge=0)
     captured_batch_sizes: list[int] | None = None
-    live_batch_size: int | None = Field(default=None, ge=1)
+    capture_unit: CaptureUnit | None = Field(default=None, description="what the capture sizes count: sequences or tokens")
+    live_batch_size: int | None = Field(default=None, ge=1, description="sequences decoding together on this rank")
+    query_tokens_per_sequence: int | None = Field(
+        default=None, ge=1, description="tokens each sequence feeds per step (k+1 when verifying k drafts)"
+    )
+    replayed_at_live_batch: bool | None = Field(default=None, description="a trace or log shows graph replay at the live batch")
     launch_cost_us: float | None = Field(default=None, ge=0, description="measured host cost per kernel launch")
     eager_step_ms: float | None = Field(default=None, gt=0, description="probe: eager step time")
     graph_step_ms: float | None = Field(default=None, gt=0, description="probe: graph-replay step time")
@@ -92,7 +132,9 @@ class CollectiveObs(_Obs):
     op: str = Field(description="all_reduce, all_to_all, all_gather, reduce_scatter, ...")
     implementation: str | None = Field(default=None, description="nccl, custom_allreduce, symm_mem, gloo")
     calls_per_step: float | None = Field(default=None, ge=0)
-    interval_ms: float = Field(ge=0, description="median elapsed time per step of this collective, first arrival to end")
+    interval_ms: float | None = Field(
+        default=None, ge=0, description="median elapsed time per step of this collective, first arrival to end"
+    )
     transfer_ms: float | None = Field(default=None, ge=0, description="time after the last participant arrived")
     wait_ms: float | None = Field(default=None, ge=0, description="time waiting for the last participant")
     late_rank: int | None = None
@@ -102,6 +144,8 @@ class CollectiveObs(_Obs):
     )
     group_size: int | None = Field(default=None, ge=1)
     preceding_compute_ms: float | None = Field(default=None, ge=0, description="compute on the late rank before it arrived")
+    bytes_needed: float | None = Field(default=None, ge=0, description="bytes each rank actually needs from the collective")
+    fused_with_compute: bool | None = Field(default=None, description="overlapped or fused with the neighbouring GEMM")
 
 
 class BoundaryTimings(_Obs):
@@ -183,6 +227,19 @@ class ServerConfig(_Obs):
     streaming_proxy: str | None = Field(default=None, description="proxy between server and client, if any")
     attention_backend: str | None = None
     quantization: str | None = None
+    structured_output: bool | None = Field(default=None, description="requests decode under a grammar or JSON schema")
+    penalties: bool | None = Field(default=None, description="frequency/presence penalties on (repetition_penalty covers that one)")
+    top_k: int | None = Field(default=None, description="top-k; 0 or below means the whole vocabulary")
+    vocab_size: int | None = Field(default=None, ge=1)
+    lora_adapters: int | None = Field(default=None, ge=0, description="LoRA adapters served")
+    speculative: str | None = Field(default=None, description="speculative method configured (ngram, eagle, draft model), if any")
+    speculative_active: bool | None = Field(default=None, description="false when speculation is configured but disabled at this load")
+    async_scheduling: bool | None = Field(default=None, description="host scheduling overlaps the running step")
+    max_context: int | None = Field(default=None, ge=1, description="configured maximum context length")
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    prefill_priority: bool | None = Field(default=None, description="prefill chunks are scheduled before any decode")
+    tokenizer_fast: bool | None = Field(default=None, description="false when a slow (pure-Python) tokenizer is in use")
+    multimodal: bool | None = Field(default=None, description="requests carry images, audio or video")
 
 
 class HostObs(_Obs):
@@ -195,7 +252,7 @@ class HostObs(_Obs):
     itl_spike_ratio: float | None = Field(default=None, ge=0, description="p99 / p50 inter-token interval")
 
 
-class Claim(str, Enum):
+class Claim(str, Enum):  # claims is an open list: any other string is kept as written
     """A belief the team already holds; lessons and guards test it against the evidence."""
 
     uncoalesced_expert_reads = "uncoalesced_expert_reads"
@@ -227,4 +284,15 @@ class Observations(_Obs):
         default=None, gt=0, description="a step time someone built by adding parts (checked against the measured step)"
     )
     bound_boundary: Boundary | None = Field(default=None, description="boundary the compared bound refers to")
-    claims: list[Claim] = Field(default_factory=list, description="explanations already on the table, to be tested")
+    claims: list[Claim | str] = Field(
+        default_factory=list, description=f"explanations already on the table; known: {', '.join(c.value for c in Claim)}"
+    )
+    budget_shares: BudgetShares | None = Field(default=None, description="a budget quoted as shares of an unknown step")
+    metrics: ServingMetrics | None = Field(default=None, description="serving figures of the slow configuration")
+    expected: Expected | None = Field(default=None, description="the figure it was compared with")
+    runs: list[Run] = Field(default_factory=list, max_length=64, description="operating points that differ in named settings")
+    host_costs: list[HostCost] = Field(default_factory=list, max_length=64, description="named host costs per decode step")
+    routing: RoutingObs | None = None
+    memory: MemoryObs | None = None
+    platform: PlatformObs | None = None
+    stream: StreamObs | None = None

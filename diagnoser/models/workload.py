@@ -111,8 +111,14 @@ class Workload(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | dict[str, Any] = Field(description="preset name, path to config.json, or an inline config")
-    hardware: str = Field(default="h100-sxm", description="hardware preset")
+    model: str | dict[str, Any] | None = Field(
+        default=None, description="preset name, path to config.json, or an inline config; absent when not known (no bound then)"
+    )
+    hardware: str | None = Field(
+        default="h100-sxm",
+        description="hardware preset, or the GPU name a tool prints ('NVIDIA H100 80GB HBM3'); a name no preset matches "
+        "is kept as unknown and gives no bound. In a case file a missing hardware is unknown, not this default",
+    )
     measured_bandwidth_gbs: float | None = Field(default=None, gt=0, description="replaces the datasheet figure")
     precision: Precision = Field(default_factory=Precision)
     context: Context = Field(default_factory=lambda: Context(mean=0))

@@ -7,14 +7,37 @@ engine computed them.
 
 from __future__ import annotations
 
-from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
+from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind, Question
 
 SECTIONS = (
-    (Kind.cause, "Causes, ranked by bounded gain"),
+    (Kind.cause, "Causes, ranked by evidence grade, then bounded gain"),
     (Kind.guard, "Guards: mistakes in the inputs"),
     (Kind.check, "Checks to run"),
     (Kind.lesson, "Lessons"),
 )
+LEADING = "Guards that void the comparison: settle these before any cause"
+# The report prints this many next questions; the JSON carries them all, ranked.
+QUESTIONS_SHOWN = 3
+
+
+def sections(d: Diagnosis) -> list[tuple[str, str, list[Hypothesis]]]:
+    """(css class, heading, hypotheses) in report order; guards that void the comparison open it."""
+    leading = [h for h in d.hypotheses if h.leads]
+    out = [("guard", LEADING, leading)] if leading else []
+    for kind, heading in SECTIONS:
+        items = [h for h in d.of_kind(kind) if not h.leads]
+        if items:
+            out.append((kind.value, heading, items))
+    return out
+
+
+def question_text(q: Question) -> str:
+    settles = []
+    if q.would_bound:
+        settles.append(f"bounds {', '.join(q.would_bound)}")
+    if q.would_evaluate:
+        settles.append(f"lets {', '.join(q.would_evaluate)} evaluate")
+    return f"{q.label}: {q.how}" + (f" ({'; '.join(settles)})" if settles else "")
 
 
 def num(x: float) -> str:
@@ -27,6 +50,8 @@ def evidence_text(h: Hypothesis) -> str:
 
 def gain_text(h: Hypothesis) -> str:
     if h.gain is None:
+        if h.kind is Kind.cause and h.bounded_by:
+            return f"not bounded yet: needs {', '.join(h.bounded_by)}"
         return ""
     g = h.gain
     capped = f", capped by {g.capped_by}" if g.capped_by else ""
@@ -51,12 +76,17 @@ def verdict_line(d: Diagnosis) -> str:
     causes = d.of_kind(Kind.cause)
     guards = d.of_kind(Kind.guard)
     parts = []
+    leading = [h for h in d.hypotheses if h.leads]
+    if leading:
+        parts.append(f"the comparison itself is in doubt ({leading[0].id})")
     if causes:
         top = causes[0]
-        bound = f", at most {top.gain.speedup:.3f}x" if top.gain else ""
-        parts.append(f"leading cause {top.id}{bound} ({len(causes)} cause(s))")
+        bound = f", at most {top.gain.speedup:.3f}x" if top.gain else ", not bounded yet"
+        parts.append(f"leading cause {top.id} ({top.grade.value if top.grade else 'ungraded'}{bound}; {len(causes)} cause(s))")
     else:
         parts.append("no cause named yet")
+    if d.questions:
+        parts.append(f"next: {d.questions[0].label}")
     if guards:
         parts.append(f"{len(guards)} input mistake(s) to fix first")
     return "Verdict: " + "; ".join(parts)
@@ -66,7 +96,7 @@ def summary_lines(d: Diagnosis) -> list[str]:
     """Reference step, bound, verdict and any changed threshold: the lines every format opens with."""
     lines = [f"Reference step: {num(d.reference_step_ms)} ms"] if d.reference_step_ms is not None else []
     bound = bound_line(d)
-    lines += ([bound] if bound else []) + [verdict_line(d)]
+    lines += ([bound] if bound else []) + ([d.bound_note] if d.bound_note else []) + [verdict_line(d)]
     if d.thresholds_changed:
         changed = ", ".join(f"{k} {num(was)} -> {num(now)}" for k, (was, now) in d.thresholds_changed.items())
         lines.append(f"Thresholds changed for this run: {changed}")
@@ -74,7 +104,8 @@ def summary_lines(d: Diagnosis) -> list[str]:
 
 
 def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
-    lines = [f"{index}. [{h.id}] {h.title}"]
+    grade = f" ({h.grade.value})" if h.grade else ""
+    lines = [f"{index}. [{h.id}] {h.title}{grade}"]
     gain = gain_text(h)
     if gain:
         lines.append(f"{indent}gain: {gain}")
@@ -97,15 +128,15 @@ def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
 
 def render_text(d: Diagnosis) -> str:
     out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis", *summary_lines(d)]
-    for kind, heading in SECTIONS:
-        items = d.of_kind(kind)
-        if not items:
-            continue
+    for _, heading, items in sections(d):
         out += ["", f"{heading}:"]
         for i, h in enumerate(items, 1):
             out += ["  " + line for line in _hypothesis_lines(h, i, "     ")]
     if not d.of_kind(Kind.cause):
         out += ["", "No cause named yet."]
+    if d.questions:
+        out += ["", "Next questions (what would settle the most):"]
+        out += [f"  {i}. {question_text(q)}" for i, q in enumerate(d.questions[:QUESTIONS_SHOWN], 1)]
     if d.rule_errors:
         out += ["", "Rule errors (the other rules still ran):"]
         out += [f"  {e.rule}: {e.error}" for e in d.rule_errors]
@@ -115,10 +146,7 @@ def render_text(d: Diagnosis) -> str:
 
 def render_markdown(d: Diagnosis) -> str:
     out = [f"# Diagnosis{': ' + d.title if d.title else ''}", "", *(f"- {line}" for line in summary_lines(d))]
-    for kind, heading in SECTIONS:
-        items = d.of_kind(kind)
-        if not items:
-            continue
+    for _, heading, items in sections(d):
         out += ["", f"## {heading}", ""]
         for i, h in enumerate(items, 1):
             first, *rest = _hypothesis_lines(h, i, "")
@@ -127,6 +155,9 @@ def render_markdown(d: Diagnosis) -> str:
             out.append("")
     if not d.of_kind(Kind.cause):
         out += ["", "_No cause named yet._"]
+    if d.questions:
+        out += ["", "## Next questions", ""]
+        out += [f"{i}. {question_text(q)}" for i, q in enumerate(d.questions[:QUESTIONS_SHOWN], 1)]
     if d.rule_errors:
         out += ["", "## Rule errors", ""] + [f"- `{e.rule}`: {e.error}" for e in d.rule_errors]
     return "\n".join(out).rstrip() + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
-from diagnoser.report.diagnosis import SECTIONS, gain_text, num, summary_lines
+from diagnoser.report.diagnosis import QUESTIONS_SHOWN, gain_text, num, question_text, sections, summary_lines
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #1d2330; }
@@ -22,13 +22,16 @@ article.check { border-color: #2874a6; } article.lesson { border-color: #7d8b99;
 .gain { display: flex; align-items: center; gap: .6rem; } .track { width: 14rem; height: .7rem; background: #eef; }
 .bar { height: 100%; background: #c0392b; } table { border-collapse: collapse; margin: .4rem 0; }
 td, th { border: 1px solid #dde; padding: .15rem .5rem; text-align: left; vertical-align: top; }
+.grade { font-size: .8rem; padding: 0 .4rem; border-radius: .6rem; background: #eef; }
+.grade.measured { background: #f5d5d0; } .grade.indicated { background: #fae5c0; } .unbounded { color: #7d5b00; }
 dt { font-weight: 600; } dd { margin: 0 0 .3rem 1rem; } code { background: #f3f3f8; padding: 0 .2rem; }
 """
 
 
 def _gain(h: Hypothesis) -> str:
     if h.gain is None:
-        return ""
+        text = gain_text(h)
+        return f'<p class="unbounded">{escape(text)}</p>' if text else ""
     width = f"{100 * h.gain.share_of_step:.1f}%"
     return (
         f'<div class="gain"><div class="track" title="share of the step it can remove">'
@@ -68,9 +71,10 @@ def _remedies(h: Hypothesis) -> str:
 
 def _article(h: Hypothesis, index: int) -> str:
     refines = f'<p class="refines">refines <code>{escape(h.parent)}</code></p>' if h.parent else ""
+    grade = f' <span class="grade {h.grade.value}">{h.grade.value}</span>' if h.grade else ""
     return (
         f'<article class="{h.kind.value}" id="{escape(h.id)}">'
-        f"<h3>{index}. <code>{escape(h.id)}</code> {escape(h.title)}</h3>"
+        f"<h3>{index}. <code>{escape(h.id)}</code> {escape(h.title)}{grade}</h3>"
         f"{_gain(h)}{refines}<p>{escape(h.explanation)}</p>{_evidence(h)}{_check(h)}{_remedies(h)}</article>"
     )
 
@@ -79,14 +83,15 @@ def render_html(d: Diagnosis) -> str:
     title = f"Diagnosis: {d.title}" if d.title else "Diagnosis"
     summary = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(d))
     body = [f"<h1>{escape(title)}</h1>", f'<ul class="summary">{summary}</ul>']
-    for kind, heading in SECTIONS:
-        items = d.of_kind(kind)
-        if items:
-            body.append(f'<section id="{kind.value}"><h2>{escape(heading)}</h2>')
-            body += [_article(h, i) for i, h in enumerate(items, 1)]
-            body.append("</section>")
+    for css, heading, items in sections(d):
+        body.append(f'<section class="{css}"><h2>{escape(heading)}</h2>')
+        body += [_article(h, i) for i, h in enumerate(items, 1)]
+        body.append("</section>")
     if not d.of_kind(Kind.cause):
         body.append("<p><em>No cause named yet.</em></p>")
+    if d.questions:
+        asked = "".join(f"<li>{escape(question_text(q))}</li>" for q in d.questions[:QUESTIONS_SHOWN])
+        body.append(f'<section id="questions"><h2>Next questions</h2><ol>{asked}</ol></section>')
     if d.rule_errors:
         errors = "".join(f"<li><code>{escape(e.rule)}</code>: {escape(e.error)}</li>" for e in d.rule_errors)
         body.append(f'<section id="rule-errors"><h2>Rule errors (the other rules still ran)</h2><ul>{errors}</ul></section>')

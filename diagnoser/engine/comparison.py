@@ -1,0 +1,108 @@
+"""Differences between runs: the A/B evidence most incident reports carry instead of a trace.
+
+Two runs that differ in one named setting isolate that setting's effect on the figure both
+measured: the delta is a measured time, so a rule may bound a gain with it. Runs that differ
+in several settings at once are confounded, and say so. Pure functions over the case's runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diagnoser.models.serving import WORKLOAD_SETTINGS, Run
+
+
+@dataclass(frozen=True)
+class RunDelta:
+    """``other`` against ``base``: the settings that differ and the change in time per unit of work."""
+
+    base: str
+    other: str
+    changed: tuple[str, ...]
+    before: str  # the setting's value in the base run (only when one setting changed)
+    after: str
+    figure: str  # which figure both runs measured
+    base_time: float  # time per unit of work: ms per token, or s for a fixed job
+    other_time: float
+
+    @property
+    def ratio(self) -> float:
+        """Above 1: the other run is slower."""
+        return self.other_time / self.base_time
+
+    @property
+    def setting(self) -> str:
+        return self.changed[0] if len(self.changed) == 1 else "several"
+
+
+def _value(run: Run, name: str) -> str:
+    value = run.settings.get(name)
+    return "unset" if value is None else str(value).lower()
+
+
+def _shared_figure(a: Run, b: Run) -> tuple[str, float, float] | None:
+    """The first figure both runs measured, as time per unit (smaller is faster)."""
+    for field in ("per_token_ms", "per_user_tokens_per_s", "output_tokens_per_s", "duration_s"):
+        x, y = getattr(a.figures, field), getattr(b.figures, field)
+        if x is not None and y is not None:
+            if field.endswith("tokens_per_s"):
+                return field, 1e3 / x, 1e3 / y
+            return field, x, y
+    return None
+
+
+def baseline(runs: list[Run]) -> Run | None:
+    marked = [r for r in runs if r.baseline]
+    return marked[0] if marked else (runs[0] if runs else None)
+
+
+def run_deltas(runs: list[Run]) -> list[RunDelta]:
+    """Every run against the baseline run, on the first figure both measured."""
+    base = baseline(runs)
+    if base is None:
+        return []
+    deltas = []
+    for other in runs:
+        if other is base:
+            continue
+        shared = _shared_figure(base, other)
+        if shared is None:
+            continue
+        names = sorted(set(base.settings) | set(other.settings))
+        changed = tuple(n for n in names if _value(base, n) != _value(other, n))
+        if not changed:
+            continue
+        one = len(changed) == 1
+        deltas.append(
+            RunDelta(
+                base=base.name,
+                other=other.name,
+                changed=changed,
+                before=_value(base, changed[0]) if one else "",
+                after=_value(other, changed[0]) if one else "",
+                figure=shared[0],
+                base_time=shared[1],
+                other_time=shared[2],
+            )
+        )
+    return deltas
+
+
+def sweep_points(runs: list[Run], setting: str) -> list[tuple[float, float]]:
+    """(setting value, ms per token) for runs that differ only in a numeric workload ``setting``."""
+    if setting not in WORKLOAD_SETTINGS:
+        return []
+    points = []
+    for run in runs:
+        value = run.settings.get(setting)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        timed = run.figures.per_token_ms or (1e3 / run.figures.per_user_tokens_per_s if run.figures.per_user_tokens_per_s else None)
+        if timed is not None:
+            points.append((run, float(value), timed))
+    if len(points) < 2:
+        return []
+    others = [{k: v for k, v in r.settings.items() if k != setting} for r, _, _ in points]
+    if any(o != others[0] for o in others):
+        return []
+    return sorted((v, t) for _, v, t in points)

@@ -1,0 +1,79 @@
+"""The next question: which missing fact would settle the most among what is still open.
+
+A senior engineer does not ask for everything; they ask for the one measurement that splits
+the live hypotheses. A missing input scores for every open (unbounded) hypothesis it would
+bound or refute, weighted by grade, and for every cause rule it would let evaluate, weighted
+by whether that rule refines time the diagnosis already holds. A rule that has concluded is
+never counted as unable to evaluate.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from diagnoser.engine.facts import INPUTS
+from diagnoser.engine.loader import Rulebook
+from diagnoser.models.hypothesis import Grade, Hypothesis, Kind, Question
+
+# An open hypothesis counts more than a rule that has not spoken: it already has evidence.
+OPEN_WEIGHT = {Grade.measured: 3.0, Grade.indicated: 3.0, Grade.possible: 2.0}
+# A rule that refines a held cause splits time the diagnosis already claims.
+REFINES_HELD_WEIGHT = 2.0
+ROOT_WEIGHT = 1.0
+# A refinement of a cause that is itself unevaluated is two measurements away.
+DEEP_WEIGHT = 0.5
+
+
+def _rule_weight(rulebook: Rulebook, spec_id: str, causes: dict[str, Hypothesis], unevaluable: set[str]) -> float | None:
+    spec = rulebook.specs[spec_id]
+    if spec.parent is None:
+        return ROOT_WEIGHT
+    parent = causes.get(spec.parent)
+    if parent is not None and parent.gain is not None:
+        return REFINES_HELD_WEIGHT * (1 + parent.gain.share_of_step)
+    if parent is not None or spec.parent in unevaluable:
+        return DEEP_WEIGHT
+    return None  # the parent was evaluated and does not hold: nothing to refine
+
+
+def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypothesis]) -> list[Question]:
+    """Every missing input that would bound or evaluate something, best first."""
+    causes = {}
+    for h in hypotheses:
+        if h.kind is Kind.cause:
+            causes.setdefault(h.rule, h)
+    unevaluable = {
+        s.id for s in rulebook.specs.values() if s.kind is Kind.cause and any(n not in present for n in s.requires)
+    }
+    score: dict[str, float] = defaultdict(float)
+    bound: dict[str, set[str]] = defaultdict(set)
+    evaluate: dict[str, set[str]] = defaultdict(set)
+    for h in hypotheses:
+        if h.kind is not Kind.cause or h.gain is not None or h.grade is None:
+            continue
+        for name in h.bounded_by:
+            if name not in present and name in INPUTS:
+                score[name] += OPEN_WEIGHT[h.grade]
+                bound[name].add(h.id)
+    for spec in rulebook.specs.values():
+        if spec.kind is not Kind.cause or not spec.report_missing or spec.id in causes:
+            continue
+        missing = [n for n in spec.requires if n not in present]
+        weight = _rule_weight(rulebook, spec.id, causes, unevaluable) if missing else None
+        if weight is None:
+            continue
+        for name in missing:
+            score[name] += weight / len(missing)
+            evaluate[name].add(spec.id)
+    questions = [
+        Question(
+            input=name,
+            label=INPUTS[name].label,
+            how=INPUTS[name].how,
+            score=round(value, 4),
+            would_bound=sorted(bound[name]),
+            would_evaluate=sorted(evaluate[name]),
+        )
+        for name, value in score.items()
+    ]
+    return sorted(questions, key=lambda q: (-q.score, q.input))

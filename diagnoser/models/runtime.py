@@ -1,0 +1,107 @@
+"""Facts about the running system that a report states without a budget: host costs by name,
+routing, memory pressure, the build and platform, and how bursty the stream is.
+
+Each is a fact a cause produces and few others do, so a rule can name the cause from it at
+the grade its evidence supports: a measured host cost bounds a gain, a configuration flag
+only indicates one.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Obs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HostCostName(str, Enum):
+    """Host work on the decode path that the device bound does not count."""
+
+    detokenize = "detokenize"  # incremental detokenization, stop-string checks
+    output_serialization = "output_serialization"  # building and encoding response chunks
+    sampling = "sampling"  # top-k/top-p/min-p on the host or outside the graph
+    penalties = "penalties"  # repetition/frequency/presence penalties
+    logits_processors = "logits_processors"  # user or framework logits processors, masks
+    structured_output = "structured_output"  # grammar or schema masks
+    scheduler = "scheduler"  # batch formation, bookkeeping per step
+    kv_block_bookkeeping = "kv_block_bookkeeping"  # block allocation, eviction, prefix-cache maps
+    input_prep = "input_prep"  # building input tensors, block tables, metadata
+    allocation = "allocation"  # allocating host or device buffers each step
+    kernel_submission = "kernel_submission"  # launching or submitting device work
+    speculation = "speculation"  # proposing, scoring, rejection sampling
+    other = "other"
+
+
+class Growth(str, Enum):
+    """What a cost grows with; a cost that grows with output length is paid more late in a stream."""
+
+    batch = "batch"
+    output_length = "output_length"
+    context = "context"
+    vocabulary = "vocabulary"
+    max_context = "max_context"  # the configured maximum, not the live length
+
+
+class HostCost(_Obs):
+    """One named host cost per decode step, measured (a profiler, a timer) or estimated."""
+
+    name: HostCostName
+    ms_per_step: float | None = Field(default=None, ge=0, description="time per decode step (or per emitted token)")
+    share_of_step: float | None = Field(default=None, ge=0, le=1, description="fraction of the step, when only that was quoted")
+    reference_ms: float | None = Field(default=None, ge=0, description="the same cost in the reference run (older version, other config)")
+    measured: bool = Field(default=True, description="false for an estimate (then it indicates, it does not bound)")
+    exposed: bool | None = Field(default=None, description="true when the GPU idles during it (not overlapped)")
+    grows_with: list[Growth] = Field(default_factory=list)
+    note: str = ""
+
+
+class RoutingObs(_Obs):
+    """MoE routing as the engine saw it."""
+
+    active_experts_per_step: float | None = Field(default=None, ge=0, description="distinct experts touched per layer per step")
+    tokens_per_expert: float | None = Field(default=None, ge=0, description="mean rows per expert GEMM at decode")
+    expert_load_per_rank: list[float] = Field(default_factory=list, description="tokens (or time) per EP rank for one step")
+    kernel_tile_rows: int | None = Field(default=None, ge=1, description="rows the grouped-GEMM kernel pads each expert to")
+
+
+class MemoryObs(_Obs):
+    """Capacity facts: what fits, and what the engine does when it does not."""
+
+    weights_fit_without_offload: bool | None = None
+    kv_cache_usage: float | None = Field(default=None, ge=0, le=1, description="fraction of KV blocks in use")
+    preemptions: float | None = Field(default=None, ge=0, description="preemptions or swaps during the window")
+    waiting_requests: float | None = Field(default=None, ge=0, description="requests queued for KV space")
+    kv_cache_on_device: bool | None = Field(default=None, description="false when the KV cache (and attention) stays on the host")
+
+
+class BuildType(str, Enum):
+    release = "release"
+    debug = "debug"  # assertions, sanity scans, no optimisation flags
+
+
+class PlatformObs(_Obs):
+    """The build and the platform the engine runs on."""
+
+    build_type: BuildType | None = None
+    asserts_enabled: bool | None = Field(default=None, description="debug assertions or NaN/Inf scans compiled in")
+    gpu_arch: str | None = Field(default=None, description="compute capability or ISA, e.g. '7.0', 'sm_90', 'gfx1201'")
+    kernels_for_arch: bool | None = Field(default=None, description="false when the build has no native kernels for this GPU")
+    fallback_logged: str | None = Field(default=None, description="a log line saying a slower path or backend was chosen")
+    feature_gated_off: str | None = Field(default=None, description="a feature the engine turned off for this platform (graphs, a kernel)")
+    device_api: str | None = Field(default=None, description="cuda, rocm, vulkan, metal, cpu, npu")
+    os: str | None = None
+    cpu_threads: int | None = Field(default=None, ge=1, description="threads the engine runs its CPU work on")
+    cpu_cores_available: float | None = Field(default=None, gt=0, description="cores the process may use (cgroup quota or cpuset)")
+    cpu_throttled_fraction: float | None = Field(default=None, ge=0, le=1, description="share of CFS periods throttled")
+    host_bound_reported: bool | None = Field(default=None, description="a profile or the maintainers found the loop CPU-bound")
+
+
+class StreamObs(_Obs):
+    """How tokens reach the client, beyond the median interval."""
+
+    worst_stall_ms: float | None = Field(default=None, gt=0, description="the longest gap a stream saw")
+    bursty: bool | None = Field(default=None, description="tokens arrive in bursts rather than one per step")
+    tokens_per_burst: float | None = Field(default=None, gt=0)

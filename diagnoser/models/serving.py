@@ -1,0 +1,176 @@
+"""Evidence engineers have without a trace: serving metrics, the figure they were promised, and runs.
+
+Real incident reports rarely hold a critical-path budget. They hold a benchmark's TPOT and
+tokens/s, the number someone expected, and A/B runs between versions or settings. These
+models carry that evidence with the boundary each figure was read at, so the rules can say
+what the figures support and what they cannot be compared with.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Obs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricBoundary(str, Enum):
+    """Where a serving figure was read. ``unknown`` is allowed: the guards then say what cannot be compared."""
+
+    device_step = "device_step"  # GPU time of a decode step (profiler, CUDA events)
+    engine = "engine"  # the engine's own counters (scheduler throughput, llama_print_timings eval)
+    server_emission = "server_emission"  # tokens leaving the server
+    client_receipt = "client_receipt"  # a benchmark client or the user's stopwatch
+    unknown = "unknown"
+
+
+class RateKind(str, Enum):
+    """A tokens/s figure over all streams together, or for one stream."""
+
+    aggregate = "aggregate"
+    per_user = "per_user"
+    unknown = "unknown"
+
+
+class Percentiles(_Obs):
+    """One latency figure at the percentiles that were reported, in ms."""
+
+    mean: float | None = Field(default=None, gt=0)
+    p50: float | None = Field(default=None, gt=0)
+    p90: float | None = Field(default=None, gt=0)
+    p99: float | None = Field(default=None, gt=0)
+
+    @property
+    def typical(self) -> float | None:
+        """The median where reported, else the mean: the figure a per-token time is read from."""
+        return self.p50 if self.p50 is not None else self.mean
+
+
+class ServingMetrics(_Obs):
+    """What the benchmark or the server reported for the slow configuration."""
+
+    boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the figures were read")
+    output_tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate output tokens/s over all streams")
+    per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="output tokens/s of one stream")
+    tpot_ms: Percentiles | None = Field(default=None, description="time per output token after the first, per request")
+    itl_ms: Percentiles | None = Field(default=None, description="gap between consecutive chunks a client received")
+    ttft_ms: Percentiles | None = Field(default=None, description="time to first token")
+    request_latency_ms: Percentiles | None = Field(default=None, description="end-to-end request latency")
+    concurrency: float | None = Field(default=None, gt=0, description="requests in flight (client side)")
+    running_sequences: float | None = Field(default=None, gt=0, description="sequences the engine decoded together")
+    requests_per_s: float | None = Field(default=None, gt=0)
+    input_tokens: float | None = Field(default=None, ge=0, description="prompt tokens per request")
+    output_tokens: float | None = Field(default=None, ge=1, description="generated tokens per request")
+    tokens_per_chunk: float | None = Field(default=None, gt=0, description="tokens per streamed chunk (speculation emits several)")
+    rate_includes_prefill: bool | None = Field(
+        default=None, description="the tokens/s divides total time, prompt processing (TTFT) included"
+    )
+    window_includes_warmup: bool | None = Field(
+        default=None, description="the timed window includes warm-up (compilation, graph capture, first requests)"
+    )
+
+    def per_token_ms(self) -> float | None:
+        """The per-token decode interval of one stream, from the most direct figure reported."""
+        for figure in (self.tpot_ms, self.itl_ms):
+            if figure is not None and figure.typical is not None:
+                return figure.typical
+        if self.per_user_tokens_per_s is not None:
+            return 1e3 / self.per_user_tokens_per_s
+        return None
+
+
+class ExpectedKind(str, Enum):
+    """What the slow figure was compared with; each kind supports different conclusions."""
+
+    analytic_bound = "analytic_bound"  # bytes over bandwidth, a spreadsheet
+    older_version = "older_version"  # the same setup on an earlier release or commit
+    other_engine = "other_engine"
+    other_config = "other_config"  # the same engine with another setting (not the fix)
+    other_hardware = "other_hardware"
+    vendor_claim = "vendor_claim"  # a published or quoted figure
+
+
+class Expected(_Obs):
+    """The figure the slow run was held against, with what it measures."""
+
+    kind: ExpectedKind
+    output_tokens_per_s: float | None = Field(default=None, gt=0)
+    per_user_tokens_per_s: float | None = Field(default=None, gt=0)
+    per_token_ms: float | None = Field(default=None, gt=0)
+    rate: RateKind = Field(default=RateKind.unknown, description="whether the expected tokens/s is aggregate or per stream")
+    boundary: MetricBoundary = MetricBoundary.unknown
+    concurrency: float | None = Field(default=None, gt=0, description="streams the expected figure was measured at")
+    note: str = ""
+
+
+# Setting names the rules interpret; any other name is compared as an opaque setting.
+KNOWN_SETTINGS = {
+    "engine_version": "release, commit or build of the serving engine",
+    "cuda_graphs": "graph capture on (true) or off (false)",
+    "context": "tokens already in each sequence's context",
+    "input_tokens": "prompt tokens per request",
+    "output_tokens": "generated tokens per request",
+    "concurrency": "requests in flight",
+    "batch": "sequences decoding together",
+    "draft_length": "speculative draft tokens per cycle",
+    "tp": "tensor-parallel ranks",
+    "pp": "pipeline stages",
+    "ep": "expert-parallel ranks",
+    "attention_backend": "attention kernel family",
+    "kernel_backend": "GEMM or MoE kernel family",
+    "quantization": "weight format",
+    "sampling": "sampling parameters or sampler",
+    "penalties": "repetition/frequency/presence penalties on",
+    "structured_output": "grammar- or schema-constrained decoding on",
+    "lora": "LoRA adapters served",
+    "threads": "CPU threads of the engine",
+    "hardware": "GPU or host",
+    "os": "operating system or driver setting",
+}
+
+# Settings whose change alters the work itself (a sweep), not only how it is done.
+WORKLOAD_SETTINGS = ("context", "input_tokens", "output_tokens", "concurrency", "batch")
+
+
+class RunFigures(_Obs):
+    """What one operating point measured. Give the figures you have; one is enough."""
+
+    per_token_ms: float | None = Field(default=None, gt=0, description="TPOT/ITL or step time per token of one stream")
+    output_tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate output tokens/s")
+    per_user_tokens_per_s: float | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, description="wall time of a fixed job (a drain, a benchmark)")
+    ttft_ms: float | None = Field(default=None, gt=0)
+    host_ms_per_step: float | None = Field(default=None, ge=0, description="host time per step, where instrumented")
+
+    @model_validator(mode="after")
+    def _something(self) -> "RunFigures":
+        if not any(v is not None for v in self.__dict__.values()):
+            raise ValueError("give at least one figure")
+        return self
+
+    def time_per_unit(self) -> tuple[str, float] | None:
+        """(figure, time per unit of work): smaller is faster, comparable between runs on the same figure."""
+        if self.per_token_ms is not None:
+            return "per_token_ms", self.per_token_ms
+        if self.per_user_tokens_per_s is not None:
+            return "per_user_tokens_per_s", 1e3 / self.per_user_tokens_per_s
+        if self.output_tokens_per_s is not None:
+            return "output_tokens_per_s", 1e3 / self.output_tokens_per_s
+        if self.duration_s is not None:
+            return "duration_s", self.duration_s
+        return None
+
+
+class Run(_Obs):
+    """One operating point: the settings it ran with and what it measured."""
+
+    name: str = Field(min_length=1)
+    settings: dict[str, str | float | int | bool] = Field(
+        default_factory=dict, description=f"named settings; known names: {', '.join(sorted(KNOWN_SETTINGS))}"
+    )
+    figures: RunFigures
+    baseline: bool = Field(default=False, description="the reference run others are compared with (else the first)")
+    boundary: MetricBoundary = MetricBoundary.unknown
