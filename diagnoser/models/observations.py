@@ -92,6 +92,9 @@ class KernelClassObs(_Obs):
     extra_launches_per_step: float | None = Field(
         default=None, ge=0, description="launches per step beyond the model's own kernels (per-layer metadata, per-expert loops)"
     )
+    concurrent_streams: bool | None = Field(
+        default=None, description="independent kernels of this class overlap on several streams (false: they run back to back)"
+    )
     scales_with_max_context: bool | None = Field(
         default=None, description="the kernel's work follows the configured maximum context, not the live one"
     )

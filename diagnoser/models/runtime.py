@@ -32,6 +32,8 @@ class HostCostName(str, Enum):
     allocation = "allocation"  # allocating host or device buffers each step
     kernel_submission = "kernel_submission"  # launching or submitting device work
     speculation = "speculation"  # proposing, scoring, rejection sampling
+    h2d_copy = "h2d_copy"  # host-to-device copies issued each step (pageable, per request)
+    device_sync = "device_sync"  # the host blocks on the device (.item(), synchronising copies)
     other = "other"
 
 
