@@ -6,11 +6,14 @@ transfer cost that a faster link or algorithm could cut.
 """
 
 from diagnoser.engine import (
+    AS,
     MATCH,
+    NOT,
     TEST,
     Budget,
     Collective,
     Finding,
+    Layout,
     Probe,
     RuleSet,
     Server,
@@ -27,6 +30,19 @@ COMM_SHARE = 0.1
 WAIT_SHARE = 0.4
 # Transfer dominates when it is over half of the interval.
 TRANSFER_SHARE = 0.5
+# A collective moving at least twice the bytes its ranks need spends over half its transfer on
+# bytes nobody reads (padding to the largest shard, a full gather where a slice is needed); below
+# 2x, protocol headers and alignment explain the difference.
+EXCESS_VOLUME = 2.0
+
+
+def excess_ms(c, moved: float, needed: float) -> float | None:
+    """Transfer time spent on bytes nobody needs: the interval (less any wait for a late rank,
+    which fewer bytes do not shorten) times the excess fraction of the volume."""
+    if "interval_ms" not in c:
+        return None
+    moving = max(0.0, c["interval_ms"] - c.get("wait_ms", 0.0))
+    return moving * (1 - needed / moved)
 
 
 class CollectiveRules(RuleSet):
@@ -63,14 +79,53 @@ class CollectiveRules(RuleSet):
             key=op,
         )
 
-    @rule(SPECS["custom-allreduce-off"], Server(custom_allreduce=False))
+    @rule(
+        SPECS["collective-excess-volume"],
+        AS.c << Collective(op=MATCH.op, message_bytes=MATCH.moved, bytes_needed=MATCH.needed),
+        TEST(lambda moved, needed: moved > 0 and moved >= EXCESS_VOLUME * needed),
+    )
+    def collective_excess_volume(self, c, op, moved, needed):
+        evidence = [ev(f"collectives[{op}].message_bytes", moved, "B"), ev(f"collectives[{op}].bytes_needed", needed, "B")]
+        evidence += [ev(f"collectives[{op}].{n}", c[n], "ms") for n in ("interval_ms", "wait_ms") if n in c]
+        return Finding(
+            evidence=evidence,
+            removable_ms=excess_ms(c, moved, needed),
+            key=op,
+            detail=f"{op} moves {moved / 1e6:.3g} MB where its ranks need {needed / 1e6:.3g} MB ({1 - needed / moved:.0%} excess).",
+        )
+
+    @rule(SPECS["collective-not-fused"], AS.c << Collective(op=MATCH.op, fused_with_compute=False))
+    def collective_not_fused(self, c, op, parent_cap_ms):
+        """Its measured interval is the most overlap can hide (the parent caps it at the exposed part)."""
+        evidence = [ev(f"collectives[{op}].fused_with_compute", False)]
+        if "interval_ms" in c:
+            evidence.append(ev(f"collectives[{op}].interval_ms", c["interval_ms"], "ms"))
+        return Finding(evidence=evidence, removable_ms=c.get("interval_ms", parent_cap_ms), key=op)
+
+    @rule(
+        SPECS["pipeline-stages-serialize"],
+        Layout(pp=MATCH.pp, batch=MATCH.batch),
+        TEST(lambda pp, batch: pp > 1 and batch < pp),
+    )
+    def pipeline_stages_serialize(self, pp, batch):
+        """A stage can only work on a sequence no other stage holds: with fewer sequences than stages,
+        at most ``batch`` of the ``pp`` stages are busy at once."""
+        return Finding(
+            evidence=[ev("workload.layout.pp", pp), ev("workload.batch", batch)],
+            detail=(
+                f"{batch} sequence(s) cannot fill {pp} stages: each stage waits for the one before it, "
+                f"so each GPU is busy about {batch / pp:.0%} of the step."
+            ),
+        )
+
+    @rule(SPECS["custom-allreduce-off"], Server(custom_allreduce=False), NOT(Layout(tp=1)))
     def custom_allreduce_off(self, parent_cap_ms):
         return Finding(evidence=[ev("server.custom_allreduce", False)], removable_ms=parent_cap_ms)
 
-    @rule(SPECS["pcie-topology"], Server(interconnect="pcie"))
+    @rule(SPECS["pcie-topology"], Server(interconnect="pcie"), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_setting(self, parent_cap_ms):
         return Finding(evidence=[ev("server.interconnect", "pcie")], removable_ms=parent_cap_ms)
 
-    @rule(SPECS["pcie-topology"], Probe(nvlink_active_links=0))
+    @rule(SPECS["pcie-topology"], Probe(nvlink_active_links=0), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_probe(self, parent_cap_ms):
         return Finding(evidence=[ev("probe.nvlink_active_links", 0)], removable_ms=parent_cap_ms)

@@ -10,7 +10,9 @@ from diagnoser.engine import (
     TEST,
     ContextSweep,
     Finding,
+    HostCostFact,
     KernelClass,
+    P,
     RuleSet,
     ev,
     load_specs,
@@ -49,4 +51,42 @@ class ContextRules(RuleSet):
         return Finding(
             evidence=[ev("kernel_classes[attention].backend", backend), ev("kernel_classes[attention].achieved_bw_fraction", frac)],
             removable_ms=parent_cap_ms,
+        )
+
+    @rule(SPECS["attention-split-kv-off"], AS.k << KernelClass(kernel_class="attention", split_kv=False))
+    def attention_split_kv_off(self, k, parent_cap_ms):
+        """Without the split, CTAs are sequences x KV heads; when that already fills the SMs the split buys nothing."""
+        evidence = [ev("kernel_classes[attention].split_kv", False)]
+        evidence += [ev(f"kernel_classes[attention].{n}", k[n]) for n in ("grid_ctas", "sm_count", "backend") if n in k]
+        if "grid_ctas" in k and "sm_count" in k and k["grid_ctas"] >= k["sm_count"]:
+            return None
+        return Finding(
+            evidence=evidence,
+            removable_ms=parent_cap_ms,
+            detail="Each CTA walks a whole sequence's KV: at small batch and long context few CTAs run and most SMs idle.",
+        )
+
+    @rule(SPECS["max-context-work"], AS.k << KernelClass(scales_with_max_context=True))
+    def max_context_kernel(self, k, parent_cap_ms):
+        cls = k["kernel_class"]
+        return Finding(
+            evidence=[ev(f"kernel_classes[{cls}].scales_with_max_context", True)],
+            removable_ms=parent_cap_ms,
+            key=cls,
+            detail=f"{cls} work follows the configured maximum context, not the live one.",
+        )
+
+    @rule(SPECS["max-context-work"], AS.c << HostCostFact(grows_with=P(lambda g: "max_context" in g)))
+    def max_context_host_cost(self, c, parent_cap_ms):
+        """A measured host cost is its own bound; an estimate only names the cause."""
+        name = c["name"]
+        evidence = [ev(f"host_costs[{name}].grows_with", ", ".join(c["grows_with"]))]
+        measured = c.get("measured", True) and "ms_per_step" in c
+        if measured:
+            evidence.append(ev(f"host_costs[{name}].ms_per_step", c["ms_per_step"], "ms"))
+        return Finding(
+            evidence=evidence,
+            removable_ms=c["ms_per_step"] if measured else parent_cap_ms,
+            key=name,
+            detail=f"Host work {name} grows with the configured maximum context, not the live one.",
         )

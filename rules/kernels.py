@@ -8,11 +8,16 @@ fraction was not measured (an upper bound, stated as such).
 from diagnoser.engine import (
     AS,
     MATCH,
+    NOT,
     TEST,
+    W,
     Budget,
     Finding,
+    Graph,
     KernelClass,
     P,
+    Reference,
+    Routing,
     RuleSet,
     Server,
     ev,
@@ -32,6 +37,45 @@ LOW_BW_FRACTION = 0.6
 # A served MoE kernel this many times slower than a plain GEMM at the same rows per expert is
 # the kernel's doing; inside that margin, packing and routing overheads explain the difference.
 BELOW_REFERENCE = 1.25
+# A launch costs ~3-10 us (host submission, or a tiny kernel's GPU time); 32 extra launches per step
+# (one per layer of a small model) is already ~0.1-0.3 ms, a few percent of a 5-10 ms decode step.
+# Fewer is within step-to-step jitter and within what a model's own glue kernels add.
+EXTRA_LAUNCHES = 32
+# A fallback path can at most remove its class's time; a class under 5 % of the step cannot move
+# it by more than ~1.05x, inside run-to-run noise.
+FALLBACK_MIN_SHARE = 0.05
+# A tile at least 4x the rows routed to an expert computes >= 75 % padding: sized for prefill or
+# large batches, not for decode's few rows per expert.
+TILE_PADDING = 4.0
+# Sampling kernels above 3 % of the device time are worth their own hypothesis (a full-vocabulary
+# sort per sequence is far more than that; a sort-free sampler well under it).
+SAMPLING_SHARE = 0.03
+# Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
+SORT_FREE = ("sort-free", "sortfree", "sort_free", "no-sort", "nosort", "without sort", "rejection")
+
+
+def sorts(sampling: str) -> bool:
+    """The sampler is described as sorting (and not as sort-free)."""
+    text = sampling.lower()
+    return "sort" in text and not any(word in text for word in SORT_FREE)
+
+
+def whole_vocabulary_sort(server) -> bool:
+    """Configuration that sorts the whole vocabulary per sequence per step: a sorting sampler, or
+    top-k off (k <= 0) with a sampler not described as sort-free."""
+    sampling = server.get("sampling") or ""
+    if sorts(sampling):
+        return True
+    top_k = server.get("top_k")
+    return top_k is not None and top_k <= 0 and not any(word in sampling.lower() for word in SORT_FREE)
+
+
+def off_expected_path(k) -> bool:
+    """A fallback or generic path ran: flagged, or a backend other than the one expected here."""
+    if k.get("fallback") is True:
+        return True
+    backend, expected = k.get("backend"), k.get("expected_backend")
+    return backend is not None and expected is not None and backend.strip().lower() != expected.strip().lower()
 
 
 def headroom_ms(device_ms: float, share: float, bw_fraction: float | None, reference: float = 1.0) -> float:
@@ -65,7 +109,8 @@ def split_expert_loss(class_ms: float, achieved: float, reference: float) -> tup
 def _kernel_evidence(k) -> list:
     names = (
         "share_of_step", "count_per_step", "grid_ctas", "sm_count", "tokens_per_expert", "achieved_bw_fraction",
-        "reference_bw_fraction", "reference_dtype", "backend",
+        "reference_bw_fraction", "reference_dtype", "backend", "expected_backend", "fallback", "median_us",
+        "extra_launches_per_step", "concurrent_streams",
     )
     estimated = set(k.get("estimated_from_bound", ()))
     return [
@@ -136,10 +181,143 @@ class KernelRules(RuleSet):
 
     @rule(
         SPECS["sort-sampling"],
-        Server(sampling=P(lambda s: "sort" in s.lower())),
+        Server(sampling=P(sorts)),
         AS.k << KernelClass(kernel_class="sampling", share_of_step=MATCH.share),
         Budget(device_ms=MATCH.device),
-        TEST(lambda share: share >= 0.03),
+        TEST(lambda share: share >= SAMPLING_SHARE),
     )
     def sort_sampling(self, k, share, device):
         return Finding(evidence=_kernel_evidence(k) + [ev("server.sampling", "sort")], removable_ms=device * share)
+
+    @rule(
+        SPECS["sort-sampling"],
+        AS.s << Server(),
+        NOT(KernelClass(kernel_class="sampling", share_of_step=W())),
+        TEST(lambda s: whole_vocabulary_sort(s)),
+    )
+    def sort_sampling_by_config(self, s):
+        """No sampling kernel share to bound it: the configuration names the sort, nothing more."""
+        evidence = [ev(f"server.{n}", s[n]) for n in ("sampling", "top_k", "vocab_size") if n in s]
+        return Finding(evidence=evidence, detail="Named by the configuration; a sampling kernel share would bound it.")
+
+    @rule(
+        SPECS["moe-untuned-config"],
+        AS.k << KernelClass(kernel_class="moe", tuned_config=False),
+        NOT(Budget()),
+    )
+    def moe_untuned_config_indicated(self, k):
+        return Finding(evidence=_kernel_evidence(k) + [ev("kernel_classes[moe].tuned_config", False)])
+
+    @rule(
+        SPECS["moe-untuned-config"],
+        AS.k << KernelClass(kernel_class="moe", tuned_config=False),
+        Budget(),
+        TEST(lambda k: "share_of_step" not in k),
+    )
+    def moe_untuned_config_without_share(self, k):
+        """A budget, but no share of it for the MoE class: named, not bounded."""
+        return Finding(evidence=_kernel_evidence(k) + [ev("kernel_classes[moe].tuned_config", False)])
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.k << KernelClass(share_of_step=MATCH.share),
+        Budget(device_ms=MATCH.device),
+        TEST(lambda k, share: off_expected_path(k) and share >= FALLBACK_MIN_SHARE),
+    )
+    def fallback_kernel_path(self, k, share, device):
+        """The class's device time bounds it, or its headroom to full bandwidth when that was measured."""
+        return _fallback_finding(k, headroom_ms(device, share, k.get("achieved_bw_fraction")))
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.k << KernelClass(share_of_step=MATCH.share),
+        Reference(step_ms=MATCH.step),
+        NOT(Budget()),
+        TEST(lambda k, share: off_expected_path(k) and share >= FALLBACK_MIN_SHARE),
+    )
+    def fallback_kernel_path_of_step(self, k, share, step):
+        """No budget: the class's share of the measured step is the most the fallback can cost."""
+        return _fallback_finding(k, headroom_ms(step, share, k.get("achieved_bw_fraction")))
+
+    @rule(SPECS["slow-kernel-path"], AS.k << KernelClass(), TEST(lambda k: off_expected_path(k) and "share_of_step" not in k))
+    def fallback_kernel_path_unbounded(self, k):
+        """No share of the step for the class: the path is named, its time is not."""
+        return _fallback_finding(k, None)
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.k << KernelClass(share_of_step=MATCH.share),
+        NOT(Reference()),
+        TEST(lambda k, share: off_expected_path(k) and share >= FALLBACK_MIN_SHARE),
+    )
+    def fallback_kernel_path_without_step(self, k, share):
+        return _fallback_finding(k, None)
+
+    @rule(
+        SPECS["extra-kernels-per-step"],
+        AS.k << KernelClass(extra_launches_per_step=MATCH.extra),
+        NOT(Graph(launch_cost_us=W())),
+        TEST(lambda extra: extra >= EXTRA_LAUNCHES),
+    )
+    def extra_kernels_per_step(self, k, extra):
+        return _extra_launch_finding(k, extra, k.get("median_us"), f"kernel_classes[{k['kernel_class']}].median_us")
+
+    @rule(
+        SPECS["extra-kernels-per-step"],
+        AS.k << KernelClass(extra_launches_per_step=MATCH.extra),
+        AS.g << Graph(launch_cost_us=MATCH.launch_us),
+        TEST(lambda extra: extra >= EXTRA_LAUNCHES),
+    )
+    def extra_kernels_with_launch_cost(self, k, extra, g, launch_us):
+        """The kernel's own time if measured, else the host launch cost, which a fully replayed graph does not pay."""
+        if "median_us" in k:
+            return _extra_launch_finding(k, extra, k["median_us"], f"kernel_classes[{k['kernel_class']}].median_us")
+        if g.get("status") == "full":
+            return _extra_launch_finding(k, extra, None, "")
+        return _extra_launch_finding(k, extra, launch_us, "graph.launch_cost_us")
+
+    @rule(
+        SPECS["expert-tile-padding"],
+        Routing(tokens_per_expert=MATCH.rows, kernel_tile_rows=MATCH.tile),
+        TEST(lambda rows, tile: rows > 0 and tile >= TILE_PADDING * rows),
+    )
+    def expert_tile_padding(self, rows, tile):
+        wasted = 1 - rows / tile
+        return Finding(
+            evidence=[ev("routing.tokens_per_expert", rows), ev("routing.kernel_tile_rows", tile), ev("padded_fraction", wasted)],
+            detail=f"Each expert's {rows:.3g} rows are padded to a {tile}-row tile: {wasted:.0%} of the tile's rows are padding.",
+        )
+
+    @rule(SPECS["lost-stream-overlap"], AS.k << KernelClass(concurrent_streams=False))
+    def lost_stream_overlap(self, k):
+        return Finding(
+            evidence=_kernel_evidence(k),
+            key=k["kernel_class"],
+            detail=f"Independent {k['kernel_class']} kernels run back to back on one stream.",
+        )
+
+
+def _fallback_finding(k, removable: float | None) -> Finding:
+    cls = k["kernel_class"]
+    if k.get("fallback") is True:
+        why = f"{cls} ran a fallback path" + (f" ({k['backend']})" if "backend" in k else "")
+    else:
+        why = f"{cls} ran {k['backend']} where {k['expected_backend']} is expected"
+    bound = "" if removable is not None else "; its time is not measured yet"
+    return Finding(evidence=_kernel_evidence(k), removable_ms=removable, key=cls, detail=f"{why}{bound}.")
+
+
+def _extra_launch_finding(k, extra: float, cost_us: float | None, cost_name: str) -> Finding:
+    cls = k["kernel_class"]
+    evidence = _kernel_evidence(k)
+    if cost_us is None:
+        return Finding(evidence=evidence, key=cls, detail=f"{extra:.0f} launches per step beyond the model's own; their cost is not measured yet.")
+    if cost_name == "graph.launch_cost_us":
+        evidence.append(ev(cost_name, cost_us, "us"))
+    removable = extra * cost_us / 1e3
+    return Finding(
+        evidence=evidence,
+        removable_ms=removable,
+        key=cls,
+        detail=f"{extra:.0f} extra launches x {cost_us:.3g} us ({cost_name}) = {removable:.3g} ms per step.",
+    )

@@ -6,13 +6,17 @@ rules claim the host part.
 """
 
 from diagnoser.engine import (
+    AS,
     MATCH,
+    NOT,
     TEST,
     Budget,
     Finding,
     Graph,
     Host,
     Layout,
+    Platform,
+    Reference,
     RuleSet,
     Server,
     ev,
@@ -37,6 +41,17 @@ GIL_BUSY = 0.8
 SCHEDULER_SHARE = 0.3
 
 
+def not_replaying(g) -> bool:
+    """The trace or log shows no graph replay at the live batch."""
+    return g.get("status") == "none" or g.get("replayed_at_live_batch") is False
+
+
+def within_capture(g) -> bool:
+    """The live batch (in the capture list's unit) is one the capture list covers, or either is unknown."""
+    live, largest = g.get("live_units"), g.get("max_captured_batch")
+    return live is None or largest is None or live <= largest
+
+
 class LaunchRules(RuleSet):
     @rule(SPECS["launch-gaps"], Budget(launch_ms=MATCH.launch, step_ms=MATCH.step), TEST(lambda launch, step: notable(launch, step)))
     def launch_gaps(self, launch, step):
@@ -46,20 +61,25 @@ class LaunchRules(RuleSet):
     def graphs_off_by_flag(self, parent_cap_ms):
         return Finding(evidence=[ev("server.cuda_graphs", False)], removable_ms=parent_cap_ms)
 
-    @rule(SPECS["graphs-off"], Graph(status="none"))
+    @rule(SPECS["graphs-off"], Graph(status="none"), NOT(Server(cuda_graphs=True)))
     def graphs_off_in_trace(self, parent_cap_ms):
         return Finding(evidence=[ev("graph.status", "none")], removable_ms=parent_cap_ms)
 
     @rule(
         SPECS["graph-capture-too-small"],
-        Graph(live_batch_size=MATCH.live, max_captured_batch=MATCH.largest),
+        AS.g << Graph(live_units=MATCH.live, max_captured_batch=MATCH.largest),
         TEST(lambda live, largest: live > largest),
     )
-    def graph_capture_too_small(self, live, largest, parent_cap_ms):
-        return Finding(
-            evidence=[ev("graph.live_batch_size", live), ev("graph.max_captured_batch", largest)],
-            removable_ms=parent_cap_ms,
-        )
+    def graph_capture_too_small(self, g, live, largest, parent_cap_ms):
+        """Compared in the capture list's unit: tokens when verification feeds k+1 tokens per sequence."""
+        evidence = [ev("graph.live_batch_size", g["live_batch_size"])]
+        if live != g["live_batch_size"]:
+            evidence += [
+                ev("graph.capture_unit", g.get("capture_unit")),
+                ev("graph.query_tokens_per_sequence", g.get("query_tokens_per_sequence")),
+                ev("graph.live_units", live),
+            ]
+        return Finding(evidence=[*evidence, ev("graph.max_captured_batch", largest)], removable_ms=parent_cap_ms)
 
     @rule(
         SPECS["graph-capture-too-small"],
@@ -73,6 +93,19 @@ class LaunchRules(RuleSet):
             removable_ms=parent_cap_ms,
         )
 
+    @rule(
+        SPECS["graph-not-replaying"],
+        Server(cuda_graphs=True),
+        AS.g << Graph(),
+        TEST(lambda g: not_replaying(g) and within_capture(g)),
+    )
+    def graph_not_replaying(self, g, parent_cap_ms):
+        evidence = [ev("server.cuda_graphs", True)]
+        evidence += [ev(f"graph.{n}", g[n]) for n in ("status", "replayed_at_live_batch", "live_units", "max_captured_batch") if n in g]
+        known = "max_captured_batch" in g and "live_units" in g
+        detail = "" if known else "The capture sizes or the live batch are unknown: check that the live batch is captured."
+        return Finding(evidence=evidence, removable_ms=parent_cap_ms, detail=detail)
+
     @rule(SPECS["graph-partial"], Graph(status="partial"))
     def graph_partial(self, parent_cap_ms):
         return Finding(evidence=[ev("graph.status", "partial")], removable_ms=parent_cap_ms)
@@ -80,6 +113,11 @@ class LaunchRules(RuleSet):
     @rule(SPECS["host-overhead"], Budget(host_ms=MATCH.host, step_ms=MATCH.step), TEST(lambda host, step: notable(host, step)))
     def host_overhead(self, host, step):
         return Finding(evidence=[ev("budget.host_ms", host, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=host)
+
+    @rule(SPECS["host-overhead"], Platform(host_bound_reported=True), NOT(Budget()))
+    def host_bound_reported(self):
+        """A profile or the maintainers found the loop CPU-bound: names the cause, bounds nothing."""
+        return Finding(evidence=[ev("platform.host_bound_reported", True)])
 
     @rule(SPECS["gil-contention"], Host(python_gil_busy_fraction=MATCH.busy), TEST(lambda busy: busy >= GIL_BUSY))
     def gil_contention(self, busy, parent_cap_ms):
@@ -90,3 +128,17 @@ class LaunchRules(RuleSet):
         if parent_cap_ms is None or sched < SCHEDULER_SHARE * parent_cap_ms:
             return None
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms")], removable_ms=sched)
+
+    @rule(
+        SPECS["scheduler-overhead"],
+        Host(scheduler_ms=MATCH.sched),
+        Reference(step_ms=MATCH.step),
+        NOT(Server(async_scheduling=True)),
+        TEST(lambda sched, step: notable(sched, step)),
+    )
+    def scheduler_overhead_standalone(self, sched, step, parent_cap_ms):
+        """No host part to compare with: the measured scheduler time is the claim, unless scheduling
+        overlaps the running step (then it is not on the critical path)."""
+        if parent_cap_ms is not None:
+            return None
+        return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)

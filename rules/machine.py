@@ -13,6 +13,8 @@ from diagnoser.engine import (
     W,
     Budget,
     Finding,
+    Memory,
+    Platform,
     Probe,
     RuleSet,
     Server,
@@ -31,6 +33,32 @@ PCIE_GBS = 25.0
 # share asked of launch gaps, because a resident decode loop needs no per-step PCIe traffic.
 MIN_H2D_SHARE = 0.05
 MIN_H2D_MS = 0.1
+# CFS throttling in more than 1 of 20 periods: the engine loop regularly stalls for the rest of a
+# (typically 100 ms) quota period, many decode steps long; below that, occasional bursts.
+CPU_THROTTLED = 0.05
+
+
+def build_issues(p) -> list:
+    """Evidence of a build or platform that does not run the fast path on this GPU."""
+    found = []
+    if p.get("build_type") == "debug":
+        found.append(ev("platform.build_type", "debug"))
+    if p.get("asserts_enabled") is True:
+        found.append(ev("platform.asserts_enabled", True))
+    if p.get("kernels_for_arch") is False:
+        found.append(ev("platform.kernels_for_arch", False))
+        if "gpu_arch" in p:
+            found.append(ev("platform.gpu_arch", p["gpu_arch"]))
+    for name in ("fallback_logged", "feature_gated_off"):
+        if p.get(name):
+            found.append(ev(f"platform.{name}", p[name]))
+    return found
+
+
+def oversubscribed(p) -> bool:
+    threads, cores = p.get("cpu_threads"), p.get("cpu_cores_available")
+    over = threads is not None and cores is not None and threads > cores
+    return over or p.get("cpu_throttled_fraction", 0.0) > CPU_THROTTLED
 
 
 def clock_ratio(p) -> float | None:
@@ -97,6 +125,21 @@ class MachineRules(RuleSet):
         """A configured offload is the prime suspect, so less exposed time is worth naming; the
         measured copies replace cpu-offload's assumed link, and one hypothesis holds that time."""
         return h2d_finding(b, exposed, [ev("server.cpu_offload_gb", gb, "GB")])
+
+
+    @rule(SPECS["build-mismatch"], AS.p << Platform(), TEST(lambda p: bool(build_issues(p))))
+    def build_mismatch(self, p):
+        found = build_issues(p)
+        return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
+
+    @rule(SPECS["cpu-oversubscribed"], AS.p << Platform(), TEST(lambda p: oversubscribed(p)))
+    def cpu_oversubscribed(self, p):
+        names = ("cpu_threads", "cpu_cores_available", "cpu_throttled_fraction")
+        return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
+
+    @rule(SPECS["kv-cache-on-host"], Memory(kv_cache_on_device=False))
+    def kv_cache_on_host(self):
+        return Finding(evidence=[ev("memory.kv_cache_on_device", False)])
 
 
 def h2d_finding(b, exposed: float, evidence: list) -> Finding:

@@ -8,13 +8,19 @@ is where the time goes.
 from diagnoser.engine import (
     AS,
     MATCH,
+    NOT,
+    P,
     TEST,
+    W,
     Boundaries,
     Finding,
+    Grade,
     Host,
+    HostCostFact,
     Reference,
     RuleSet,
     Server,
+    Stream,
     ev,
     load_specs,
     rule,
@@ -32,6 +38,19 @@ SPIKE_RATIO = 2.5
 # A client p99 gap of twice the server's emission interval, with the median on time, is
 # chunks held and released in bursts: the stream's rate is intact, its smoothness is not.
 BURST_RATIO = 2.0
+# A stream's worst gap is a maximum over hundreds of intervals, so it needs a wider margin than
+# the p99/p50 ratio: four steps is a prefill chunk's worth of work, not jitter or a late wake-up.
+STALL_RATIO = 4.0
+# What a penalty cost that scans the history grows with.
+HISTORY_GROWTH = frozenset({"output_length", "context"})
+
+
+def penalties_on(s) -> bool:
+    return s.get("repetition_penalty") is True or s.get("penalties") is True
+
+
+def _penalty_flags(s) -> list:
+    return [ev(f"server.{n}", True) for n in ("repetition_penalty", "penalties") if s.get(n) is True]
 
 # Server and client intervals are compared per token (per chunk / tokens per chunk), so chunked
 # streaming is not mistaken for slow output; see Boundaries in diagnoser.engine.facts.
@@ -112,9 +131,29 @@ class OutputPathRules(RuleSet):
             detail="Gain shown for a step 1k tokens into the output.",
         )
 
-    @rule(SPECS["penalty-over-history"], Server(repetition_penalty=True))
-    def penalty_over_history(self, parent_cap_ms):
-        return Finding(evidence=[ev("server.repetition_penalty", True)], removable_ms=parent_cap_ms)
+    @rule(
+        SPECS["penalty-over-history"],
+        AS.s << Server(),
+        NOT(HostCostFact(name="penalties", grows_with=P(lambda g: bool(HISTORY_GROWTH & set(g))))),
+        TEST(lambda s: penalties_on(s)),
+    )
+    def penalty_over_history(self, s, parent_cap_ms):
+        """Under a measured growth the flag takes the parent's time; alone it is only possible (penalties are common)."""
+        if parent_cap_ms is not None:
+            return Finding(evidence=_penalty_flags(s), removable_ms=parent_cap_ms)
+        return Finding(evidence=_penalty_flags(s), grade=Grade.possible, detail="Penalties are on; nothing shows yet that they grow the step.")
+
+    @rule(
+        SPECS["penalty-over-history"],
+        AS.c << HostCostFact(name="penalties", grows_with=P(lambda g: bool(HISTORY_GROWTH & set(g)))),
+    )
+    def penalty_cost_over_history(self, c, parent_cap_ms):
+        """A penalties cost that grows with the history: its measured time, else the parent's, else indicated."""
+        evidence = [ev("host_costs[penalties].grows_with", ", ".join(c["grows_with"]))]
+        measured = c.get("measured", True) and "ms_per_step" in c
+        if measured:
+            evidence.append(ev("host_costs[penalties].ms_per_step", c["ms_per_step"], "ms"))
+        return Finding(evidence=evidence, removable_ms=c["ms_per_step"] if measured else parent_cap_ms)
 
     @rule(
         SPECS["prefill-stalls"],
@@ -128,6 +167,28 @@ class OutputPathRules(RuleSet):
             removable_ms=step * (ratio - 1),
             step_ms=step * ratio,
             detail="The gain is on the spiking (p99) interval, not on the median step.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Server(prefill_priority=True),
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        TEST(lambda stall, step: stall >= STALL_RATIO * step),
+    )
+    def prefill_first_stalls(self, stall, step):
+        return Finding(
+            evidence=[ev("server.prefill_priority", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            removable_ms=stall - step,
+            step_ms=stall,
+            detail="Prefill runs before any decode: the gain is on the worst stall a stream saw, not on the median step.",
+        )
+
+    @rule(SPECS["prefill-stalls"], Server(prefill_priority=True), NOT(Stream(worst_stall_ms=W())))
+    def prefill_first(self):
+        return Finding(
+            evidence=[ev("server.prefill_priority", True)],
+            detail="Prefill is scheduled before any decode; no stream stall was recorded to bound it.",
         )
 
 

@@ -55,7 +55,7 @@ def test_malformed_settings(text, message):
 
 def test_unknown_module_or_name_lists_what_exists():
     book = load_rulebook()
-    with pytest.raises(InputError, match=r"no rule module 'lunch' \(modules: collectives, .*launch"):
+    with pytest.raises(InputError, match=r"no rule module 'lunch' \(modules: capacity, collectives, .*launch"):
         with thresholds_set(book, {"lunch.MIN_PART_SHARE": 0.1}):
             pass
     # lower-case names and non-numbers (SPECS) are not thresholds

@@ -13,18 +13,27 @@ from diagnoser.engine.facts import (
     ClaimedStep,
     Collective,
     ContextSweep,
+    Expectation,
     Graph,
     Holds,
     Host,
+    HostCostFact,
     KernelClass,
     KernelSum,
     Layout,
+    Memory,
+    Metrics,
+    Platform,
     Probe,
     QuotedBound,
     RankBudget,
     Reference,
+    Routing,
+    RunDiff,
     Server,
+    Shares,
     Speculation,
+    Stream,
 )
 from diagnoser.engine.loader import Rulebook, load_rulebook
 from diagnoser.engine.runner import diagnose
@@ -39,13 +48,14 @@ from diagnoser.engine.spec import (
     undo,
 )
 from diagnoser.experta_compat import AS, MATCH, NOT, OR, TEST, L, P, W
-from diagnoser.models.hypothesis import Check, Kind
+from diagnoser.models.hypothesis import Check, Grade, Kind
 
 __all__ = [
     "AS", "MATCH", "NOT", "OR", "TEST", "L", "P", "W",
     "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ContextSweep",
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
-    "Reference", "Server", "Speculation",
-    "Check", "Finding", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
+    "Reference", "Server", "Speculation", "Expectation", "HostCostFact", "Memory", "Metrics", "Platform", "Routing",
+    "RunDiff", "Shares", "Stream",
+    "Check", "Finding", "Grade", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
     "diagnose", "ev", "load_rulebook", "load_specs", "rule", "undo",
 ]

@@ -14,7 +14,7 @@ from diagnoser.engine.loader import Rulebook
 from diagnoser.engine.runner import diagnose
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
-from diagnoser.models.hypothesis import Kind
+from diagnoser.models.hypothesis import Grade, Kind
 from diagnoser.models.documents import load_document, validation_message
 
 SPEEDUP_TOLERANCE = 0.01
@@ -32,6 +32,9 @@ class Fixture(BaseModel):
     no_cause: bool = Field(default=False, description="no cause named (checks, guards and lessons allowed)")
     speedup: dict[str, float] = Field(default_factory=dict, description="rule id -> expected bounded speed-up")
     rule_errors: list[str] = Field(default_factory=list, description="rule ids expected to raise")
+    grades: dict[str, Grade] = Field(default_factory=dict, description="rule id -> the grade its hypothesis must carry")
+    unbounded: list[str] = Field(default_factory=list, description="rule ids that must fire with 'not bounded yet'")
+    first_question: str | None = Field(default=None, description="the input the diagnosis must ask for first")
 
 
 class FixtureFile(BaseModel):
@@ -89,6 +92,19 @@ def check_fixture(fixture: Fixture, rulebook: Rulebook) -> list[str]:
             problems.append(f"no gain from {rule_id}")
         elif abs(found[0].gain.speedup - expected) > SPEEDUP_TOLERANCE * expected:
             problems.append(f"{rule_id} speed-up {found[0].gain.speedup:.4f}, expected {expected}")
+    for rule_id, grade in sorted(fixture.grades.items()):
+        graded = [h.grade for h in causes if h.rule == rule_id]
+        if graded and graded[0] is not grade:
+            problems.append(f"{rule_id} graded {graded[0].value}, expected {grade.value}")
+        elif not graded:
+            problems.append(f"expected {rule_id} to fire as a {grade.value} cause")
+    for rule_id in fixture.unbounded:
+        if any(h.gain is not None for h in causes if h.rule == rule_id):
+            problems.append(f"{rule_id} has a bounded gain, expected 'not bounded yet'")
+    if fixture.first_question is not None:
+        asked = d.questions[0].input if d.questions else None
+        if asked != fixture.first_question:
+            problems.append(f"expected the first question to ask for {fixture.first_question}, got {asked}")
     errored = {e.rule for e in d.rule_errors}
     problems += [f"expected {r} to raise" for r in fixture.rule_errors if r not in errored]
     problems += [f"rule error {e.rule}: {e.error}" for e in d.rule_errors if e.rule not in fixture.rule_errors]

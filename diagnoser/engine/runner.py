@@ -45,11 +45,12 @@ class DiagnosisEngine(KnowledgeEngine):
 
     specs: dict[str, RuleSpec] = {}
 
-    def start(self, reference_step_ms: float | None, unevaluable: set[str] = frozenset()) -> None:
+    def start(self, reference_step_ms: float | None, unevaluable: set[str] = frozenset(), present: set[str] = frozenset()) -> None:
         """Forget the previous case: facts, agenda and conclusions."""
         self.reset()
         self.reference_step_ms = reference_step_ms
         self.unevaluable = set(unevaluable)
+        self.present = set(present)
         self.found: list[Hypothesis] = []
         self.errors: list[RuleError] = []
         self.fired: set[str] = set()  # rules whose patterns matched, whatever their body made of it
@@ -65,7 +66,7 @@ class DiagnosisEngine(KnowledgeEngine):
             finding = body(self, **{name: bindings.get(name) for name in wanted})
             if finding is None:
                 return
-            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec))
+            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec, finding))
         except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
@@ -76,14 +77,19 @@ class DiagnosisEngine(KnowledgeEngine):
             gain = hypothesis.gain
             self.declare(Holds(rule=spec.id, cap_ms=gain.removable_ms if gain else None, step_ms=gain.step_ms if gain else None))
 
-    def bounded_by(self, spec: RuleSpec) -> list[str]:
-        """The inputs that would bound a cause that fired without a measured time."""
-        if spec.bounded_by:
-            return list(spec.bounded_by)
-        chain = [spec]
-        while chain[-1].parent is not None and chain[-1].parent in self.specs:
-            chain.append(self.specs[chain[-1].parent])
-        return sorted({name for s in chain for name in s.requires} or {"budget"})
+    def bounded_by(self, spec: RuleSpec, finding: Finding | None = None) -> list[str]:
+        """The absent inputs that would bound a cause: a step to take a share of when its time is
+        measured, else the spec's list, else what it and its ancestors require."""
+        if finding is not None and finding.removable_ms is not None:
+            wanted = {"budget", "metrics"}
+        elif spec.bounded_by:
+            wanted = set(spec.bounded_by)
+        else:
+            chain = [spec]
+            while chain[-1].parent is not None and chain[-1].parent in self.specs:
+                chain.append(self.specs[chain[-1].parent])
+            wanted = {name for s in chain for name in s.requires} or {"budget"}
+        return sorted(wanted - self.present)
 
     def implied_parents(self, spec: RuleSpec, child: Hypothesis) -> list[Hypothesis]:
         """Ancestors a standalone refinement implies, at its grade or below (never measured: they
@@ -114,9 +120,11 @@ class DiagnosisEngine(KnowledgeEngine):
 
 
 def grade_of(spec: RuleSpec, finding: Finding) -> Grade:
-    """Measured only with a measured time to claim; otherwise what the rule's evidence supports."""
+    """Measured exactly when the finding claims a time: only a measured figure may bound a gain,
+    so a rule with an estimate gives it as detail and claims nothing. Otherwise the grade its
+    evidence supports (the finding's, else the spec's), never measured."""
     if finding.removable_ms is not None:
-        return finding.grade or Grade.measured
+        return Grade.measured
     declared = finding.grade or spec.grade
     return Grade.indicated if declared is Grade.measured else declared
 
@@ -146,8 +154,10 @@ def build_hypothesis(
     grade = grade_of(spec, finding) if kind is Kind.cause else None
     return Hypothesis(
         grade=grade,
+        claimed_ms=finding.removable_ms if kind is Kind.cause else None,
         bounded_by=list(bounded_by) if kind is Kind.cause and gain is None else [],
         leads=spec.leads,
+        locates=spec.locates,
         id=f"{spec.id}:{finding.key}" if finding.key else spec.id,
         rule=spec.id,
         kind=kind,
@@ -164,6 +174,8 @@ def build_hypothesis(
 
 
 def _rank_key(h: Hypothesis) -> tuple:
+    """A locating cause (the slowdown follows a changed setting) restates the comparison the
+    engineer supplied; a mechanism of any grade says what to fix inside it, so it comes first."""
     speedup = h.gain.speedup if h.gain else 1.0
     grade = GRADE_ORDER[h.grade] if h.grade is not None else 0
     # At equal gain a measured cause comes before its refinements (they are capped by it, never
@@ -171,7 +183,7 @@ def _rank_key(h: Hypothesis) -> tuple:
     refinement_first = h.gain is None and h.grade is not Grade.measured
     family = (h.parent is None) if refinement_first else (h.parent is not None)
     return (
-        not h.leads, KIND_ORDER[h.kind], grade, -round(speedup, 9), h.implied_by is not None, family,
+        not h.leads, KIND_ORDER[h.kind], h.locates, grade, -round(speedup, 9), h.implied_by is not None, family,
         -len(h.evidence), h.id, h.model_dump_json(),
     )
 
@@ -258,8 +270,9 @@ def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSu
     case = with_derived_budget(case)
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
-    unevaluable = unevaluable_rules(rulebook, present_inputs(case, bound))
-    engine = rulebook.engine(step, unevaluable)
+    present = present_inputs(case, bound)
+    unevaluable = unevaluable_rules(rulebook, present)
+    engine = rulebook.engine(step, unevaluable, present)
     raised: list[RuleError] = []
     token = test_errors.set(raised)
     try:

@@ -54,6 +54,10 @@ class RuleSpec(BaseModel):
         default=(), description="inputs that would bound it when it fires without a measured time (default: its parent's requires)"
     )
     leads: bool = Field(default=False, description="a guard that invalidates the comparison: ranks before every cause")
+    locates: bool = Field(
+        default=False,
+        description="a cause that says where the time went (a setting, a version), not what spends it: ranks after the mechanisms",
+    )
     explanation: str
     check: Check | None = None
     remedies: tuple[RemedySpec, ...] = ()

@@ -99,11 +99,17 @@ class Hypothesis(_Out):
     parent: str | None = None
     missing: list[str] = Field(default_factory=list, description="inputs that would let more rules evaluate")
     grade: Grade | None = Field(default=None, description="causes only: measured, indicated or possible")
+    claimed_ms: float | None = Field(
+        default=None, description="the measured time a measured cause claims, also when no reference step turns it into a gain"
+    )
     bounded_by: list[str] = Field(
         default_factory=list, description="an unbounded cause: the inputs whose measurement would bound its gain"
     )
     implied_by: str | None = Field(default=None, description="a parent named only because this refinement holds")
     leads: bool = Field(default=False, description="a guard that invalidates the comparison; ranks before every cause")
+    locates: bool = Field(
+        default=False, description="says where the time went (a changed setting), not what spends it; ranks after the mechanisms"
+    )
 
 
 class Question(_Out):

@@ -56,12 +56,12 @@ class StepBudget(_Obs):
 class BudgetShares(_Obs):
     """A budget quoted as shares of a step whose length was not given (a profile's percentages)."""
 
-    device: float = Field(default=0, ge=0, le=1)
-    exposed_comm: float = Field(default=0, ge=0, le=1)
+    device: float = Field(default=0, ge=0, le=1, description="compute/memory kernels on the critical path")
+    exposed_comm: float = Field(default=0, ge=0, le=1, description="communication not overlapped by compute")
     launch: float = Field(default=0, ge=0, le=1, description="GPU idle waiting for launches")
-    queue: float = Field(default=0, ge=0, le=1)
+    queue: float = Field(default=0, ge=0, le=1, description="launched work waiting behind other work")
     host: float = Field(default=0, ge=0, le=1, description="GPU idle waiting for other host work")
-    source: str = ""
+    source: str = Field(default="", description="the profile or tool the shares were read from")
 
     @model_validator(mode="after")
     def _at_most_one(self) -> "BudgetShares":
@@ -204,7 +204,8 @@ class ProbeFacts(_Obs):
 
 
 class SpeculationObs(_Obs):
-    draft_length: int = Field(ge=1, description="k drafted tokens per cycle")
+    draft_length: int | None = Field(default=None, ge=1, description="k drafted tokens per cycle (when fixed)")
+    drafted_per_cycle: float | None = Field(default=None, ge=0, description="measured drafted tokens per cycle (adaptive drafters)")
     acceptance: float | None = Field(default=None, ge=0, le=1, description="constant conditional acceptance a")
     mean_accepted_per_cycle: float | None = Field(default=None, ge=0, description="measured emitted tokens per cycle")
     draft_ms: float | None = Field(default=None, ge=0)
@@ -233,13 +234,13 @@ class ServerConfig(_Obs):
     structured_output: bool | None = Field(default=None, description="requests decode under a grammar or JSON schema")
     penalties: bool | None = Field(default=None, description="frequency/presence penalties on (repetition_penalty covers that one)")
     top_k: int | None = Field(default=None, description="top-k; 0 or below means the whole vocabulary")
-    vocab_size: int | None = Field(default=None, ge=1)
+    vocab_size: int | None = Field(default=None, ge=1, description="tokens in the vocabulary (sampling and masks scale with it)")
     lora_adapters: int | None = Field(default=None, ge=0, description="LoRA adapters served")
     speculative: str | None = Field(default=None, description="speculative method configured (ngram, eagle, draft model), if any")
     speculative_active: bool | None = Field(default=None, description="false when speculation is configured but disabled at this load")
     async_scheduling: bool | None = Field(default=None, description="host scheduling overlaps the running step")
     max_context: int | None = Field(default=None, ge=1, description="configured maximum context length")
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, description="most sequences the scheduler runs at once")
     prefill_priority: bool | None = Field(default=None, description="prefill chunks are scheduled before any decode")
     tokenizer_fast: bool | None = Field(default=None, description="false when a slow (pure-Python) tokenizer is in use")
     multimodal: bool | None = Field(default=None, description="requests carry images, audio or video")
@@ -295,7 +296,7 @@ class Observations(_Obs):
     expected: Expected | None = Field(default=None, description="the figure it was compared with")
     runs: list[Run] = Field(default_factory=list, max_length=64, description="operating points that differ in named settings")
     host_costs: list[HostCost] = Field(default_factory=list, max_length=64, description="named host costs per decode step")
-    routing: RoutingObs | None = None
-    memory: MemoryObs | None = None
-    platform: PlatformObs | None = None
-    stream: StreamObs | None = None
+    routing: RoutingObs | None = Field(default=None, description="MoE routing: rows per expert, load per EP rank")
+    memory: MemoryObs | None = Field(default=None, description="KV usage, preemptions, offload")
+    platform: PlatformObs | None = Field(default=None, description="build type, GPU architecture, device API, CPU threads")
+    stream: StreamObs | None = Field(default=None, description="stalls and bursts a stream saw")

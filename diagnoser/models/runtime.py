@@ -50,14 +50,14 @@ class Growth(str, Enum):
 class HostCost(_Obs):
     """One named host cost per decode step, measured (a profiler, a timer) or estimated."""
 
-    name: HostCostName
+    name: HostCostName = Field(description="which host work this is")
     ms_per_step: float | None = Field(default=None, ge=0, description="time per decode step (or per emitted token)")
     share_of_step: float | None = Field(default=None, ge=0, le=1, description="fraction of the step, when only that was quoted")
     reference_ms: float | None = Field(default=None, ge=0, description="the same cost in the reference run (older version, other config)")
     measured: bool = Field(default=True, description="false for an estimate (then it indicates, it does not bound)")
     exposed: bool | None = Field(default=None, description="true when the GPU idles during it (not overlapped)")
-    grows_with: list[Growth] = Field(default_factory=list)
-    note: str = ""
+    grows_with: list[Growth] = Field(default_factory=list, description="what the cost grows with, where the report says so")
+    note: str = Field(default="", description="what the work is, in the report's words")
 
 
 class RoutingObs(_Obs):
@@ -72,7 +72,7 @@ class RoutingObs(_Obs):
 class MemoryObs(_Obs):
     """Capacity facts: what fits, and what the engine does when it does not."""
 
-    weights_fit_without_offload: bool | None = None
+    weights_fit_without_offload: bool | None = Field(default=None, description="the weights fit in device memory without offloading")
     kv_cache_usage: float | None = Field(default=None, ge=0, le=1, description="fraction of KV blocks in use")
     preemptions: float | None = Field(default=None, ge=0, description="preemptions or swaps during the window")
     waiting_requests: float | None = Field(default=None, ge=0, description="requests queued for KV space")
@@ -87,14 +87,14 @@ class BuildType(str, Enum):
 class PlatformObs(_Obs):
     """The build and the platform the engine runs on."""
 
-    build_type: BuildType | None = None
+    build_type: BuildType | None = Field(default=None, description="release or debug build of the engine")
     asserts_enabled: bool | None = Field(default=None, description="debug assertions or NaN/Inf scans compiled in")
     gpu_arch: str | None = Field(default=None, description="compute capability or ISA, e.g. '7.0', 'sm_90', 'gfx1201'")
     kernels_for_arch: bool | None = Field(default=None, description="false when the build has no native kernels for this GPU")
     fallback_logged: str | None = Field(default=None, description="a log line saying a slower path or backend was chosen")
     feature_gated_off: str | None = Field(default=None, description="a feature the engine turned off for this platform (graphs, a kernel)")
     device_api: str | None = Field(default=None, description="cuda, rocm, vulkan, metal, cpu, npu")
-    os: str | None = None
+    os: str | None = Field(default=None, description="operating system and any scheduling setting of note")
     cpu_threads: int | None = Field(default=None, ge=1, description="threads the engine runs its CPU work on")
     cpu_cores_available: float | None = Field(default=None, gt=0, description="cores the process may use (cgroup quota or cpuset)")
     cpu_throttled_fraction: float | None = Field(default=None, ge=0, le=1, description="share of CFS periods throttled")
@@ -106,4 +106,4 @@ class StreamObs(_Obs):
 
     worst_stall_ms: float | None = Field(default=None, gt=0, description="the longest gap a stream saw")
     bursty: bool | None = Field(default=None, description="tokens arrive in bursts rather than one per step")
-    tokens_per_burst: float | None = Field(default=None, gt=0)
+    tokens_per_burst: float | None = Field(default=None, gt=0, description="tokens that arrive together in one burst")

@@ -12,6 +12,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from diagnoser.models.runtime import Growth
+
 
 class _Obs(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -38,10 +40,10 @@ class RateKind(str, Enum):
 class Percentiles(_Obs):
     """One latency figure at the percentiles that were reported, in ms."""
 
-    mean: float | None = Field(default=None, gt=0)
-    p50: float | None = Field(default=None, gt=0)
-    p90: float | None = Field(default=None, gt=0)
-    p99: float | None = Field(default=None, gt=0)
+    mean: float | None = Field(default=None, gt=0, description="mean, ms")
+    p50: float | None = Field(default=None, gt=0, description="median, ms")
+    p90: float | None = Field(default=None, gt=0, description="90th percentile, ms")
+    p99: float | None = Field(default=None, gt=0, description="99th percentile, ms")
 
     @property
     def typical(self) -> float | None:
@@ -61,7 +63,7 @@ class ServingMetrics(_Obs):
     request_latency_ms: Percentiles | None = Field(default=None, description="end-to-end request latency")
     concurrency: float | None = Field(default=None, gt=0, description="requests in flight (client side)")
     running_sequences: float | None = Field(default=None, gt=0, description="sequences the engine decoded together")
-    requests_per_s: float | None = Field(default=None, gt=0)
+    requests_per_s: float | None = Field(default=None, gt=0, description="completed requests per second")
     input_tokens: float | None = Field(default=None, ge=0, description="prompt tokens per request")
     output_tokens: float | None = Field(default=None, ge=1, description="generated tokens per request")
     tokens_per_chunk: float | None = Field(default=None, gt=0, description="tokens per streamed chunk (speculation emits several)")
@@ -70,6 +72,9 @@ class ServingMetrics(_Obs):
     )
     window_includes_warmup: bool | None = Field(
         default=None, description="the timed window includes warm-up (compilation, graph capture, first requests)"
+    )
+    per_token_grows_with: list[Growth] = Field(
+        default_factory=list, description="what the per-token time is reported to grow with, when no sweep gives figures"
     )
 
     def per_token_ms(self) -> float | None:
@@ -96,14 +101,14 @@ class ExpectedKind(str, Enum):
 class Expected(_Obs):
     """The figure the slow run was held against, with what it measures."""
 
-    kind: ExpectedKind
-    output_tokens_per_s: float | None = Field(default=None, gt=0)
-    per_user_tokens_per_s: float | None = Field(default=None, gt=0)
-    per_token_ms: float | None = Field(default=None, gt=0)
+    kind: ExpectedKind = Field(description="what kind of reference the figure is; each supports different conclusions")
+    output_tokens_per_s: float | None = Field(default=None, gt=0, description="expected aggregate tokens/s")
+    per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="expected tokens/s of one stream")
+    per_token_ms: float | None = Field(default=None, gt=0, description="expected TPOT or step time per token")
     rate: RateKind = Field(default=RateKind.unknown, description="whether the expected tokens/s is aggregate or per stream")
-    boundary: MetricBoundary = MetricBoundary.unknown
+    boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the expected figure was read")
     concurrency: float | None = Field(default=None, gt=0, description="streams the expected figure was measured at")
-    note: str = ""
+    note: str = Field(default="", description="where the figure comes from")
 
 
 # Setting names the rules interpret; any other name is compared as an opaque setting.
@@ -140,9 +145,9 @@ class RunFigures(_Obs):
 
     per_token_ms: float | None = Field(default=None, gt=0, description="TPOT/ITL or step time per token of one stream")
     output_tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate output tokens/s")
-    per_user_tokens_per_s: float | None = Field(default=None, gt=0)
+    per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="tokens/s of one stream")
     duration_s: float | None = Field(default=None, gt=0, description="wall time of a fixed job (a drain, a benchmark)")
-    ttft_ms: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token (not compared: prefill)")
     host_ms_per_step: float | None = Field(default=None, ge=0, description="host time per step, where instrumented")
 
     @model_validator(mode="after")
@@ -167,10 +172,10 @@ class RunFigures(_Obs):
 class Run(_Obs):
     """One operating point: the settings it ran with and what it measured."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="what this operating point is called in the report")
     settings: dict[str, str | float | int | bool] = Field(
         default_factory=dict, description=f"named settings; known names: {', '.join(sorted(KNOWN_SETTINGS))}"
     )
-    figures: RunFigures
+    figures: RunFigures = Field(description="what it measured; runs are compared on the first figure both have")
     baseline: bool = Field(default=False, description="the reference run others are compared with (else the first)")
-    boundary: MetricBoundary = MetricBoundary.unknown
+    boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where its figures were read")

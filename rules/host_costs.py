@@ -1,0 +1,110 @@
+"""Named host work on the decode path: detokenizing, sampling, penalties, masks, bookkeeping.
+
+The device bound counts none of it, and a graph does not remove it. A cost timed per step
+is a measured time: it bounds what moving it off the critical path can buy (all of it at
+most; it may already overlap the step, which the check settles). A cost only described
+indicates where to look and bounds nothing yet.
+"""
+
+from diagnoser.engine import (
+    AS,
+    MATCH,
+    NOT,
+    TEST,
+    W,
+    Finding,
+    HostCostFact,
+    Reference,
+    RuleSet,
+    RunDiff,
+    Server,
+    ev,
+    load_specs,
+    rule,
+)
+
+from diagnoser.rules.output_path import HISTORY_GROWTH
+
+SPECS = load_specs(__file__)
+
+# A timed host cost worth naming: at least 3 % of the measured step (or 0.05 ms when no step is known).
+MIN_SHARE = 0.03
+MIN_MS = 0.05
+# A structured-output run this much slower than the same run without it is the mask's cost.
+SLOWER = 1.05
+# Host costs a grammar or schema constraint adds on every step.
+MASK_COSTS = {"structured_output", "logits_processors"}
+
+
+def timed_ms(c, step: float | None) -> float | None:
+    """The cost per step as measured: its own figure, else its share of the measured step."""
+    if not c.get("measured", True):
+        return None
+    if "ms_per_step" in c:
+        return c["ms_per_step"]
+    if "share_of_step" in c and step:
+        return c["share_of_step"] * step
+    return None
+
+
+def _evidence(c, ms: float | None) -> list:
+    name = c["name"]
+    out = [ev(f"host_costs[{name}].ms_per_step", ms, "ms")] if ms is not None else [ev(f"host_costs[{name}]", "described, not timed")]
+    for field, unit in (("reference_ms", "ms"), ("share_of_step", ""), ("exposed", "")):
+        if field in c:
+            out.append(ev(f"host_costs[{name}].{field}", c[field], unit))
+    if c.get("grows_with"):
+        out.append(ev(f"host_costs[{name}].grows_with", ", ".join(c["grows_with"])))
+    return out
+
+
+def claimed_by_a_mechanism(c) -> bool:
+    """Costs a more specific rule holds (one hypothesis per measured time): penalties that grow
+    with the history (penalty-over-history), work sized by the configured maximum context
+    (max-context-work)."""
+    grows = set(c.get("grows_with") or ())
+    return (c["name"] == "penalties" and bool(HISTORY_GROWTH & grows)) or "max_context" in grows
+
+
+def host_cost_finding(c, step: float | None) -> Finding | None:
+    if claimed_by_a_mechanism(c):
+        return None
+    ms = timed_ms(c, step)
+    if ms is not None and ms < (MIN_SHARE * step if step else MIN_MS):
+        return None
+    detail = ""
+    if ms is not None and "reference_ms" in c:
+        detail = f"It took {c['reference_ms']:.3g} ms in the reference run: {ms - c['reference_ms']:.3g} ms of growth."
+    return Finding(evidence=_evidence(c, ms), removable_ms=ms, key=c["name"], detail=detail)
+
+
+class HostCostRules(RuleSet):
+    @rule(SPECS["host-cost"], AS.c << HostCostFact(), Reference(step_ms=MATCH.step))
+    def host_cost(self, c, step):
+        return host_cost_finding(c, step)
+
+    @rule(SPECS["host-cost"], AS.c << HostCostFact(), NOT(Reference(step_ms=W())))
+    def host_cost_without_step(self, c):
+        return host_cost_finding(c, None)
+
+    @rule(
+        SPECS["structured-output-overhead"],
+        Server(structured_output=True),
+        AS.d << RunDiff(setting="structured_output", ratio=MATCH.ratio),
+        TEST(lambda ratio: ratio >= SLOWER),
+    )
+    def structured_output_measured(self, d, ratio):
+        return Finding(
+            evidence=[ev("server.structured_output", True), ev("runs.ratio", ratio), ev("runs.figure", d["figure"])],
+            removable_ms=d["other_time"] - d["base_time"],
+            step_ms=d["other_time"],
+        )
+
+    @rule(
+        SPECS["structured-output-overhead"],
+        Server(structured_output=True),
+        HostCostFact(name=MATCH.name),
+        TEST(lambda name: name in MASK_COSTS),
+    )
+    def structured_output_indicated(self, name):
+        return Finding(evidence=[ev("server.structured_output", True), ev("host_costs", name)])

@@ -1,0 +1,125 @@
+"""Is the figure a decode rate at all? Guards on how a serving figure was measured.
+
+Before any cause, the comparison itself must hold: an observation faster than the physical
+floor means the bound, the bandwidth or the boundary is wrong; a rate that includes prefill,
+warm-up or another concurrency describes other work; a chunk interval is not a token
+interval when chunks carry several tokens. These guards lead the report: every gain below
+them refers to a figure they put in doubt.
+"""
+
+from diagnoser.engine import (
+    AS,
+    MATCH,
+    NOT,
+    OR,
+    TEST,
+    Bound,
+    Expectation,
+    Finding,
+    Metrics,
+    RuleSet,
+    Server,
+    ev,
+    load_specs,
+    rule,
+)
+
+SPECS = load_specs(__file__)
+
+# Below 95 % of the floor is beyond the bound's rounding and a datasheet-vs-measured bandwidth spread.
+BELOW_FLOOR = 0.95
+# A chunk interval 1.5x the per-token time means chunks hold about 1.5 tokens or more.
+CHUNK_RATIO = 1.5
+# Concurrencies 2x apart are different operating points.
+CONCURRENCY_RATIO = 2.0
+
+
+class RateGuards(RuleSet):
+    @rule(
+        SPECS["faster-than-floor"],
+        Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
+        TEST(lambda floor, observed: observed < BELOW_FLOOR * floor),
+    )
+    def faster_than_floor(self, floor, observed):
+        return Finding(
+            evidence=[ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms"), ev("observed_over_floor", observed / floor)],
+            detail=f"Observed {observed:.4g} ms per step against a {floor:.4g} ms floor.",
+        )
+
+    @rule(SPECS["rate-includes-prefill"], OR(Metrics(rate_includes_prefill=True), Metrics(window_includes_warmup=True)))
+    def rate_includes_prefill(self):
+        return Finding(evidence=[ev(f"metrics.{name}", True) for name in self.flags("rate_includes_prefill", "window_includes_warmup")])
+
+    @rule(
+        SPECS["rate-kind-mismatch"],
+        Expectation(rate="aggregate"),
+        Metrics(per_user_tokens_per_s=MATCH.per_user),
+        NOT(Metrics(output_tokens_per_s=MATCH.aggregate)),
+    )
+    def aggregate_against_per_user(self, per_user):
+        return Finding(evidence=[ev("expected.rate", "aggregate"), ev("metrics.per_user_tokens_per_s", per_user)])
+
+    @rule(
+        SPECS["rate-kind-mismatch"],
+        Expectation(rate="per_user"),
+        Metrics(output_tokens_per_s=MATCH.aggregate),
+        NOT(Metrics(per_user_tokens_per_s=MATCH.per_user)),
+    )
+    def per_user_against_aggregate(self, aggregate):
+        return Finding(evidence=[ev("expected.rate", "per_user"), ev("metrics.output_tokens_per_s", aggregate)])
+
+    @rule(
+        SPECS["rate-kind-mismatch"],
+        Expectation(concurrency=MATCH.expected),
+        Metrics(concurrency=MATCH.observed),
+        TEST(lambda expected, observed: max(expected, observed) >= CONCURRENCY_RATIO * min(expected, observed)),
+    )
+    def other_concurrency(self, expected, observed):
+        return Finding(evidence=[ev("expected.concurrency", expected), ev("metrics.concurrency", observed)])
+
+    @rule(SPECS["chunk-interval-as-token"], AS.m << Metrics(tokens_per_chunk=MATCH.per_chunk), TEST(lambda per_chunk: per_chunk > 1))
+    def multi_token_chunks(self, m, per_chunk):
+        return Finding(evidence=[ev("metrics.tokens_per_chunk", per_chunk), *self.itl(m)])
+
+    @rule(
+        SPECS["chunk-interval-as-token"],
+        AS.m << Metrics(itl_p50_ms=MATCH.itl),
+        OR(Metrics(tpot_p50_ms=MATCH.tpot), Metrics(implied_per_token_ms=MATCH.tpot)),
+        TEST(lambda itl, tpot: itl >= CHUNK_RATIO * tpot),
+    )
+    def itl_above_per_token(self, m, itl, tpot):
+        return Finding(evidence=[ev("metrics.itl_p50_ms", itl, "ms"), ev("per_token_ms", tpot, "ms")])
+
+    @rule(
+        SPECS["chunk-interval-as-token"],
+        AS.m << Metrics(itl_p50_ms=MATCH.itl),
+        Server(speculative=MATCH.method),
+        NOT(Server(speculative_active=False)),
+        NOT(Metrics(tokens_per_chunk=MATCH.per_chunk)),
+    )
+    def itl_under_speculation(self, m, itl, method):
+        return Finding(evidence=[ev("server.speculative", method), ev("metrics.itl_p50_ms", itl, "ms")])
+
+    @rule(
+        SPECS["unknown-boundary"],
+        Metrics(boundary="unknown"),
+        OR(Expectation(kind=MATCH.kind), Bound(floor_ms=MATCH.kind)),
+    )
+    def unknown_boundary(self):
+        return Finding(evidence=[ev("metrics.boundary", "unknown")])
+
+    @rule(
+        SPECS["unknown-boundary"],
+        Metrics(boundary=MATCH.observed),
+        Expectation(boundary=MATCH.expected),
+        TEST(lambda observed, expected: "unknown" not in (observed, expected) and observed != expected),
+    )
+    def different_boundaries(self, observed, expected):
+        return Finding(evidence=[ev("metrics.boundary", observed), ev("expected.boundary", expected)], key="differs")
+
+    def flags(self, *names: str) -> list[str]:
+        metrics = next(f for f in self.facts.values() if isinstance(f, Metrics))
+        return [n for n in names if metrics.get(n) is True]
+
+    def itl(self, m) -> list:
+        return [ev(f"metrics.{n}", m[n], "ms") for n in ("itl_p50_ms", "itl_mean_ms") if n in m]

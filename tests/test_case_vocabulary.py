@@ -1,0 +1,114 @@
+"""The case vocabulary for real evidence: documented, validated field by field, and version 1 still loads."""
+
+import json
+
+import pytest
+
+from conftest import REPO, run_cli
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.engine.comparison import run_deltas, sweep_points
+from diagnoser.engine.facts import reference_step_ms, with_derived_budget
+from diagnoser.models.case import Case, load_case
+from diagnoser.models.serving import Run
+
+NEW_MODELS = {
+    "BudgetShares", "Expected", "HostCost", "MemoryObs", "Percentiles", "PlatformObs", "RoutingObs", "Run",
+    "RunFigures", "ServingMetrics", "StreamObs",
+}
+
+
+def test_schema_case_documents_every_new_field():
+    schema = json.loads(run_cli("schema", "case").stdout)
+    defs = schema["$defs"]
+    assert NEW_MODELS <= set(defs)
+    undocumented = [f"{m}.{p}" for m in NEW_MODELS for p, v in defs[m]["properties"].items() if "description" not in v]
+    assert undocumented == []
+    observations = defs["Observations"]["properties"]
+    for field in ("metrics", "expected", "runs", "host_costs", "routing", "memory", "platform", "stream", "budget_shares"):
+        assert observations[field].get("description"), field
+
+
+def test_a_version_1_case_loads_unchanged(tmp_path):
+    path = tmp_path / "v1.yaml"
+    text = "schema_version: 1\nobservations:\n  budget: {step_ms: 9, device_ms: 5.5, launch_ms: 2.5, host_ms: 1}\n  server: {cuda_graphs: false}\n"
+    path.write_text(text)
+    case = load_case(path)
+    assert case.schema_version == 1 and case.observations.budget.launch_ms == 2.5
+    assert path.read_text() == text
+    assert run_cli("diagnose", str(path)).returncode == 0
+    path.write_text("schema_version: 3\n")
+    out = run_cli("diagnose", str(path))
+    assert out.returncode == 2 and "schema_version 3 not supported (this diagnoser reads 2, 1)" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("observations: {runs: [{name: a, figures: {}}]}", "observations.runs.0.figures"),
+        ("observations: {metrics: {tpot_ms: {p50: -3}}}", "observations.metrics.tpot_ms.p50"),
+        ("observations: {host_costs: [{name: tokenizing, ms_per_step: 2}]}", "observations.host_costs.0.name"),
+        ("observations: {budget_shares: {device: 0.7, launch: 0.5}}", "observations.budget_shares"),
+        ("observations: {expected: {kind: a_hunch}}", "observations.expected.kind"),
+        ("observations: {graph: {capture_unit: requests}}", "observations.graph.capture_unit"),
+    ],
+)
+def test_bad_fields_are_one_line_naming_the_field(tmp_path, text, field):
+    path = tmp_path / "case.yaml"
+    path.write_text(text + "\n")
+    out = run_cli("diagnose", str(path))
+    assert out.returncode == 2 and field in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_gpu_named_as_tools_print_it_is_matched_or_marked_unknown():
+    pinned = {"model": "qwen3-8b", "batch": 1, "context": 1024, "observed": {"step_ms": 12}}
+    h100 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "NVIDIA H100 80GB HBM3"}}), load_rulebook())
+    assert h100.bound is not None and h100.bound.bandwidth_gbs == pytest.approx(3350)
+    for name in ("L40S", "RTX 4090"):
+        d = diagnose(Case.model_validate({"workload": {**pinned, "hardware": name}}), load_rulebook())
+        assert d.bound is None and f"GPU {name!r} matches no preset (unknown)" in d.bound_note
+    unnamed = diagnose(Case.model_validate({"workload": pinned}), load_rulebook())
+    assert unnamed.bound is None and "GPU is not pinned" in unnamed.bound_note
+
+
+def test_runs_differing_in_one_setting_give_a_delta_and_several_settings_are_confounded():
+    runs = [
+        Run.model_validate({"name": "old", "baseline": True, "settings": {"engine_version": "1", "tp": 2}, "figures": {"output_tokens_per_s": 1000}}),
+        Run.model_validate({"name": "new", "settings": {"engine_version": "2", "tp": 2}, "figures": {"output_tokens_per_s": 800}}),
+        Run.model_validate({"name": "both", "settings": {"engine_version": "2", "tp": 4}, "figures": {"output_tokens_per_s": 900}}),
+    ]
+    one, both = run_deltas(runs)
+    # 1000 and 800 aggregate tokens/s are 1.0 and 1.25 ms per token: 1.25x slower
+    assert (one.setting, one.before, one.after, one.figure) == ("engine_version", "1", "2", "output_tokens_per_s")
+    assert one.base_time == pytest.approx(1.0) and one.other_time == pytest.approx(1.25) and one.ratio == pytest.approx(1.25)
+    assert both.setting == "several" and both.changed == ("engine_version", "tp")
+
+
+def test_a_context_sweep_from_runs_needs_every_other_setting_equal():
+    runs = [
+        Run.model_validate({"name": f"c{c}", "settings": {"context": c, "tp": 1}, "figures": {"per_user_tokens_per_s": tps}})
+        for c, tps in ((1000, 125), (8000, 100))
+    ]
+    assert sweep_points(runs, "context") == [(1000.0, 8.0), (8000.0, 10.0)]
+    runs[1].settings["tp"] = 2
+    assert sweep_points(runs, "context") == []
+
+
+def test_budget_shares_become_a_budget_of_the_measured_per_token_time():
+    case = Case.model_validate(
+        {"observations": {"metrics": {"tpot_ms": {"p50": 20}}, "budget_shares": {"device": 0.6, "launch": 0.3, "host": 0.1}}}
+    )
+    assert reference_step_ms(case) == 20
+    budget = with_derived_budget(case).observations.budget
+    assert (budget.step_ms, budget.device_ms, budget.launch_ms, budget.host_ms) == pytest.approx((20, 12, 6, 2))
+    launch = next(h for h in diagnose(case, load_rulebook()).hypotheses if h.rule == "launch-gaps")
+    assert launch.grade.value == "measured" and launch.gain.removable_ms == pytest.approx(6)
+
+
+def test_every_development_case_loads_and_diagnoses():
+    folder = REPO / "tests" / "data" / "cases"
+    cases = sorted(folder.glob("[DE][0-9][0-9].yaml"))
+    assert len(cases) == 44
+    book = load_rulebook()
+    for path in cases:
+        d = diagnose(load_case(path), book)
+        assert d.rule_errors == [], path.name

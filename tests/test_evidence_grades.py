@@ -1,0 +1,85 @@
+"""Evidence grades: no cause is measured without a measured time, and no gain without one.
+
+Walks every bundled fixture through the engine, so a rule added later is held to the same
+contract without a test of its own.
+"""
+
+import pytest
+
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.engine.fixtures import bundled_fixtures, fixture_files, load_fixtures
+from diagnoser.models.case import Case
+from diagnoser.models.hypothesis import Grade, Kind
+
+ALL = [(f.name, fx) for f in fixture_files(bundled_fixtures()) for fx in load_fixtures(f)]
+
+
+@pytest.fixture(scope="module")
+def book():
+    return load_rulebook()
+
+
+def test_the_fixtures_cover_every_grade(book):
+    seen = {h.grade for _, fx in ALL for h in diagnose(fx.case, book).of_kind(Kind.cause)}
+    assert seen >= {Grade.measured, Grade.indicated, Grade.possible}
+
+
+@pytest.mark.parametrize("fixture", [fx for _, fx in ALL], ids=[f"{f}:{fx.name}" for f, fx in ALL])
+def test_grades_follow_the_evidence(fixture, book):
+    d = diagnose(fixture.case, book)
+    for h in d.hypotheses:
+        if h.kind is not Kind.cause:
+            assert h.grade is None, f"{h.id} is a {h.kind.value} with a grade"
+            continue
+        assert h.grade is not None, h.id
+        if h.grade is Grade.measured:
+            assert h.claimed_ms is not None, f"{h.id} is measured without a measured time"
+        else:
+            assert h.gain is None and h.claimed_ms is None, f"{h.id} is {h.grade.value} but bounds a gain"
+        if h.gain is not None:
+            assert h.grade is Grade.measured and h.gain.removable_ms <= h.claimed_ms + 1e-9
+        if h.implied_by is not None:
+            assert h.grade is not Grade.measured and h.gain is None
+
+
+def test_a_config_only_case_names_indicated_causes_and_the_measurement_that_bounds_them(book):
+    case = Case.model_validate({"observations": {"server": {"cuda_graphs": False, "custom_allreduce": False, "interconnect": "pcie"}}})
+    d = diagnose(case, book)
+    causes = {h.rule: h for h in d.of_kind(Kind.cause)}
+    assert {"graphs-off", "custom-allreduce-off", "launch-gaps", "exposed-comm"} <= set(causes)
+    for h in causes.values():
+        assert h.grade is Grade.indicated and h.gain is None
+        assert "budget" in h.bounded_by
+    assert d.questions[0].input == "budget"
+    assert {"graphs-off", "launch-gaps"} <= set(d.questions[0].would_bound)
+
+
+def test_an_indicated_refinement_ranks_before_the_parent_it_implies(book):
+    case = Case.model_validate({"observations": {"server": {"cuda_graphs": False}}})
+    ranked = [h.rule for h in diagnose(case, book).of_kind(Kind.cause)]
+    assert ranked.index("graphs-off") < ranked.index("launch-gaps")
+    implied = next(h for h in diagnose(case, book).of_kind(Kind.cause) if h.rule == "launch-gaps")
+    assert implied.implied_by == "graphs-off"
+
+
+def test_a_concluded_rule_is_never_asked_for(book):
+    """graph-capture-too-small concludes from the capture list; no question may say it cannot evaluate."""
+    case = Case.model_validate(
+        {"observations": {"graph": {"status": "partial", "captured_batch_sizes": [1, 2, 4, 8, 16], "live_batch_size": 48}}}
+    )
+    d = diagnose(case, book)
+    concluded = {h.rule for h in d.hypotheses}
+    assert "graph-capture-too-small" in concluded
+    assert all(not set(q.would_evaluate) & concluded for q in d.questions)
+
+
+def test_faster_than_the_floor_leads_and_no_launch_or_kernel_cause_does(book):
+    case = Case.model_validate(
+        {
+            "workload": {"model": "qwen3-8b", "hardware": "h100-sxm", "batch": 1, "context": 1024, "observed": {"step_ms": 3}},
+            "observations": {"budget": {"step_ms": 3, "device_ms": 1.5, "launch_ms": 1.5}},
+        }
+    )
+    d = diagnose(case, book)
+    assert d.hypotheses[0].rule == "faster-than-floor" and d.hypotheses[0].leads
+    assert d.bound.observed_step_ms < d.bound.floor_ms
