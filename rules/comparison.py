@@ -15,6 +15,54 @@ SPECS = load_specs(__file__)
 # Serving benchmarks repeat within a few percent; a 5 % slower run on the same figure is a change.
 SLOWER = 1.05
 
+
+def as_number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def larger(slower: str, faster: str) -> bool:
+    """The slower run has the larger numeric value (more threads, a longer configured context)."""
+    a, b = as_number(slower), as_number(faster)
+    return a is not None and b is not None and a > b
+
+
+def switched_on(slower: str, faster: str) -> bool:
+    """The slower run has the feature on."""
+    return slower in {"true", "on", "yes", "1"} and faster in {"false", "off", "no", "0", "unset"}
+
+
+def switched_off(slower: str, faster: str) -> bool:
+    return switched_on(faster, slower)
+
+
+def any_change(slower: str, faster: str) -> bool:
+    return True
+
+
+# Settings whose A/B a mechanism rule reads as a measurement of that mechanism, and which side of
+# the change must be the slower one. regression-located leaves these to the mechanism rules, so
+# one measured delta is held by one hypothesis.
+ABLATIONS = {
+    "cuda_graphs": switched_off,  # graphs-off
+    "attention_backend": any_change,  # slow-attention-backend
+    "kernel_backend": any_change,  # slow-kernel-path
+    "max_context": larger,  # max-context-work
+    "threads": larger,  # cpu-oversubscribed
+    "penalties": switched_on,  # penalty-over-history
+    "structured_output": switched_on,  # structured-output-overhead
+    "speculative": switched_on,  # speculation-slowdown
+}
+
+
+def interpreted(setting: str, slower: str, faster: str) -> bool:
+    """Whether a mechanism rule owns this delta."""
+    wanted = ABLATIONS.get(setting)
+    return wanted is not None and wanted(slower, faster)
+
+
 UNITS = {"per_token_ms": "ms per token", "per_user_tokens_per_s": "ms per token", "output_tokens_per_s": "ms per token (aggregate)", "duration_s": "s"}
 
 
@@ -34,7 +82,12 @@ class ComparisonRules(RuleSet):
     @rule(
         SPECS["regression-located"],
         AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after),
-        TEST(lambda setting, ratio: setting != "several" and setting not in WORKLOAD_SETTINGS and ratio >= SLOWER),
+        TEST(
+            lambda setting, ratio, before, after: setting != "several"
+            and setting not in WORKLOAD_SETTINGS
+            and ratio >= SLOWER
+            and not interpreted(setting, after, before)
+        ),
     )
     def regression_located(self, d, setting, ratio, before, after):
         """Several runs changing the same setting give one hypothesis per setting: the largest delta ranks first."""
@@ -54,3 +107,28 @@ class ComparisonRules(RuleSet):
     )
     def confounded(self, ratio, changed):
         return Finding(evidence=[ev("runs.changed", ", ".join(changed)), ev("runs.ratio", ratio)])
+
+
+def ablation(setting: str) -> tuple:
+    """Patterns for a mechanism rule that an A/B of one named ``setting`` measures: the runs differ
+    only in it, one is clearly slower, and it is the run with the mechanism (``ABLATIONS``).
+    Binds ``d``; claim with ``ablation_finding``."""
+    wanted = ABLATIONS[setting]
+    return (
+        AS.d << RunDiff(setting=setting, slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda slowdown, slower, faster: slowdown >= SLOWER and wanted(slower, faster)),
+    )
+
+
+def ablation_finding(d, *evidence, key: str = "") -> Finding:
+    """The measured delta between the two runs, as a share of the slower run's time per unit."""
+    unit = UNITS.get(d["figure"], "")
+    return Finding(
+        evidence=[*evidence, ev(f"runs[{d['setting']}].slower", d["slower"]), ev(f"runs[{d['setting']}].faster", d["faster"]),
+                  ev("runs.figure", d["figure"]), ev("runs.slower_time", d["slower_time"], unit),
+                  ev("runs.faster_time", d["faster_time"], unit)],
+        removable_ms=d["slower_time"] - d["faster_time"],
+        step_ms=d["slower_time"],
+        key=key,
+        detail=f"The runs differ only in {d['setting']}: {d['slower']} is {d['slowdown']:.2f}x slower than {d['faster']} on {d['figure']}.",
+    )

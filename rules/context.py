@@ -12,31 +12,83 @@ from diagnoser.engine import (
     Finding,
     HostCostFact,
     KernelClass,
+    Metrics,
+    NOT,
     P,
+    W,
     RuleSet,
     ev,
     load_specs,
     rule,
 )
 
+from diagnoser.rules.comparison import ablation, ablation_finding
+
 SPECS = load_specs(__file__)
 
 # A 30 % longer step across the sweep is more than noise and worth attributing.
 GROWTH = 1.3
+# With the model pinned, the bound says how much a longer KV cache should cost: a step that grows
+# 10 % beyond that (and at least 10 % in all) spends the extra on something else.
+BEYOND_BOUND = 1.1
+MIN_GROWTH = 1.1
 # Attention below half of peak bandwidth at long context is a backend question.
 ATTENTION_BW = 0.5
 
 
+def grows_too_much(s, growth: float) -> bool:
+    """More than the bound's own growth allows, when the model is pinned; else a large factor."""
+    expected = s.get("bound_growth")
+    if expected is None:
+        return growth >= GROWTH
+    return growth >= MIN_GROWTH and growth >= BEYOND_BOUND * expected
+
+
+def _sweep_evidence(s) -> list:
+    return [
+        ev("context_sweep.context_lo", s["context_lo"]),
+        ev("context_sweep.step_lo_ms", s["step_lo_ms"], "ms"),
+        ev("context_sweep.context_hi", s["context_hi"]),
+        ev("context_sweep.step_hi_ms", s["step_hi_ms"], "ms"),
+    ]
+
+
 class ContextRules(RuleSet):
-    @rule(SPECS["long-context-slowdown"], AS.s << ContextSweep(growth=MATCH.growth), TEST(lambda growth: growth >= GROWTH))
+    @rule(SPECS["slow-attention-backend"], *ablation("attention_backend"))
+    def attention_backend_measured(self, d, parent_cap_ms):
+        return ablation_finding(d)
+
+    @rule(SPECS["max-context-work"], *ablation("max_context"))
+    def max_context_measured(self, d, parent_cap_ms):
+        """Only the configured maximum changed, yet the step moved: work follows the maximum, not the live context."""
+        return ablation_finding(d, key="configured")
+
+    @rule(
+        SPECS["long-context-slowdown"],
+        Metrics(per_token_grows_with=P(lambda g: "context" in g)),
+        NOT(ContextSweep(growth=W())),
+    )
+    def reported_context_growth(self):
+        """The per-token time was seen to grow as the context fills, with no sweep to size it."""
+        return Finding(evidence=[ev("metrics.per_token_grows_with", "context")], detail="No sweep gives the growth its size yet.")
+
+    @rule(SPECS["max-context-work"], Metrics(per_token_grows_with=P(lambda g: "max_context" in g)))
+    def reported_max_context_growth(self, parent_cap_ms):
+        return Finding(evidence=[ev("metrics.per_token_grows_with", "max_context")], removable_ms=parent_cap_ms, key="reported")
+
+    @rule(SPECS["long-context-slowdown"], AS.s << ContextSweep(growth=MATCH.growth), TEST(lambda s, growth: grows_too_much(s, growth)))
     def long_context_slowdown(self, s, growth):
+        expected = s.get("bound_growth")
+        if expected is not None:
+            return Finding(
+                evidence=[*_sweep_evidence(s), ev("context_sweep.bound_growth", expected)],
+                removable_ms=s["step_hi_ms"] - s["step_lo_ms"] * expected,
+                step_ms=s["step_hi_ms"],
+                detail=f"The step grows {growth:.3g}x from context {s['context_lo']} to {s['context_hi']}, the bytes the bound "
+                f"counts only {expected:.3g}x; the gain is the growth beyond the bytes, at the longest context.",
+            )
         return Finding(
-            evidence=[
-                ev("context_sweep.context_lo", s["context_lo"]),
-                ev("context_sweep.step_lo_ms", s["step_lo_ms"], "ms"),
-                ev("context_sweep.context_hi", s["context_hi"]),
-                ev("context_sweep.step_hi_ms", s["step_hi_ms"], "ms"),
-            ],
+            evidence=_sweep_evidence(s),
             removable_ms=s["step_hi_ms"] - s["step_lo_ms"],
             step_ms=s["step_hi_ms"],
             detail=f"The step grows {growth:.2f}x from context {s['context_lo']} to {s['context_hi']}; gains refer to the longest context.",

@@ -16,13 +16,13 @@ from diagnoser.engine import (
     HostCostFact,
     Reference,
     RuleSet,
-    RunDiff,
     Server,
     ev,
     load_specs,
     rule,
 )
 
+from diagnoser.rules.comparison import ablation, ablation_finding
 from diagnoser.rules.output_path import HISTORY_GROWTH
 
 SPECS = load_specs(__file__)
@@ -30,8 +30,6 @@ SPECS = load_specs(__file__)
 # A timed host cost worth naming: at least 3 % of the measured step (or 0.05 ms when no step is known).
 MIN_SHARE = 0.03
 MIN_MS = 0.05
-# A structured-output run this much slower than the same run without it is the mask's cost.
-SLOWER = 1.05
 # Host costs a grammar or schema constraint adds on every step.
 MASK_COSTS = {"structured_output", "logits_processors"}
 
@@ -87,18 +85,9 @@ class HostCostRules(RuleSet):
     def host_cost_without_step(self, c):
         return host_cost_finding(c, None)
 
-    @rule(
-        SPECS["structured-output-overhead"],
-        Server(structured_output=True),
-        AS.d << RunDiff(setting="structured_output", ratio=MATCH.ratio),
-        TEST(lambda ratio: ratio >= SLOWER),
-    )
-    def structured_output_measured(self, d, ratio):
-        return Finding(
-            evidence=[ev("server.structured_output", True), ev("runs.ratio", ratio), ev("runs.figure", d["figure"])],
-            removable_ms=d["other_time"] - d["base_time"],
-            step_ms=d["other_time"],
-        )
+    @rule(SPECS["structured-output-overhead"], *ablation("structured_output"))
+    def structured_output_measured(self, d, parent_cap_ms):
+        return ablation_finding(d)
 
     @rule(
         SPECS["structured-output-overhead"],

@@ -15,6 +15,7 @@ from diagnoser.engine import (
     Finding,
     Graph,
     KernelClass,
+    Metrics,
     P,
     Reference,
     Routing,
@@ -24,6 +25,8 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
+
+from diagnoser.rules.comparison import ablation, ablation_finding
 
 SPECS = load_specs(__file__)
 
@@ -129,6 +132,10 @@ MOE_AND_REFERENCE = (
 
 
 class KernelRules(RuleSet):
+    @rule(SPECS["slow-kernel-path"], *ablation("kernel_backend"))
+    def kernel_backend_measured(self, d):
+        return ablation_finding(d, key=d["slower"])
+
     @rule(
         SPECS["small-expert-kernels"],
         AS.k << KernelClass(kernel_class="moe", share_of_step=MATCH.share),
@@ -288,6 +295,32 @@ class KernelRules(RuleSet):
             detail=f"Each expert's {rows:.3g} rows are padded to a {tile}-row tile: {wasted:.0%} of the tile's rows are padding.",
         )
 
+    @rule(
+        SPECS["expert-tile-padding"],
+        Routing(kernel_tile_rows=MATCH.tile),
+        NOT(Routing(tokens_per_expert=W())),
+        AS.m << Metrics(),
+        NOT(Server(speculative=W())),
+        TEST(lambda m, tile: (rows := decode_tokens_at_most(m)) is not None and tile >= TILE_PADDING * rows),
+    )
+    def expert_tile_padding_at_most(self, m, tile):
+        """Unmeasured rows per expert are still bounded: a token routes to distinct experts, so no expert
+        gets more rows than the step has tokens, which one-token decode caps at the sequences running."""
+        rows = decode_tokens_at_most(m)
+        return Finding(
+            evidence=[ev("rows_per_expert_at_most", rows), ev("routing.kernel_tile_rows", tile), ev("padded_fraction_at_least", 1 - rows / tile)],
+            detail=f"At most {rows:.3g} rows per expert (the tokens in a step) are padded to a {tile}-row tile.",
+        )
+
+    @rule(SPECS["extra-kernels-per-step"], AS.k << KernelClass(per_expert_launches=True))
+    def per_expert_launches(self, k):
+        """A loop over experts launches a GEMM and its gathers per expert: many small kernels per layer."""
+        return Finding(
+            evidence=[ev(f"kernel_classes[{k['kernel_class']}].per_expert_launches", True)],
+            key=k["kernel_class"],
+            detail="The MoE layer loops over experts instead of running one grouped kernel.",
+        )
+
     @rule(SPECS["lost-stream-overlap"], AS.k << KernelClass(concurrent_streams=False))
     def lost_stream_overlap(self, k):
         return Finding(
@@ -295,6 +328,11 @@ class KernelRules(RuleSet):
             key=k["kernel_class"],
             detail=f"Independent {k['kernel_class']} kernels run back to back on one stream.",
         )
+
+
+def decode_tokens_at_most(m) -> float | None:
+    """Tokens in one decode step at most: the sequences running, else the requests in flight."""
+    return m.get("running_sequences", m.get("concurrency"))
 
 
 def _fallback_finding(k, removable: float | None) -> Finding:

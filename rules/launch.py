@@ -24,6 +24,8 @@ from diagnoser.engine import (
     rule,
 )
 
+from diagnoser.rules.comparison import ablation, ablation_finding
+
 SPECS = load_specs(__file__)
 
 # A part worth a hypothesis: at least 8 % of the step and 0.1 ms (below that, timer noise).
@@ -53,6 +55,11 @@ def within_capture(g) -> bool:
 
 
 class LaunchRules(RuleSet):
+    @rule(SPECS["graphs-off"], *ablation("cuda_graphs"))
+    def graphs_off_measured(self, d, parent_cap_ms):
+        """Graphs on and off at the same workload: the delta is the launch cost graphs remove."""
+        return ablation_finding(d, ev("server.cuda_graphs", False))
+
     @rule(SPECS["launch-gaps"], Budget(launch_ms=MATCH.launch, step_ms=MATCH.step), TEST(lambda launch, step: notable(launch, step)))
     def launch_gaps(self, launch, step):
         return Finding(evidence=[ev("budget.launch_ms", launch, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=launch)

@@ -23,6 +23,8 @@ from diagnoser.engine import (
     rule,
 )
 
+from diagnoser.rules.comparison import ablation, ablation_finding
+
 SPECS = load_specs(__file__)
 
 # Clocks under 90 % of their maximum during a run are throttled, not boosting normally.
@@ -78,6 +80,11 @@ def throttled(p) -> bool:
 
 
 class MachineRules(RuleSet):
+    @rule(SPECS["cpu-oversubscribed"], *ablation("threads"))
+    def more_threads_slower(self, d):
+        """More threads made it slower: the extra threads contend for cores instead of adding work."""
+        return ablation_finding(d)
+
     @rule(SPECS["clock-throttle"], AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
     def clock_throttle(self, p, device):
         ratio = clock_ratio(p)
@@ -98,12 +105,13 @@ class MachineRules(RuleSet):
         NOT(Budget(h2d_exposed_ms=W())),
     )
     def cpu_offload(self, gb):
-        """Configured offload, no trace of the copies: estimate the transfer over an assumed link."""
+        """Configured offload, no trace of the copies: the transfer over an assumed link is an estimate,
+        so it is said, not claimed; a trace of the copies (h2d-copies) bounds the gain."""
         link = PCIE_GBS
         return Finding(
             evidence=[ev("server.cpu_offload_gb", gb, "GB"), ev("assumed_pcie_gbs", link, "GB/s")],
-            removable_ms=gb / link * 1e3,
-            detail=f"At ~{link:g} GB/s, {gb:g} GB per step is {gb / link * 1e3:.3g} ms of transfer if not overlapped.",
+            detail=f"At an assumed ~{link:g} GB/s, {gb:g} GB per step would be {gb / link * 1e3:.3g} ms of transfer if not "
+            "overlapped; a trace of the copies measures it.",
         )
 
     @rule(

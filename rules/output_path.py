@@ -26,6 +26,8 @@ from diagnoser.engine import (
     rule,
 )
 
+from diagnoser.rules.comparison import ablation, ablation_finding
+
 SPECS = load_specs(__file__)
 
 # Intervals that differ by under 15-25 % are within streaming jitter.
@@ -57,6 +59,10 @@ def _penalty_flags(s) -> list:
 
 
 class OutputPathRules(RuleSet):
+    @rule(SPECS["penalty-over-history"], *ablation("penalties"))
+    def penalties_measured(self, d, parent_cap_ms):
+        return ablation_finding(d)
+
     @rule(
         SPECS["client-gap"],
         AS.b << Boundaries(device_step_ms=MATCH.device, client_token_ms=MATCH.client),
@@ -94,6 +100,12 @@ class OutputPathRules(RuleSet):
             removable_ms=server - device,
             step_ms=server,
         )
+
+    @rule(SPECS["server-output-processing"], Server(tokenizer_fast=False))
+    def slow_tokenizer(self, parent_cap_ms):
+        """A pure-Python tokenizer detokenizes every stream's token on the server's output path; at many
+        streams it falls behind the device. Under a measured client gap it takes that gap."""
+        return Finding(evidence=[ev("server.tokenizer_fast", False)], removable_ms=parent_cap_ms)
 
     @rule(
         SPECS["proxy-buffering"],

@@ -19,6 +19,7 @@ from diagnoser.engine import (
     Metrics,
     RuleSet,
     Server,
+    W,
     ev,
     load_specs,
     rule,
@@ -32,6 +33,20 @@ BELOW_FLOOR = 0.95
 CHUNK_RATIO = 1.5
 # Concurrencies 2x apart are different operating points.
 CONCURRENCY_RATIO = 2.0
+# At 80 % of the memory-only ceiling little is left to recover: kernels rarely sustain more than
+# ~90 % of peak bandwidth over a whole step.
+NEAR_BOUND = 0.8
+
+
+def expected_rate(e) -> str:
+    """The expected figure's rate kind: as stated, else read from which figure was given."""
+    if e.get("rate", "unknown") != "unknown":
+        return e["rate"]
+    if "output_tokens_per_s" in e and "per_user_tokens_per_s" not in e:
+        return "aggregate"
+    if "per_user_tokens_per_s" in e and "output_tokens_per_s" not in e:
+        return "per_user"
+    return "unknown"
 
 
 class RateGuards(RuleSet):
@@ -52,21 +67,35 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["rate-kind-mismatch"],
-        Expectation(rate="aggregate"),
+        AS.e << Expectation(),
         Metrics(per_user_tokens_per_s=MATCH.per_user),
-        NOT(Metrics(output_tokens_per_s=MATCH.aggregate)),
+        NOT(Metrics(output_tokens_per_s=W())),
+        TEST(lambda e: expected_rate(e) == "aggregate"),
     )
-    def aggregate_against_per_user(self, per_user):
-        return Finding(evidence=[ev("expected.rate", "aggregate"), ev("metrics.per_user_tokens_per_s", per_user)])
+    def aggregate_against_per_user(self, e, per_user):
+        return Finding(evidence=[ev("expected.rate", expected_rate(e)), ev("metrics.per_user_tokens_per_s", per_user)])
 
     @rule(
         SPECS["rate-kind-mismatch"],
-        Expectation(rate="per_user"),
+        AS.e << Expectation(),
         Metrics(output_tokens_per_s=MATCH.aggregate),
-        NOT(Metrics(per_user_tokens_per_s=MATCH.per_user)),
+        NOT(Metrics(per_user_tokens_per_s=W())),
+        TEST(lambda e, aggregate: expected_rate(e) == "per_user"),
     )
-    def per_user_against_aggregate(self, aggregate):
-        return Finding(evidence=[ev("expected.rate", "per_user"), ev("metrics.output_tokens_per_s", aggregate)])
+    def per_user_against_aggregate(self, e, aggregate):
+        return Finding(evidence=[ev("expected.rate", expected_rate(e)), ev("metrics.output_tokens_per_s", aggregate)])
+
+    @rule(
+        SPECS["expectation-beyond-bound"],
+        Expectation(kind=MATCH.kind),
+        Bound(fraction_of_ceiling=MATCH.fraction, ceiling_tokens_per_s=MATCH.ceiling),
+        TEST(lambda fraction: fraction >= NEAR_BOUND),
+    )
+    def near_the_bound(self, kind, fraction, ceiling):
+        return Finding(
+            evidence=[ev("bound.fraction_of_ceiling", fraction), ev("bound.ceiling_tokens_per_s", ceiling), ev("expected.kind", kind)],
+            detail=f"The observation already reaches {fraction:.0%} of the memory-only ceiling ({ceiling:.4g} tokens/s).",
+        )
 
     @rule(
         SPECS["rate-kind-mismatch"],

@@ -16,11 +16,14 @@ from diagnoser.engine import (
     RuleSet,
     Server,
     Speculation,
+    W,
     ev,
     load_specs,
     rule,
 )
 from diagnoser.whatif import expected_tokens_per_cycle
+
+from diagnoser.rules.comparison import ablation, ablation_finding
 
 SPECS = load_specs(__file__)
 
@@ -34,6 +37,11 @@ MIN_TOKENS_PER_CYCLE = 1.5
 
 
 class SpeculationRules(RuleSet):
+    @rule(SPECS["speculation-slowdown"], *ablation("speculative"))
+    def speculation_measured(self, d):
+        """Speculation on is slower than off at the same load: drafting and verification cost more than they emit."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["speculation-slowdown"],
         AS.s << Speculation(speedup=MATCH.speedup, expected_tokens=MATCH.tokens, ordinary_step_ms=MATCH.ordinary),
@@ -70,6 +78,21 @@ class SpeculationRules(RuleSet):
                 f"At acceptance {a:g} a cycle of {k} drafts emits {tokens:.3g} tokens: {(tokens - 1) / k:.0%} of the drafts "
                 "are kept. Draft and verify times would bound the loss."
             ),
+        )
+
+    @rule(
+        SPECS["speculation-slowdown"],
+        AS.s << Speculation(acceptance=MATCH.a),
+        NOT(Speculation(draft_length=W())),
+        TEST(lambda a: a < 1 and 1 / (1 - a) < MIN_TOKENS_PER_CYCLE),
+    )
+    def speculation_discarded_at_any_length(self, s, a):
+        """Draft length unknown: 1 + a + a^2 + ... stays below 1 / (1 - a) however many tokens are drafted,
+        so a low enough acceptance condemns every draft length."""
+        most = 1 / (1 - a)
+        return Finding(
+            evidence=[ev("speculation.acceptance", a), ev("expected_tokens_per_cycle_at_most", most)],
+            detail=f"At acceptance {a:g} no draft length emits more than {most:.3g} tokens per cycle.",
         )
 
     @rule(

@@ -103,7 +103,8 @@ def test_thresholds_are_read_from_the_tests_and_their_helpers(book):
     # the kernel-sum guard reads OVERCOUNT directly and SAME_FIGURE through same_figure();
     # showing them would have exposed a second SAME_FIGURE = 0.05 that once overrode the 0.1
     assert rule_thresholds(book, "kernel-sum-as-elapsed") == {"OVERCOUNT": 1.05, "SAME_FIGURE": 0.1}
-    assert rule_thresholds(book, "graphs-off") == {}  # it concludes on literals alone
+    # it concludes on literals alone, except when it reads a graphs on/off A/B: then a run must be clearly slower
+    assert rule_thresholds(book, "graphs-off") == {"SLOWER": 1.05}
     shown = yaml.safe_load(run_cli("rules", "show", "launch-gaps").stdout)
     assert shown["thresholds"] == {"MIN_PART_MS": 0.1, "MIN_PART_SHARE": 0.08}
 
@@ -135,7 +136,8 @@ def test_cli_text_json_and_errors():
     assert "verdict: concluded: launch-gaps" in result.stdout and "true for launch=1.5, step=16" in result.stdout
     result = run_cli("rules", "explain", "graphs-off", str(EXAMPLE), "--json")
     data = json.loads(result.stdout)
-    assert data["outcome"] == "silent" and data["bodies"][0]["conditions"][0]["detail"] == "cuda_graphs=True is not False"
+    by_flag = next(b for b in data["bodies"] if b["body"] == "graphs_off_by_flag")
+    assert data["outcome"] == "silent" and by_flag["conditions"][0]["detail"] == "cuda_graphs=True is not False"
     result = run_cli("rules", "explain", "nope", str(EXAMPLE))
     assert result.returncode == 2 and result.stderr.strip() == "diagnoser: error: no rule 'nope'; `diagnoser rules list` shows the ids"
 

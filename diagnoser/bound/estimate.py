@@ -25,7 +25,7 @@ from diagnoser.errors import InputError
 from diagnoser.models.hardware import Hardware, hardware_preset
 from diagnoser.models.model_spec import ModelSpec, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
-from diagnoser.models.workload import Boundary, Layout, Workload
+from diagnoser.models.workload import Boundary, Context, Layout, Workload
 
 COUNTED = [
     "attention weights (per-rank head shard; K/V projections replicated when TP > KV heads)",
@@ -330,3 +330,23 @@ def _sanity(workload: Workload, hw: Hardware, floor: float, compute_floor: float
         lines.append(f"PP={layout.pp}: the floor sums the stages (one token passes them in turn); "
                      "with micro-batches in flight the step interval can approach the slowest stage")
     return lines
+
+
+def bytes_growth(workload: Workload, context_lo: float, context_hi: float) -> float:
+    """How much the busiest rank's bytes per step grow between two contexts, as the bound counts them.
+
+    Bytes do not depend on the GPU, so any preset stands in when the case names none; only the
+    ratio is returned. A step that grows much faster than this with context spends the extra
+    time on something other than reading the longer KV cache.
+    """
+    from diagnoser.models.hardware import hardware_presets
+
+    hw = None
+    if workload.hardware is None or workload.hardware.lower() not in hardware_presets():
+        hw = next(iter(hardware_presets().values()))
+    totals = []
+    for context in (context_lo, context_hi):
+        pinned = workload.model_copy(update={"context": Context(mean=context), "observed": None})
+        report = compute_bound(pinned, hw)
+        totals.append(next(r for r in report.per_rank if r.rank == report.critical_rank).bytes_total)
+    return totals[1] / totals[0]

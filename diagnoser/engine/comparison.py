@@ -34,6 +34,13 @@ class RunDelta:
     def setting(self) -> str:
         return self.changed[0] if len(self.changed) == 1 else "several"
 
+    @property
+    def slower_side(self) -> tuple[str, float, str, float]:
+        """(setting value, time) of the slower run, then of the faster: an ablation reads either way round."""
+        if self.other_time >= self.base_time:
+            return self.after, self.other_time, self.before, self.base_time
+        return self.before, self.base_time, self.after, self.other_time
+
 
 def _value(run: Run, name: str) -> str:
     value = run.settings.get(name)

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.engine.comparison import run_deltas, sweep_points
+from diagnoser.engine.comparison import RunDelta, run_deltas, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
 from diagnoser.models.runtime import HostCost, RoutingObs
 from diagnoser.models.serving import Percentiles, ServingMetrics
@@ -56,7 +56,8 @@ class Boundaries(Fact):
 
 
 class ContextSweep(Fact):
-    """Lowest and highest context of the sweep with their step times and ``growth`` ratio."""
+    """Lowest and highest context of the sweep with their step times and ``growth`` ratio; ``bound_growth``
+    is how much the pinned workload's bytes per step grow over the same contexts."""
 
 
 class Probe(Fact):
@@ -114,7 +115,8 @@ class Expectation(Fact):
 
 class RunDiff(Fact):
     """One run against the baseline: ``setting`` (or ``several``), ``ratio`` of time per unit (above 1 is slower),
-    ``base_time``/``other_time`` and the ``figure`` they come from."""
+    ``base_time``/``other_time`` and the ``figure`` they come from; ``slower``/``faster`` are the setting's values
+    in the slower and faster run, ``slowdown`` (>= 1) and ``slower_time``/``faster_time`` read it either way round."""
 
 
 class HostCostFact(Fact):
@@ -324,14 +326,30 @@ def _context_sweep(case: Case) -> ContextSweep | None:
     if len(points) < 2 or points[0].context == points[-1].context:
         return None
     lo, hi = points[0], points[-1]
-    return ContextSweep(
+    return ContextSweep(**_fields(
+        None,
         points=len(points),
         context_lo=lo.context,
         context_hi=hi.context,
         step_lo_ms=lo.step_ms,
         step_hi_ms=hi.step_ms,
         growth=hi.step_ms / lo.step_ms,
-    )
+        bound_growth=_bound_growth(case, lo.context, hi.context),
+    ))
+
+
+def _bound_growth(case: Case, lo: int, hi: int) -> float | None:
+    """The growth of the pinned workload's bytes per step over the sweep, when the model is pinned."""
+    from diagnoser.bound.estimate import bytes_growth
+    from diagnoser.errors import InputError
+
+    workload = case.workload
+    if workload is None or workload.model is None:
+        return None
+    try:
+        return bytes_growth(workload, lo, hi)
+    except InputError:
+        return None
 
 
 def _speculation(case: Case) -> Speculation | None:
@@ -391,14 +409,17 @@ def _metrics(m: ServingMetrics) -> Metrics:
     return Metrics(**flat)
 
 
+def _run_diff(d: RunDelta) -> RunDiff:
+    slower, slower_time, faster, faster_time = d.slower_side
+    return RunDiff(
+        base=d.base, other=d.other, setting=d.setting, changed=list(d.changed), before=d.before, after=d.after,
+        figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
+        slower=slower, faster=faster, slower_time=slower_time, faster_time=faster_time, slowdown=slower_time / faster_time,
+    )
+
+
 def _run_diffs(case: Case) -> list[RunDiff]:
-    return [
-        RunDiff(
-            base=d.base, other=d.other, setting=d.setting, changed=list(d.changed), before=d.before, after=d.after,
-            figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
-        )
-        for d in run_deltas(case.observations.runs)
-    ]
+    return [_run_diff(d) for d in run_deltas(case.observations.runs)]
 
 
 def _host_cost(c: HostCost) -> HostCostFact:

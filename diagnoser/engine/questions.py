@@ -15,8 +15,9 @@ from diagnoser.engine.facts import INPUTS
 from diagnoser.engine.loader import Rulebook
 from diagnoser.models.hypothesis import Grade, Hypothesis, Kind, Question
 
-# An open hypothesis counts more than a rule that has not spoken: it already has evidence.
-OPEN_WEIGHT = {Grade.measured: 3.0, Grade.indicated: 3.0, Grade.possible: 2.0}
+# An open hypothesis counts far more than a rule that has not spoken: it already has evidence, and
+# the question either bounds it or refutes it. Ten silent rules do not outweigh one.
+OPEN_WEIGHT = {Grade.measured: 10.0, Grade.indicated: 10.0, Grade.possible: 5.0}
 # A rule that refines a held cause splits time the diagnosis already claims.
 REFINES_HELD_WEIGHT = 2.0
 ROOT_WEIGHT = 1.0

@@ -89,7 +89,8 @@ class DiagnosisEngine(KnowledgeEngine):
             while chain[-1].parent is not None and chain[-1].parent in self.specs:
                 chain.append(self.specs[chain[-1].parent])
             wanted = {name for s in chain for name in s.requires} or {"budget"}
-        return sorted(wanted - self.present)
+        # When every input it names is in hand and still bounds nothing, an A/B run isolates it.
+        return sorted(wanted - self.present) or sorted({"runs"} - self.present)
 
     def implied_parents(self, spec: RuleSpec, child: Hypothesis) -> list[Hypothesis]:
         """Ancestors a standalone refinement implies, at its grade or below (never measured: they

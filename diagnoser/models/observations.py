@@ -92,6 +92,9 @@ class KernelClassObs(_Obs):
     extra_launches_per_step: float | None = Field(
         default=None, ge=0, description="launches per step beyond the model's own kernels (per-layer metadata, per-expert loops)"
     )
+    per_expert_launches: bool | None = Field(
+        default=None, description="the MoE layer launches one GEMM (and its gathers) per expert instead of one grouped kernel"
+    )
     concurrent_streams: bool | None = Field(
         default=None, description="independent kernels of this class overlap on several streams (false: they run back to back)"
     )

@@ -64,6 +64,7 @@ class ServingMetrics(_Obs):
     concurrency: float | None = Field(default=None, gt=0, description="requests in flight (client side)")
     running_sequences: float | None = Field(default=None, gt=0, description="sequences the engine decoded together")
     requests_per_s: float | None = Field(default=None, gt=0, description="completed requests per second")
+    duration_s: float | None = Field(default=None, gt=0, description="wall time of a fixed job (a drain, a benchmark)")
     input_tokens: float | None = Field(default=None, ge=0, description="prompt tokens per request")
     output_tokens: float | None = Field(default=None, ge=1, description="generated tokens per request")
     tokens_per_chunk: float | None = Field(default=None, gt=0, description="tokens per streamed chunk (speculation emits several)")
@@ -105,6 +106,7 @@ class Expected(_Obs):
     output_tokens_per_s: float | None = Field(default=None, gt=0, description="expected aggregate tokens/s")
     per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="expected tokens/s of one stream")
     per_token_ms: float | None = Field(default=None, gt=0, description="expected TPOT or step time per token")
+    duration_s: float | None = Field(default=None, gt=0, description="expected wall time of the same fixed job")
     rate: RateKind = Field(default=RateKind.unknown, description="whether the expected tokens/s is aggregate or per stream")
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the expected figure was read")
     concurrency: float | None = Field(default=None, gt=0, description="streams the expected figure was measured at")
@@ -121,11 +123,13 @@ KNOWN_SETTINGS = {
     "concurrency": "requests in flight",
     "batch": "sequences decoding together",
     "draft_length": "speculative draft tokens per cycle",
+    "speculative": "speculative decoding on (true) or off (false)",
+    "max_context": "configured maximum context length",
+    "kernel_backend": "GEMM or MoE kernel family",
     "tp": "tensor-parallel ranks",
     "pp": "pipeline stages",
     "ep": "expert-parallel ranks",
     "attention_backend": "attention kernel family",
-    "kernel_backend": "GEMM or MoE kernel family",
     "quantization": "weight format",
     "sampling": "sampling parameters or sampler",
     "penalties": "repetition/frequency/presence penalties on",

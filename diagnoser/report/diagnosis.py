@@ -50,9 +50,13 @@ def evidence_text(h: Hypothesis) -> str:
 
 def gain_text(h: Hypothesis) -> str:
     if h.gain is None:
-        if h.kind is Kind.cause and h.bounded_by:
-            return f"not bounded yet: needs {', '.join(h.bounded_by)}"
-        return ""
+        if h.kind is not Kind.cause:
+            return ""
+        if h.claimed_ms is not None:
+            return f"claims {num(h.claimed_ms)} ms measured; no reference step to share it of yet" + (
+                f" (needs {', '.join(h.bounded_by)})" if h.bounded_by else ""
+            )
+        return "not bounded yet" + (f": needs {', '.join(h.bounded_by)}" if h.bounded_by else "")
     g = h.gain
     capped = f", capped by {g.capped_by}" if g.capped_by else ""
     return f"at most {num(g.removable_ms)} of {num(g.step_ms)} ms -> {num(g.after_ms)} ms, {g.speedup:.3f}x{capped}"
