@@ -15,13 +15,18 @@ from pathlib import Path
 
 from diagnoser.engine import load_rulebook
 from diagnoser.engine.accuracy import score_corpus, top_n
+from diagnoser.errors import InputError
 
 FOLDER = Path(__file__).resolve().parent.parent / "tests" / "data" / "cases"
 
 
 def main(argv: list[str]) -> int:
     folder = Path(argv[0]) if argv else FOLDER
-    scores = score_corpus(folder, load_rulebook())
+    try:
+        scores = score_corpus(folder, load_rulebook())
+    except InputError as err:
+        print(f"bench_accuracy: {err}", file=sys.stderr)
+        return 2
     for s in scores:
         if s.rank != 1:
             where = f"rank {s.rank}" if s.rank else "not named"

@@ -62,6 +62,8 @@ def score_case(case_id: str, category: str, d: Diagnosis, accepted: list[str]) -
 
 
 def score_corpus(folder: Path, rulebook: Rulebook, answers_file: str = "answers.yaml") -> list[CaseScore]:
+    if not (folder / answers_file).is_file():
+        raise InputError(f"{folder}: no {answers_file} (case id -> category, category -> accepted rule ids)")
     answers = load_answers(folder / answers_file)
     scores = []
     for case_id, category in sorted(answers.cases.items()):

@@ -100,22 +100,9 @@ class DiagnosisEngine(KnowledgeEngine):
         parent_id = spec.parent
         while parent_id is not None and parent_id in self.unevaluable:
             parent = self.specs[parent_id]
-            implied.append(
-                Hypothesis(
-                    id=parent.id,
-                    rule=parent.id,
-                    kind=Kind.cause,
-                    title=parent.title,
-                    explanation=f"{parent.explanation} Implied by {child.id}; its own inputs are absent.",
-                    evidence=[ev("implied_by", child.id)],
-                    check=parent.check,
-                    undo=list(parent.undo),
-                    parent=parent.parent,
-                    grade=grade,
-                    bounded_by=self.bounded_by(parent),
-                    implied_by=child.id,
-                )
-            )
+            finding = Finding(evidence=[ev("implied_by", child.id)], grade=grade, detail=f"Implied by {child.id}; its own inputs are absent.")
+            named = build_hypothesis(parent, finding, None, None, self.bounded_by(parent))
+            implied.append(named.model_copy(update={"implied_by": child.id}))
             parent_id = parent.parent
         return implied
 

@@ -160,18 +160,6 @@ class RunFigures(_Obs):
             raise ValueError("give at least one figure")
         return self
 
-    def time_per_unit(self) -> tuple[str, float] | None:
-        """(figure, time per unit of work): smaller is faster, comparable between runs on the same figure."""
-        if self.per_token_ms is not None:
-            return "per_token_ms", self.per_token_ms
-        if self.per_user_tokens_per_s is not None:
-            return "per_user_tokens_per_s", 1e3 / self.per_user_tokens_per_s
-        if self.output_tokens_per_s is not None:
-            return "output_tokens_per_s", 1e3 / self.output_tokens_per_s
-        if self.duration_s is not None:
-            return "duration_s", self.duration_s
-        return None
-
 
 class Run(_Obs):
     """One operating point: the settings it ran with and what it measured."""

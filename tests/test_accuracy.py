@@ -1,0 +1,50 @@
+"""Accuracy on the development corpus: 44 real incidents written from what was known before the fix.
+
+The floors are the figures reached when the rules were written (`python bench/bench_accuracy.py`
+prints them with every miss); a change that loses a case fails here. The scoring itself is
+checked on a hand-made diagnosis.
+"""
+
+import subprocess
+import sys
+
+from conftest import REPO
+from diagnoser.engine import load_rulebook
+from diagnoser.engine.accuracy import CaseScore, named_in_order, score_case, score_corpus, top_n
+from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
+
+CASES = REPO / "tests" / "data" / "cases"
+TOP_1_FLOOR = 0.86  # 38 of 44
+TOP_3_FLOOR = 0.95  # 42 of 44
+
+
+def test_the_development_corpus_stays_above_its_floors():
+    scores = score_corpus(CASES, load_rulebook())
+    assert len(scores) == 44
+    assert top_n(scores, 1) >= TOP_1_FLOOR, [s for s in scores if s.rank != 1]
+    assert top_n(scores, 3) >= TOP_3_FLOOR, [s for s in scores if not s.rank or s.rank > 3]
+
+
+def _h(hid: str, kind: Kind, leads: bool = False) -> Hypothesis:
+    return Hypothesis(id=hid, rule=hid.split(":")[0], kind=kind, title="t", explanation="e", leads=leads)
+
+
+def test_leading_guards_then_causes_then_guards_and_keyed_ids_count():
+    d = Diagnosis(hypotheses=[
+        _h("rate-includes-prefill", Kind.guard, leads=True), _h("launch-gaps", Kind.cause), _h("host-cost:detokenize", Kind.cause),
+        _h("boundary-mismatch", Kind.guard), _h("low-fraction-not-a-diagnosis", Kind.lesson),
+    ])
+    assert [hid for _, hid in named_in_order(d)] == ["rate-includes-prefill", "launch-gaps", "host-cost:detokenize", "boundary-mismatch"]
+    assert score_case("X", "c", d, ["host-cost:detokenize"]).rank == 3
+    assert score_case("X", "c", d, ["host-cost"]).rank == 3  # a rule id accepts every key
+    assert score_case("X", "c", d, ["host-cost:sampling"]).rank is None
+    scores = [CaseScore("a", "c", 1, ()), CaseScore("b", "c", 3, ()), CaseScore("c", "c", None, ())]
+    assert (top_n(scores, 1), top_n(scores, 3)) == (1 / 3, 2 / 3)
+
+
+def test_the_bench_prints_the_figures_and_refuses_a_folder_without_answers(tmp_path):
+    bench = [sys.executable, str(REPO / "bench" / "bench_accuracy.py")]
+    out = subprocess.run(bench, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "cases: 44" in out.stdout and "top-1: " in out.stdout and "top-3: " in out.stdout
+    out = subprocess.run([*bench, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no answers.yaml" in out.stderr and len(out.stderr.strip().splitlines()) == 1
