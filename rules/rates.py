@@ -79,7 +79,7 @@ class RateGuards(RuleSet):
         SPECS["rate-kind-mismatch"],
         AS.e << Expectation(),
         Metrics(output_tokens_per_s=MATCH.aggregate),
-        NOT(Metrics(per_user_tokens_per_s=W())),
+        NOT(Metrics(per_token_ms=W())),
         TEST(lambda e, aggregate: expected_rate(e) == "per_user"),
     )
     def per_user_against_aggregate(self, e, aggregate):

@@ -83,3 +83,31 @@ def test_faster_than_the_floor_leads_and_no_launch_or_kernel_cause_does(book):
     d = diagnose(case, book)
     assert d.hypotheses[0].rule == "faster-than-floor" and d.hypotheses[0].leads
     assert d.bound.observed_step_ms < d.bound.floor_ms
+
+
+def test_every_format_shows_the_grade_the_unbounded_gain_and_at_most_three_questions(tmp_path):
+    from conftest import run_cli
+
+    path = tmp_path / "case.yaml"
+    path.write_text("observations:\n  graph: {status: partial, captured_batch_sizes: [1, 2, 4, 8, 16], live_batch_size: 48}\n")
+    text = run_cli("diagnose", str(path)).stdout
+    assert "[graph-capture-too-small] Graphs are captured, but not for the live batch size (indicated)" in text
+    assert "gain: not bounded yet: needs budget" in text
+    asked = text.split("Next questions (what would settle the most):\n")[1].split("\n\n")[0].splitlines()
+    assert len(asked) == 3 and asked[0].startswith("  1. step budget: profile ~20 decode steps")
+    assert "bounds graph-capture-too-small, graph-partial, launch-gaps" in asked[0]
+    markdown = run_cli("diagnose", str(path), "--markdown").stdout
+    assert "(indicated)" in markdown and "## Next questions" in markdown
+    assert markdown.split("## Next questions\n\n")[1].strip().count("\n") == 2
+    html = run_cli("diagnose", str(path), "--html").stdout
+    assert '<span class="grade indicated">indicated</span>' in html and '<section id="questions">' in html
+    assert html.split('<section id="questions">')[1].count("<li>") == 3
+    import json
+
+    data = json.loads(run_cli("diagnose", str(path), "--json").stdout)
+    assert len(data["questions"]) > 3 and data["questions"][0]["input"] == "budget"
+    scores = [q["score"] for q in data["questions"]]
+    assert scores == sorted(scores, reverse=True)
+    assert {h["rule"]: h["grade"] for h in data["hypotheses"] if h["kind"] == "cause"} == {
+        "graph-capture-too-small": "indicated", "graph-partial": "indicated", "launch-gaps": "indicated",
+    }

@@ -161,9 +161,9 @@ INPUTS: dict[str, InputInfo] = {
     "budget": InputInfo("step budget", "profile ~20 decode steps (nsys or torch profiler) and run `diagnoser analyze`"),
     "rank_budgets": InputInfo("per-rank step budgets", "trace every rank over the same steps and run `diagnoser analyze`"),
     "kernel_classes": InputInfo("kernel classes", "run `diagnoser analyze` on a decode trace (kernel summary)"),
-    "graph": InputInfo("graph replay status", "run `diagnoser probe graphs` or read graph launches in an nsys trace"),
+    "graph": InputInfo("graph replay status", "run `diagnoser probe --only graphs` or read graph launches in an nsys trace"),
     "collectives": InputInfo("collective intervals", "trace all ranks and run `diagnoser analyze` (collective alignment)"),
-    "boundaries": InputInfo("boundary timings", "run `diagnoser probe client` against the server next to a device trace"),
+    "boundaries": InputInfo("boundary timings", "run `diagnoser probe --only client --endpoint URL --model-name MODEL` next to a device trace"),
     "context_sweep": InputInfo("context sweep", "time the same output length at 3+ controlled context lengths"),
     "gemm_sweep": InputInfo("GEMM sweep", "run `diagnoser probe --only gemm --case CASE` on the serving GPU (expert shapes by rows)"),
     "probe": InputInfo("machine probes", "run `diagnoser probe` on the serving GPU (bandwidth, clocks, throttling)"),
@@ -173,14 +173,14 @@ INPUTS: dict[str, InputInfo] = {
     "bound": InputInfo("bound", "pin the workload (`workload:` in the case) or give bound_inputs bytes and bandwidth"),
     "workload": InputInfo("workload pin", "add the `workload:` section (model, hardware, batch, context, layout)"),
     "bound_inputs": InputInfo("quoted bound inputs", "record how the spreadsheet's bound was computed (bound_inputs)"),
-    "metrics": InputInfo("serving metrics", "run the serving benchmark and record TPOT/ITL p50/p99, tokens/s and concurrency (`diagnoser probe --only client`)"),
+    "metrics": InputInfo("serving metrics", "record TPOT/ITL p50/p99, tokens/s and concurrency from the serving benchmark (`diagnoser probe --only client --endpoint URL --model-name MODEL`)"),
     "expected": InputInfo("expected figure", "record what the figure was compared with and how it was obtained (expected:)"),
     "runs": InputInfo("A/B runs", "run the same workload with one setting changed (version, flag, batch) and record both figures"),
     "host_costs": InputInfo("named host costs", "time the host work per step by name (py-spy or nsys CPU sampling of the engine loop)"),
     "routing": InputInfo("expert routing", "log tokens per expert and per EP rank for a few decode steps"),
     "memory": InputInfo("memory facts", "read KV-cache usage, preemptions and waiting requests from the server metrics"),
     "platform": InputInfo("build and platform", "record the build type, GPU architecture, device API and CPU threads vs cores"),
-    "stream": InputInfo("stream timing", "record per-chunk arrival times of a few streams (`diagnoser probe --only client`)"),
+    "stream": InputInfo("stream timing", "record per-chunk arrival times of a few streams (`diagnoser probe --only client --endpoint URL --model-name MODEL`)"),
 }
 
 
