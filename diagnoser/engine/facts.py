@@ -463,7 +463,9 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         facts.append(QuotedBound(**_fields(case.bound_inputs)))
     if case.workload is not None:
         w = case.workload
-        facts.append(Layout(tp=w.layout.tp, ep=w.layout.ep, pp=w.layout.pp, dp=w.layout.dp, batch=w.batch))
+        # The batch only when the case states it: the calculator's default of 1 is no evidence.
+        batch = w.batch if "batch" in w.model_fields_set else None
+        facts.append(Layout(**_fields(None, tp=w.layout.tp, ep=w.layout.ep, pp=w.layout.pp, dp=w.layout.dp, batch=batch)))
     if obs.kernel_sum_across_ranks_ms is not None:
         facts.append(KernelSum(ms=obs.kernel_sum_across_ranks_ms))
     if obs.claimed_step_ms is not None:
