@@ -50,6 +50,9 @@ def test_a_version_1_case_loads_unchanged(tmp_path):
         ("observations: {budget_shares: {device: 0.7, launch: 0.5}}", "observations.budget_shares"),
         ("observations: {expected: {kind: a_hunch}}", "observations.expected.kind"),
         ("observations: {graph: {capture_unit: requests}}", "observations.graph.capture_unit"),
+        ("observations: {metrics: {tpot_ms: {p50: .nan}}}", "observations.metrics.tpot_ms.p50"),
+        ("observations: {host_costs: [{name: detokenize, ms_per_step: .inf}]}", "observations.host_costs.0.ms_per_step"),
+        ("observations: {runs: [{name: a, figures: {per_token_ms: -.inf}}]}", "observations.runs.0.figures.per_token_ms"),
     ],
 )
 def test_bad_fields_are_one_line_naming_the_field(tmp_path, text, field):

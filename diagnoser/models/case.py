@@ -36,7 +36,7 @@ class BytesBasis(str, Enum):
 class BoundInputs(BaseModel):
     """A bound someone already computed (e.g. the spreadsheet's), to be checked, not trusted."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     bytes_per_step: float | None = Field(default=None, gt=0)
     bytes_basis: BytesBasis | None = None
@@ -47,7 +47,7 @@ class BoundInputs(BaseModel):
 
 
 class Case(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     schema_version: int = Field(default=CASE_SCHEMA_VERSION, description="2; version-1 cases load unchanged")
     title: str = ""

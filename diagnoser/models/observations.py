@@ -18,7 +18,7 @@ from diagnoser.models.workload import Boundary
 
 
 class _Obs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StepBudget(_Obs):

@@ -16,7 +16,7 @@ from diagnoser.models.runtime import Growth
 
 
 class _Obs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class MetricBoundary(str, Enum):

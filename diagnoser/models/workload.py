@@ -27,7 +27,7 @@ class Boundary(str, Enum):
 class Precision(BaseModel):
     """Storage format per component; experts may differ from attention (e.g. fp8 experts, bf16 attention)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     weights: DType = DType.bf16
     expert_weights: DType | None = Field(default=None, description="defaults to weights")
@@ -54,7 +54,7 @@ class Layout(BaseModel):
     ``pp`` splits layers into stages.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     tp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
@@ -76,7 +76,7 @@ class Layout(BaseModel):
 class Context(BaseModel):
     """Context length of the sequences in the batch: one mean, or one value per sequence."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mean: float | None = Field(default=None, ge=0)
     per_sequence: list[int] | None = None
@@ -93,7 +93,7 @@ class Context(BaseModel):
 class Observed(BaseModel):
     """What was measured, and at which boundary."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     step_ms: float | None = Field(default=None, gt=0, description="time per decode step")
     tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate emitted tokens/s over the group")
@@ -109,7 +109,7 @@ class Observed(BaseModel):
 class Workload(BaseModel):
     """Everything the per-rank bound needs, plus the observation it is compared with."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str | dict[str, Any] | None = Field(
         default=None, description="preset name, path to config.json, or an inline config; absent when not known (no bound then)"
