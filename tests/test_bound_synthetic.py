@@ -19,6 +19,9 @@ def test_synthetic_floor_ceiling_and_gap():
     assert r.unexplained_ms == pytest.approx(15.0)
     assert any("explains 5 of 20 ms" in line for line in r.sanity)
     assert any("not a diagnosis" in line for line in r.sanity)
+    # at 80 % of the ceiling the fraction is not low, and the report does not say it is
+    near = floor_from_bytes(10e9, 2000, observed_step_ms=6.25)
+    assert near.fraction_of_ceiling == pytest.approx(0.8) and not any("not a diagnosis" in line for line in near.sanity)
 
 
 def test_rate_observation_is_converted_to_the_same_step():

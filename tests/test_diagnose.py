@@ -223,3 +223,13 @@ def test_measured_moe_bandwidth_wins_over_the_estimate():
 
     found = diagnose(_moe_case(achieved_bw_fraction=0.9, tokens_per_expert=40), load_rulebook())
     assert "small-expert-kernels" not in {h.rule for h in found.hypotheses}
+
+
+def test_the_bound_line_says_which_floor_limits_the_step(tmp_path):
+    assert "floor 4.912 ms (memory-limited: bytes / bandwidth)" in run_cli("diagnose", str(MOE)).stdout
+    # 8B parameters x 2 FLOPs x 512 tokens is ~8.4 TFLOP a step: compute, not bytes, sets the floor
+    path = tmp_path / "big-batch.yaml"
+    path.write_text("workload: {model: qwen3-8b, hardware: h100-sxm, batch: 512, context: 128, observed: {step_ms: 30}}\n")
+    d = json.loads(run_cli("diagnose", str(path), "--json").stdout)
+    assert d["bound"]["limited_by"] == "compute"
+    assert "(compute-limited: FLOPs / peak throughput)" in run_cli("diagnose", str(path)).stdout

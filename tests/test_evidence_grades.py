@@ -111,3 +111,19 @@ def test_every_format_shows_the_grade_the_unbounded_gain_and_at_most_three_quest
     assert {h["rule"]: h["grade"] for h in data["hypotheses"] if h["kind"] == "cause"} == {
         "graph-capture-too-small": "indicated", "graph-partial": "indicated", "launch-gaps": "indicated",
     }
+
+
+def test_no_predicted_step_goes_below_the_physical_floor(book):
+    # qwen3-8b at batch 1 on an H100 needs ~4.6 ms for its bytes; 6 of a 9 ms step cannot all go
+    case = Case.model_validate(
+        {
+            "workload": {"model": "qwen3-8b", "hardware": "h100-sxm", "batch": 1, "context": 1024},
+            "observations": {"budget": {"step_ms": 9, "device_ms": 3, "host_ms": 6}},
+        }
+    )
+    d = diagnose(case, book)
+    floor = d.bound.floor_ms
+    host = next(h for h in d.hypotheses if h.rule == "host-overhead")
+    assert host.claimed_ms == 6 and host.gain.capped_by == "the bound's floor"
+    assert host.gain.after_ms == pytest.approx(floor)
+    assert all(r.predicted_step_ms >= floor - 1e-9 for h in d.hypotheses for r in h.remedies if r.predicted_step_ms)

@@ -25,6 +25,10 @@ class FloorResult(BaseModel):
     sanity: list[str] = []
 
 
+# Under half of the optimistic ceiling is "low": most of the step is not the bytes the bound counts.
+LOW_FRACTION = 0.5
+
+
 def step_ms_from_rate(tokens_per_s: float, batch: int, tokens_per_step: float) -> float:
     """Aggregate emitted tokens/s back to a step time: B sequences emit B*t tokens per step."""
     return batch * tokens_per_step / tokens_per_s * 1e3
@@ -58,9 +62,12 @@ def compare_with_observation(
     sanity = [
         f"the floor explains {_fmt(floor_ms)} of {_fmt(observed_step_ms)} ms per step; "
         f"the other {_fmt(unexplained)} ms are unexplained, not yet attributed to any cause",
-        "a low fraction of the ceiling is not a diagnosis, and there is no universal 'normal' fraction: "
-        "attribute the step with a trace before choosing a fix",
     ]
+    if rate / ceiling < LOW_FRACTION:
+        sanity.append(
+            "a low fraction of the ceiling is not a diagnosis, and there is no universal 'normal' fraction: "
+            "attribute the step with a trace before choosing a fix"
+        )
     if observed_step_ms < floor_ms:
         sanity.insert(0, "the observation is FASTER than the floor: the bound counts bytes the step does not move "
                          "(check precision, expert union, context, or a bandwidth figure that is too low)")

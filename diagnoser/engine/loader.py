@@ -43,12 +43,18 @@ class Rulebook:
 
         return type("ComposedRules", (*self.rulesets, DiagnosisEngine), {})
 
-    def engine(self, reference_step_ms: float | None, unevaluable: set[str] = frozenset(), present: set[str] = frozenset()) -> Any:
+    def engine(
+        self,
+        reference_step_ms: float | None,
+        unevaluable: set[str] = frozenset(),
+        present: set[str] = frozenset(),
+        floor_ms: float | None = None,
+    ) -> Any:
         """A reset engine for one diagnosis; the RETE network is built once per rule book."""
         if self._engine is None:
             self._engine = self.engine_class()()
             self._engine.specs = self.specs
-        self._engine.start(reference_step_ms, unevaluable, present)
+        self._engine.start(reference_step_ms, unevaluable, present, floor_ms)
         return self._engine
 
 

@@ -45,10 +45,17 @@ class DiagnosisEngine(KnowledgeEngine):
 
     specs: dict[str, RuleSpec] = {}
 
-    def start(self, reference_step_ms: float | None, unevaluable: set[str] = frozenset(), present: set[str] = frozenset()) -> None:
+    def start(
+        self,
+        reference_step_ms: float | None,
+        unevaluable: set[str] = frozenset(),
+        present: set[str] = frozenset(),
+        floor_ms: float | None = None,
+    ) -> None:
         """Forget the previous case: facts, agenda and conclusions."""
         self.reset()
         self.reference_step_ms = reference_step_ms
+        self.floor_ms = floor_ms
         self.unevaluable = set(unevaluable)
         self.present = set(present)
         self.found: list[Hypothesis] = []
@@ -66,7 +73,7 @@ class DiagnosisEngine(KnowledgeEngine):
             finding = body(self, **{name: bindings.get(name) for name in wanted})
             if finding is None:
                 return
-            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec, finding))
+            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec, finding), self.floor_ms)
         except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
@@ -117,14 +124,33 @@ def grade_of(spec: RuleSpec, finding: Finding) -> Grade:
     return Grade.indicated if declared is Grade.measured else declared
 
 
+def floor_cap(step_ms: float, floor_ms: float | None, cap_ms: float | None, cap_name: str | None) -> tuple[float | None, str | None]:
+    """The parent's cap, or the room above the physical floor when that is smaller: no fix takes a
+    step below the time its bytes need. A step at or under the floor voids the floor instead (a
+    guard says so), so it caps nothing."""
+    if floor_ms is None or step_ms <= floor_ms:
+        return cap_ms, cap_name
+    room = step_ms - floor_ms
+    return (room, "the bound's floor") if cap_ms is None or room < cap_ms else (cap_ms, cap_name)
+
+
 def build_hypothesis(
-    spec: RuleSpec, finding: Finding, reference_ms: float | None, cap_ms: float | None, bounded_by: list[str] = ()
+    spec: RuleSpec,
+    finding: Finding,
+    reference_ms: float | None,
+    cap_ms: float | None,
+    bounded_by: list[str] = (),
+    floor_ms: float | None = None,
 ) -> Hypothesis:
     step = finding.step_ms or reference_ms
     gain = None
     remedies = []
     if finding.removable_ms is not None and step:
-        gain = bounded_gain(step, finding.removable_ms, cap_ms, spec.parent)
+        # The floor is one step's bytes: it caps claims on the reference step, not on another
+        # boundary's or another context's interval (a finding's own step_ms).
+        floor = floor_ms if finding.step_ms is None else None
+        cap, cap_name = floor_cap(step, floor, cap_ms, spec.parent)
+        gain = bounded_gain(step, finding.removable_ms, cap, cap_name)
     for r in spec.remedies:
         predicted = bounded_gain(step, gain.removable_ms * r.share) if gain else None
         remedies.append(
@@ -188,7 +214,7 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     return ranked
 
 
-def _summary(source: str, floor_ms: float, result, **extra: float) -> BoundSummary:
+def _summary(source: str, floor_ms: float, result, **extra: float | str) -> BoundSummary:
     return BoundSummary(
         **extra,
         source=source,
@@ -240,6 +266,7 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
             "compute_bound",
             report.step_floor_ms,
             report,
+            limited_by="compute" if report.compute_floor_ms > report.floor_ms else "memory",
             critical_rank_bytes=critical.bytes_total,
             active_parameter_bytes=report.naive.bytes_total,
             bandwidth_gbs=report.bandwidth_gbs,
@@ -260,7 +287,7 @@ def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSu
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
     present = present_inputs(case, bound)
     unevaluable = unevaluable_rules(rulebook, present)
-    engine = rulebook.engine(step, unevaluable, present)
+    engine = rulebook.engine(step, unevaluable, present, bound.floor_ms if bound else None)
     raised: list[RuleError] = []
     token = test_errors.set(raised)
     try:

@@ -131,6 +131,7 @@ class RuleError(_Out):
 class BoundSummary(_Out):
     source: str = Field(description="compute_bound (workload) or floor_from_bytes (bound_inputs)")
     floor_ms: float
+    limited_by: str = Field(default="memory", description="memory or compute: which floor sets the step floor")
     observed_step_ms: float | None = None
     unexplained_ms: float | None = None
     fraction_of_ceiling: float | None = None

@@ -66,7 +66,8 @@ def bound_line(d: Diagnosis) -> str | None:
     b = d.bound
     if b is None:
         return None
-    parts = [f"floor {num(b.floor_ms)} ms ({b.source})"]
+    basis = "bytes / bandwidth" if b.limited_by == "memory" else "FLOPs / peak throughput"
+    parts = [f"floor {num(b.floor_ms)} ms ({b.limited_by}-limited: {basis})"]
     if b.observed_step_ms is not None:
         parts.append(f"observed {num(b.observed_step_ms)} ms")
     if b.unexplained_ms is not None:
