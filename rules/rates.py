@@ -14,9 +14,12 @@ from diagnoser.engine import (
     OR,
     TEST,
     Bound,
+    Boundaries,
+    Budget,
     Expectation,
     Finding,
     Metrics,
+    ObservedStep,
     RuleSet,
     Server,
     W,
@@ -31,6 +34,9 @@ SPECS = load_specs(__file__)
 BELOW_FLOOR = 0.95
 # A chunk interval 1.5x the per-token time means chunks hold about 1.5 tokens or more.
 CHUNK_RATIO = 1.5
+# A budget's step within 15 % of the observed device step describes the same steps (step-to-step
+# spread and a trace's own overhead stay inside that); beyond it, it describes other work.
+STEP_AGREEMENT = 0.15
 # Concurrencies 2x apart are different operating points.
 CONCURRENCY_RATIO = 2.0
 # At 80 % of the memory-only ceiling little is left to recover: kernels rarely sustain more than
@@ -145,6 +151,18 @@ class RateGuards(RuleSet):
     )
     def different_boundaries(self, observed, expected):
         return Finding(evidence=[ev("metrics.boundary", observed), ev("expected.boundary", expected)], key="differs")
+
+    @rule(
+        SPECS["budget-step-disagrees"],
+        Budget(step_ms=MATCH.budget),
+        OR(ObservedStep(ms=MATCH.observed, boundary="device_step"), Boundaries(device_step_ms=MATCH.observed)),
+        TEST(lambda budget, observed: abs(budget - observed) > STEP_AGREEMENT * observed),
+    )
+    def budget_step_disagrees(self, budget, observed):
+        return Finding(
+            evidence=[ev("budget.step_ms", budget, "ms"), ev("observed_device_step_ms", observed, "ms")],
+            detail=f"The budget's step is {budget / observed:.2f}x the device step observed for this workload.",
+        )
 
     def flags(self, *names: str) -> list[str]:
         metrics = next(f for f in self.facts.values() if isinstance(f, Metrics))

@@ -143,6 +143,11 @@ class Shares(Fact):
     """A budget quoted only as shares of a step of unknown length."""
 
 
+class ObservedStep(Fact):
+    """The pinned observation as a step time (``ms``) and its ``boundary``; a rate is turned into a step
+    only when the case states the batch."""
+
+
 class Holds(Fact):
     """A cause concluded: ``rule`` id, ``cap_ms`` (the most a refinement may claim) and the ``step_ms`` it refers to."""
 
@@ -316,6 +321,19 @@ def _graph(g: GraphReplayObs) -> Graph:
     return Graph(**_fields(g, max_captured_batch=max(captured) if captured else None, live_units=live))
 
 
+def _observed_step(case: Case) -> ObservedStep | None:
+    from diagnoser.bound.floor import step_ms_from_rate
+
+    w = case.workload
+    observed = w.observed if w else None
+    if observed is None:
+        return None
+    ms = observed.step_ms
+    if ms is None and "batch" in w.model_fields_set:
+        ms = step_ms_from_rate(observed.tokens_per_s, w.batch, w.tokens_per_step)
+    return ObservedStep(ms=ms, boundary=observed.boundary.value) if ms is not None else None
+
+
 def _context_sweep(case: Case) -> ContextSweep | None:
     """The sweep as given, else runs that differ only in context (or prompt length)."""
     points = sorted(case.observations.context_sweep, key=lambda p: p.context)
@@ -471,6 +489,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     if obs.claimed_step_ms is not None:
         facts.append(ClaimedStep(ms=obs.claimed_step_ms))
     facts.append(_boundary_pair(case))
+    facts.append(_observed_step(case))
     facts += [Claim(name=c) for c in sorted({_plain(c) for c in obs.claims})]
     if obs.metrics is not None:
         facts.append(_metrics(obs.metrics))
