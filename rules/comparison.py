@@ -54,6 +54,8 @@ ABLATIONS = {
     "penalties": switched_on,  # penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead
     "speculative": switched_on,  # speculation-slowdown
+    "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
+    "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
 }
 
 

@@ -63,6 +63,11 @@ class ContextRules(RuleSet):
         """Only the configured maximum changed, yet the step moved: work follows the maximum, not the live context."""
         return ablation_finding(d, key="configured")
 
+    @rule(SPECS["max-context-work"], *ablation("kv_cache_capacity"))
+    def kv_capacity_measured(self, d, parent_cap_ms):
+        """Only the cache's allocated size changed, yet the step moved: work follows the allocation."""
+        return ablation_finding(d, key="allocated")
+
     @rule(
         SPECS["long-context-slowdown"],
         Metrics(per_token_grows_with=P(lambda g: "context" in g)),

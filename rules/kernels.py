@@ -136,6 +136,11 @@ class KernelRules(RuleSet):
     def kernel_backend_measured(self, d):
         return ablation_finding(d, key=d["slower"])
 
+    @rule(SPECS["slow-kernel-path"], *ablation("quantization"))
+    def quantized_path_measured(self, d):
+        """Another weight format at the same workload is slower: its kernels, not its bytes, set the step."""
+        return ablation_finding(d, key=d["slower"])
+
     @rule(
         SPECS["small-expert-kernels"],
         AS.k << KernelClass(kernel_class="moe", share_of_step=MATCH.share),

@@ -129,6 +129,14 @@ class OutputPathRules(RuleSet):
             detail="Chunks arrive in bursts: the gain is on the p99 gap the user sees, not on the rate.",
         )
 
+    @rule(SPECS["proxy-buffering"], AS.s << Stream(bursty=True), NOT(Server(speculative=W())))
+    def stream_arrives_in_bursts(self, s, parent_cap_ms):
+        """Tokens reach the client in bursts with one token per step made: something between the
+        producer and the client holds them. Without the server's emission times it could be either."""
+        evidence = [ev("stream.bursty", True)]
+        evidence += [ev(f"stream.{n}", s[n], "ms" if n.endswith("_ms") else "") for n in ("tokens_per_burst", "worst_stall_ms") if n in s]
+        return Finding(evidence=evidence, removable_ms=parent_cap_ms, detail="Emission times at the server tell the server from a proxy.")
+
     @rule(
         SPECS["output-length-growth"],
         Boundaries(itl_growth_ms_per_1k_output=MATCH.growth),

@@ -16,6 +16,12 @@ from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
 CASES = REPO / "tests" / "data" / "cases"
 TOP_1_FLOOR = 0.86  # 38 of 44
 TOP_3_FLOOR = 0.95  # 42 of 44
+# Twelve more incidents, written by someone who had not read the rules; scored 50 % / 58 % when first
+# run, before the rules learnt engine flag names, A/B runs of the weight format and of the cache size,
+# and field-level requirements. They are no longer unseen: the floor guards what they taught.
+HOLDOUT = REPO / "tests" / "data" / "holdout"
+HOLDOUT_TOP_1_FLOOR = 0.75  # 9 of 12
+HOLDOUT_TOP_3_FLOOR = 0.83  # 10 of 12
 
 
 def test_the_development_corpus_stays_above_its_floors():
@@ -23,6 +29,12 @@ def test_the_development_corpus_stays_above_its_floors():
     assert len(scores) == 44
     assert top_n(scores, 1) >= TOP_1_FLOOR, [s for s in scores if s.rank != 1]
     assert top_n(scores, 3) >= TOP_3_FLOOR, [s for s in scores if not s.rank or s.rank > 3]
+
+
+def test_the_second_corpus_stays_above_its_floors():
+    scores = score_corpus(HOLDOUT, load_rulebook())
+    assert len(scores) == 12
+    assert top_n(scores, 1) >= HOLDOUT_TOP_1_FLOOR and top_n(scores, 3) >= HOLDOUT_TOP_3_FLOOR
 
 
 def _h(hid: str, kind: Kind, leads: bool = False) -> Hypothesis:

@@ -115,3 +115,12 @@ def test_every_development_case_loads_and_diagnoses():
     for path in cases:
         d = diagnose(load_case(path), book)
         assert d.rule_errors == [], path.name
+
+
+def test_engine_flag_names_in_runs_are_read_as_the_known_setting():
+    run = Run.model_validate(
+        {"name": "a", "settings": {"enforce_eager": True, "gpu_memory_utilization": 0.05, "engine_version": "1"}, "figures": {"per_token_ms": 3}}
+    )
+    assert run.settings == {"cuda_graphs": False, "kv_cache_capacity": 0.05, "engine_version": "1"}
+    with pytest.raises(ValueError, match="settings give max_context twice"):
+        Run.model_validate({"name": "b", "settings": {"max_model_len": 4096, "max_context": 8192}, "figures": {"per_token_ms": 3}})

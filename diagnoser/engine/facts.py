@@ -297,9 +297,25 @@ def shares_budget(case: Case) -> StepBudget | None:
     )
 
 
+def input_info(name: str) -> InputInfo:
+    """What an input is and how to get it; ``input.field`` names one field of it."""
+    top, _, field = name.partition(".")
+    info = INPUTS[top]
+    return InputInfo(f"{info.label} ({field})", info.how) if field else info
+
+
+def _fields_present(value: Any) -> set[str]:
+    """Fields given in an observation section (in any element of a list of them)."""
+    models = value if isinstance(value, list) else [value]
+    return {k for m in models if isinstance(m, BaseModel) for k, v in m if v is not None and v != []}
+
+
 def present_inputs(case: Case, bound: BoundSummary | None) -> set[str]:
+    """The inputs the case holds, and ``input.field`` for each field given, so a rule may require
+    one field of a section (a client gap needs the device step, not just any boundary timing)."""
     obs = case.observations
     present = {name for name in INPUTS if name in type(obs).model_fields and getattr(obs, name)}
+    present |= {f"{name}.{field}" for name in list(present) for field in _fields_present(getattr(obs, name))}
     if shares_budget(case) is not None:
         present.add("budget")
     if bound is not None:

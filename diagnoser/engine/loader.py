@@ -100,7 +100,7 @@ def lint_rule(name: str, compiled: Rule) -> list[str]:
     unknown = sorted(set(body_args) - bound - {PARENT_CAP, PARENT_STEP})
     if unknown:
         problems.append(f"rule {spec.id}: body argument(s) {', '.join(unknown)} match no bound variable")
-    bad_inputs = sorted(set(spec.requires) - set(INPUTS))
+    bad_inputs = sorted({name for name in spec.requires if name.partition(".")[0] not in INPUTS})
     if bad_inputs:
         problems.append(f"rule {spec.id}: unknown input(s) {', '.join(bad_inputs)} in requires")
     return problems

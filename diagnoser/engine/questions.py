@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from diagnoser.engine.facts import INPUTS
+from diagnoser.engine.facts import INPUTS, input_info
 from diagnoser.engine.loader import Rulebook
 from diagnoser.models.hypothesis import Grade, Hypothesis, Kind, Question
 
@@ -53,7 +53,7 @@ def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypot
         if h.kind is not Kind.cause or h.gain is not None or h.grade is None:
             continue
         for name in h.bounded_by:
-            if name not in present and name in INPUTS:
+            if name not in present and name.partition(".")[0] in INPUTS:
                 score[name] += OPEN_WEIGHT[h.grade]
                 bound[name].add(h.id)
     for spec in rulebook.specs.values():
@@ -69,8 +69,8 @@ def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypot
     questions = [
         Question(
             input=name,
-            label=INPUTS[name].label,
-            how=INPUTS[name].how,
+            label=input_info(name).label,
+            how=input_info(name).how,
             score=round(value, 4),
             would_bound=sorted(bound[name]),
             would_evaluate=sorted(evaluate[name]),

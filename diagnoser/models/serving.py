@@ -126,6 +126,7 @@ KNOWN_SETTINGS = {
     "speculative": "speculative decoding on (true) or off (false)",
     "max_context": "configured maximum context length",
     "kernel_backend": "GEMM or MoE kernel family",
+    "kv_cache_capacity": "KV-cache space allocated (tokens, blocks, GB or a memory fraction)",
     "tp": "tensor-parallel ranks",
     "pp": "pipeline stages",
     "ep": "expert-parallel ranks",
@@ -138,6 +139,28 @@ KNOWN_SETTINGS = {
     "threads": "CPU threads of the engine",
     "hardware": "GPU or host",
     "os": "operating system or driver setting",
+}
+
+# Engine flag names people paste into runs, and the known setting each one is; a True ``inverted``
+# flips a boolean (enforce_eager on means graphs off).
+SETTING_ALIASES: dict[str, tuple[str, bool]] = {
+    "gpu_memory_utilization": ("kv_cache_capacity", False),
+    "mem_fraction_static": ("kv_cache_capacity", False),
+    "num_gpu_blocks": ("kv_cache_capacity", False),
+    "max_model_len": ("max_context", False),
+    "context_length": ("max_context", False),
+    "ctx_size": ("max_context", False),
+    "n_ctx": ("max_context", False),
+    "enforce_eager": ("cuda_graphs", True),
+    "disable_cuda_graph": ("cuda_graphs", True),
+    "tensor_parallel_size": ("tp", False),
+    "tp_size": ("tp", False),
+    "pipeline_parallel_size": ("pp", False),
+    "num_speculative_tokens": ("draft_length", False),
+    "n_threads": ("threads", False),
+    "num_thread": ("threads", False),
+    "attn_backend": ("attention_backend", False),
+    "max_num_seqs": ("batch", False),
 }
 
 # Settings whose change alters the work itself (a sweep), not only how it is done.
@@ -166,8 +189,24 @@ class Run(_Obs):
 
     name: str = Field(min_length=1, description="what this operating point is called in the report")
     settings: dict[str, str | float | int | bool] = Field(
-        default_factory=dict, description=f"named settings; known names: {', '.join(sorted(KNOWN_SETTINGS))}"
+        default_factory=dict,
+        description=f"named settings; known names: {', '.join(sorted(KNOWN_SETTINGS))}; engine flag names such as "
+        f"{', '.join(sorted(SETTING_ALIASES)[:4])} are read as the known setting they are",
     )
+
+    @model_validator(mode="after")
+    def _known_names(self) -> "Run":
+        """Engine flag names become the known setting they are, so every rule reads one name."""
+        settings = {}
+        for name, value in self.settings.items():
+            known, inverted = SETTING_ALIASES.get(name, (name, False))
+            if inverted and isinstance(value, bool):
+                value = not value
+            if known in settings:
+                raise ValueError(f"settings give {known} twice (as {name} and as another name for it)")
+            settings[known] = value
+        self.settings = settings
+        return self
     figures: RunFigures = Field(description="what it measured; runs are compared on the first figure both have")
     baseline: bool = Field(default=False, description="the reference run others are compared with (else the first)")
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where its figures were read")
