@@ -294,11 +294,7 @@ class KernelRules(RuleSet):
         TEST(lambda rows, tile: rows > 0 and tile >= TILE_PADDING * rows),
     )
     def expert_tile_padding(self, rows, tile):
-        wasted = 1 - rows / tile
-        return Finding(
-            evidence=[ev("routing.tokens_per_expert", rows), ev("routing.kernel_tile_rows", tile), ev("padded_fraction", wasted)],
-            detail=f"Each expert's {rows:.3g} rows are padded to a {tile}-row tile: {wasted:.0%} of the tile's rows are padding.",
-        )
+        return padding_finding(rows, tile, "routing.tokens_per_expert", "")
 
     @rule(
         SPECS["expert-tile-padding"],
@@ -311,11 +307,7 @@ class KernelRules(RuleSet):
     def expert_tile_padding_at_most(self, m, tile):
         """Unmeasured rows per expert are still bounded: a token routes to distinct experts, so no expert
         gets more rows than the step has tokens, which one-token decode caps at the sequences running."""
-        rows = decode_tokens_at_most(m)
-        return Finding(
-            evidence=[ev("rows_per_expert_at_most", rows), ev("routing.kernel_tile_rows", tile), ev("padded_fraction_at_least", 1 - rows / tile)],
-            detail=f"At most {rows:.3g} rows per expert (the tokens in a step) are padded to a {tile}-row tile.",
-        )
+        return padding_finding(decode_tokens_at_most(m), tile, "rows_per_expert_at_most", "_at_least")
 
     @rule(SPECS["extra-kernels-per-step"], AS.k << KernelClass(per_expert_launches=True))
     def per_expert_launches(self, k):
@@ -333,6 +325,16 @@ class KernelRules(RuleSet):
             key=k["kernel_class"],
             detail=f"Independent {k['kernel_class']} kernels run back to back on one stream.",
         )
+
+
+def padding_finding(rows: float, tile: int, rows_name: str, bound: str) -> Finding:
+    """Rows per expert against the tile they are padded to; ``bound`` marks figures that are limits."""
+    wasted = 1 - rows / tile
+    return Finding(
+        evidence=[ev(rows_name, rows), ev("routing.kernel_tile_rows", tile), ev(f"padded_fraction{bound}", wasted)],
+        detail=f"{'At most ' if bound else ''}{rows:.3g} rows per expert are padded to a {tile}-row tile: "
+        f"{'at least ' if bound else ''}{wasted:.0%} of each tile is padding.",
+    )
 
 
 def decode_tokens_at_most(m) -> float | None:
