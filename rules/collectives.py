@@ -22,6 +22,8 @@ from diagnoser.engine import (
     rule,
 )
 
+from diagnoser.rules.comparison import ablation, ablation_finding
+
 SPECS = load_specs(__file__)
 
 # Exposed communication above a tenth of the step is worth its own hypothesis.
@@ -46,6 +48,11 @@ def excess_ms(c, moved: float, needed: float) -> float | None:
 
 
 class CollectiveRules(RuleSet):
+    @rule(SPECS["exposed-comm"], *ablation("tp"))
+    def more_ranks_slower(self, d):
+        """More TP ranks each read fewer bytes, so a slower step is paid in the collectives the split adds."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["exposed-comm"],
         Budget(exposed_comm_ms=MATCH.comm, step_ms=MATCH.step),

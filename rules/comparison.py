@@ -56,6 +56,7 @@ ABLATIONS = {
     "speculative": switched_on,  # speculation-slowdown
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
+    "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
 }
 
 

@@ -22,6 +22,12 @@ TOP_3_FLOOR = 0.95  # 42 of 44
 HOLDOUT = REPO / "tests" / "data" / "holdout"
 HOLDOUT_TOP_1_FLOOR = 0.75  # 9 of 12
 HOLDOUT_TOP_3_FLOOR = 0.83  # 10 of 12
+# A third set, written the same way later and scored once before any change: 50 % top-1 and top-3,
+# the figure to expect on incidents the rules have not seen. One general rule came of it since
+# (more TP ranks and a slower step: the collectives cost more than the split saves).
+UNSEEN = REPO / "tests" / "data" / "unseen"
+UNSEEN_TOP_1_FLOOR = 0.58  # 7 of 12
+UNSEEN_TOP_3_FLOOR = 0.58
 
 
 def test_the_development_corpus_stays_above_its_floors():
@@ -31,10 +37,12 @@ def test_the_development_corpus_stays_above_its_floors():
     assert top_n(scores, 3) >= TOP_3_FLOOR, [s for s in scores if not s.rank or s.rank > 3]
 
 
-def test_the_second_corpus_stays_above_its_floors():
-    scores = score_corpus(HOLDOUT, load_rulebook())
-    assert len(scores) == 12
-    assert top_n(scores, 1) >= HOLDOUT_TOP_1_FLOOR and top_n(scores, 3) >= HOLDOUT_TOP_3_FLOOR
+def test_the_second_and_third_corpora_stay_above_their_floors():
+    book = load_rulebook()
+    for folder, top1, top3 in ((HOLDOUT, HOLDOUT_TOP_1_FLOOR, HOLDOUT_TOP_3_FLOOR), (UNSEEN, UNSEEN_TOP_1_FLOOR, UNSEEN_TOP_3_FLOOR)):
+        scores = score_corpus(folder, book)
+        assert len(scores) == 12
+        assert top_n(scores, 1) >= top1 and top_n(scores, 3) >= top3, folder.name
 
 
 def _h(hid: str, kind: Kind, leads: bool = False) -> Hypothesis:
