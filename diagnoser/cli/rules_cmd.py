@@ -47,6 +47,34 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     click.echo(yaml.safe_dump(doc, sort_keys=False, width=100).rstrip())
 
 
+@rules.command("facts")
+@click.argument("fact", required=False, metavar="[FACT]")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def facts_cmd(fact: str | None, as_json: bool) -> None:
+    """The fields every fact class carries, with unit and meaning: what a pattern may name."""
+    import json
+
+    from diagnoser.engine.fact_fields import fact_table, nearest
+
+    table = {cls.__name__: fields for cls, fields in fact_table().items()}
+    if fact is not None:
+        if fact not in table:
+            hint = nearest(fact, sorted(table))
+            raise InputError(f"no fact {fact!r}" + (f" (nearest: {hint})" if hint else "") + "; `diagnoser rules facts` lists them")
+        table = {fact: table[fact]}
+    if as_json:
+        doc = {name: [{"field": i.name, "unit": i.unit, "meaning": i.meaning, "derived": i.derived} for i in fields.values()]
+               for name, fields in table.items()}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for name, fields in table.items():
+        click.echo(name)
+        for info in fields.values():
+            unit = f" [{info.unit}]" if info.unit else ""
+            derived = " (derived)" if info.derived else ""
+            click.echo(f"  {info.name}{unit}{derived}: {info.meaning}")
+
+
 @rules.command("explain")
 @click.argument("args", nargs=-1, metavar="ID CASE | --all CASE")
 @click.option("--all", "every", is_flag=True, help="One line per rule: its verdict and the first condition that failed.")

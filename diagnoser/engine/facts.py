@@ -464,7 +464,8 @@ def _routing(r: RoutingObs) -> Routing:
     loads = r.expert_load_per_rank
     mean = sum(loads) / len(loads) if loads else 0.0
     imbalance = max(loads) / mean if len(loads) > 1 and mean > 0 else None
-    return Routing(**_fields(r, expert_load_per_rank=None, ranks=len(loads) or None, imbalance=imbalance))
+    fields = {k: v for k, v in _fields(r).items() if k != "expert_load_per_rank"}
+    return Routing(**fields, **_fields(None, ranks=len(loads) or None, imbalance=imbalance))
 
 
 def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:

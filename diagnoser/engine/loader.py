@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from pydantic import ValidationError
 
+from diagnoser.engine.fact_fields import unknown_field
 from diagnoser.engine.facts import INPUTS
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
 from diagnoser.errors import InputError
@@ -76,6 +77,15 @@ def _bound_names(element: Any, names: set[str]) -> None:
             _bound_names(child, names)
 
 
+def fact_patterns(element: Any) -> Iterable[Fact]:
+    """Every fact pattern in a rule's conditions, inside AND/OR/NOT too."""
+    if isinstance(element, Fact):
+        yield element
+    elif isinstance(element, tuple) and not isinstance(element, TEST):
+        for child in element:
+            yield from fact_patterns(child)
+
+
 def tests_in(element: Any) -> Iterable[Any]:
     if isinstance(element, TEST):
         yield element[0]
@@ -100,6 +110,10 @@ def lint_rule(name: str, compiled: Rule) -> list[str]:
     unknown = sorted(set(body_args) - bound - {PARENT_CAP, PARENT_STEP})
     if unknown:
         problems.append(f"rule {spec.id}: body argument(s) {', '.join(unknown)} match no bound variable")
+    for pattern in fact_patterns(compiled):
+        for key in pattern:
+            if not Fact.is_special(key) and isinstance(key, str) and (why := unknown_field(type(pattern), key)):
+                problems.append(f"rule {spec.id}: {why}")
     bad_inputs = sorted({name for name in spec.requires if name.partition(".")[0] not in INPUTS})
     if bad_inputs:
         problems.append(f"rule {spec.id}: unknown input(s) {', '.join(bad_inputs)} in requires")

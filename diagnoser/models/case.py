@@ -38,22 +38,22 @@ class BoundInputs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    bytes_per_step: float | None = Field(default=None, gt=0)
-    bytes_basis: BytesBasis | None = None
-    bandwidth_gbs: float | None = Field(default=None, gt=0)
-    bandwidth_is_summed_over_ranks: bool | None = None
-    predicted_tokens_per_s: float | None = Field(default=None, gt=0)
-    boundary: Boundary = Boundary.device_step
+    bytes_per_step: float | None = Field(default=None, gt=0, description="bytes per step the quoted bound used")
+    bytes_basis: BytesBasis | None = Field(default=None, description="how those bytes were obtained")
+    bandwidth_gbs: float | None = Field(default=None, gt=0, description="bandwidth the quoted bound used")
+    bandwidth_is_summed_over_ranks: bool | None = Field(default=None, description="the bandwidth adds up several GPUs")
+    predicted_tokens_per_s: float | None = Field(default=None, gt=0, description="the rate the quoted bound promised")
+    boundary: Boundary = Field(default=Boundary.device_step, description="where the quoted bound applies")
 
 
 class Case(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     schema_version: int = Field(default=CASE_SCHEMA_VERSION, description="2; version-1 cases load unchanged")
-    title: str = ""
-    workload: Workload | None = None
-    bound_inputs: BoundInputs | None = None
-    observations: Observations = Field(default_factory=Observations)
+    title: str = Field(default="", description="what was observed, in a line")
+    workload: Workload | None = Field(default=None, description="the pin: model, hardware, precision, context, batch, layout, observation")
+    bound_inputs: BoundInputs | None = Field(default=None, description="a bound someone already computed, to be checked")
+    observations: Observations = Field(default_factory=Observations, description="what traces, probes, metrics and reports established")
 
     @field_validator("workload", mode="before")
     @classmethod

@@ -130,12 +130,12 @@ class RuleError(_Out):
 
 class BoundSummary(_Out):
     source: str = Field(description="compute_bound (workload) or floor_from_bytes (bound_inputs)")
-    floor_ms: float
+    floor_ms: float = Field(description="the step floor: the larger of the memory-only and compute floors, summed over pipeline stages")
     limited_by: str = Field(default="memory", description="memory or compute: which floor sets the step floor")
-    observed_step_ms: float | None = None
-    unexplained_ms: float | None = None
-    fraction_of_ceiling: float | None = None
-    ceiling_tokens_per_s: float | None = None
+    observed_step_ms: float | None = Field(default=None, description="the measured step the floor is compared with")
+    unexplained_ms: float | None = Field(default=None, description="observed step minus floor: time the bound does not account for")
+    fraction_of_ceiling: float | None = Field(default=None, description="observed rate / the optimistic ceiling")
+    ceiling_tokens_per_s: float | None = Field(default=None, description="the rate at the floor")
     critical_rank_bytes: float | None = Field(default=None, description="bytes the busiest rank moves per step")
     active_parameter_bytes: float | None = Field(default=None, description="the naive active params x bytes figure")
     bandwidth_gbs: float | None = Field(default=None, description="bandwidth the bound used (datasheet or measured)")

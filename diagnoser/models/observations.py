@@ -77,10 +77,10 @@ class KernelClassObs(_Obs):
     share_of_step: float | None = Field(
         default=None, ge=0, le=1, description="fraction of the step's device time (or of GPU time, as a kernel summary quotes it)"
     )
-    count_per_step: float | None = Field(default=None, ge=0)
-    median_us: float | None = Field(default=None, ge=0)
+    count_per_step: float | None = Field(default=None, ge=0, description="kernel launches of this class per step")
+    median_us: float | None = Field(default=None, ge=0, description="median duration of one kernel of this class")
     grid_ctas: float | None = Field(default=None, ge=0, description="median CTAs per launch")
-    sm_count: int | None = Field(default=None, gt=0)
+    sm_count: int | None = Field(default=None, gt=0, description="SMs on the GPU (to compare with the CTAs a launch fills)")
     achieved_bw_fraction: float | None = Field(default=None, ge=0, description="achieved / peak memory bandwidth")
     achieved_flops_fraction: float | None = Field(default=None, ge=0, description="achieved / peak FLOP/s")
     tokens_per_expert: float | None = Field(default=None, ge=0, description="mean rows per expert GEMM (MoE only)")
@@ -118,9 +118,9 @@ class GraphReplayObs(_Obs):
     status: GraphStatus | None = Field(
         default=None, description="none/partial/full from a trace; unknown when only a probe measured replay"
     )
-    kernel_launches_per_step: float | None = Field(default=None, ge=0)
-    graph_launches_per_step: float | None = Field(default=None, ge=0)
-    captured_batch_sizes: list[int] | None = None
+    kernel_launches_per_step: float | None = Field(default=None, ge=0, description="kernel launches per step outside graphs")
+    graph_launches_per_step: float | None = Field(default=None, ge=0, description="CUDA graph launches per step")
+    captured_batch_sizes: list[int] | None = Field(default=None, description="batch sizes (or token counts) the engine captured graphs for")
     capture_unit: CaptureUnit | None = Field(default=None, description="what the capture sizes count: sequences or tokens")
     live_batch_size: int | None = Field(default=None, ge=1, description="sequences decoding together on this rank")
     query_tokens_per_sequence: int | None = Field(
@@ -137,18 +137,18 @@ class CollectiveObs(_Obs):
 
     op: str = Field(description="all_reduce, all_to_all, all_gather, reduce_scatter, ...")
     implementation: str | None = Field(default=None, description="nccl, custom_allreduce, symm_mem, gloo")
-    calls_per_step: float | None = Field(default=None, ge=0)
+    calls_per_step: float | None = Field(default=None, ge=0, description="calls of this collective per step")
     interval_ms: float | None = Field(
         default=None, ge=0, description="median elapsed time per step of this collective, first arrival to end"
     )
     transfer_ms: float | None = Field(default=None, ge=0, description="time after the last participant arrived")
     wait_ms: float | None = Field(default=None, ge=0, description="time waiting for the last participant")
-    late_rank: int | None = None
-    message_bytes: float | None = Field(default=None, ge=0)
+    late_rank: int | None = Field(default=None, description="the rank the others waited for")
+    message_bytes: float | None = Field(default=None, ge=0, description="bytes each call moves per rank")
     effective_bandwidth_gbs: float | None = Field(
         default=None, ge=0, description="algorithm bandwidth: message bytes / transfer time, GB/s (no bus factor)"
     )
-    group_size: int | None = Field(default=None, ge=1)
+    group_size: int | None = Field(default=None, ge=1, description="ranks in the collective's group")
     preceding_compute_ms: float | None = Field(default=None, ge=0, description="compute on the late rank before it arrived")
     bytes_needed: float | None = Field(default=None, ge=0, description="bytes each rank actually needs from the collective")
     fused_with_compute: bool | None = Field(default=None, description="overlapped or fused with the neighbouring GEMM")
@@ -157,13 +157,13 @@ class CollectiveObs(_Obs):
 class BoundaryTimings(_Obs):
     """The same steps seen at the three clocks; the differences locate host and transport costs."""
 
-    device_step_ms: float | None = Field(default=None, gt=0)
+    device_step_ms: float | None = Field(default=None, gt=0, description="GPU time of one decode step")
     server_emission_ms: float | None = Field(default=None, gt=0, description="median interval between server emissions")
     client_receipt_ms: float | None = Field(default=None, gt=0, description="median inter-chunk interval at the client")
-    client_p99_ms: float | None = Field(default=None, gt=0)
-    client_p50_ms: float | None = Field(default=None, gt=0)
-    tokens_per_chunk: float | None = Field(default=None, gt=0)
-    ttft_ms: float | None = Field(default=None, gt=0)
+    client_p99_ms: float | None = Field(default=None, gt=0, description="p99 inter-chunk interval at the client")
+    client_p50_ms: float | None = Field(default=None, gt=0, description="median inter-chunk interval at the client")
+    tokens_per_chunk: float | None = Field(default=None, gt=0, description="tokens per streamed chunk")
+    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token")
     itl_growth_ms_per_1k_output: float | None = Field(
         default=None, description="slope of inter-token interval against tokens already generated"
     )
@@ -177,33 +177,33 @@ class GemmPoint(_Obs):
     """
 
     shape: str = Field(description="which expert GEMM, e.g. 'deepseek-v3 expert gate_up'")
-    dtype: str
+    dtype: str = Field(description="weight dtype of the GEMM")
     m: int = Field(ge=1, description="rows (tokens routed to the expert)")
-    time_us: float = Field(gt=0)
+    time_us: float = Field(gt=0, description="measured time of one GEMM")
     bw_fraction: float = Field(ge=0, description="achieved / peak memory bandwidth")
 
 
 class ContextPoint(_Obs):
-    context: int = Field(ge=0)
-    step_ms: float = Field(gt=0)
+    context: int = Field(ge=0, description="tokens already in the context at this point")
+    step_ms: float = Field(gt=0, description="step time at that context")
 
 
 class ProbeFacts(_Obs):
     """Machine facts from ``diagnoser probe``."""
 
-    gpu_name: str | None = None
-    measured_bandwidth_gbs: float | None = Field(default=None, gt=0)
-    theoretical_bandwidth_gbs: float | None = Field(default=None, gt=0)
-    sm_clock_mhz: float | None = Field(default=None, ge=0)
-    max_sm_clock_mhz: float | None = Field(default=None, ge=0)
-    mem_clock_mhz: float | None = Field(default=None, ge=0)
-    max_mem_clock_mhz: float | None = Field(default=None, ge=0)
-    throttle_reasons: list[str] = Field(default_factory=list)
-    power_w: float | None = Field(default=None, ge=0)
-    power_limit_w: float | None = Field(default=None, ge=0)
-    temperature_c: float | None = None
-    nvlink_active_links: int | None = Field(default=None, ge=0)
-    pcie_generation: int | None = Field(default=None, ge=0)
+    gpu_name: str | None = Field(default=None, description="the device name the driver reports")
+    measured_bandwidth_gbs: float | None = Field(default=None, gt=0, description="device-to-device copy bandwidth measured by the probe")
+    theoretical_bandwidth_gbs: float | None = Field(default=None, gt=0, description="datasheet memory bandwidth")
+    sm_clock_mhz: float | None = Field(default=None, ge=0, description="SM clock during the run")
+    max_sm_clock_mhz: float | None = Field(default=None, ge=0, description="highest SM clock the GPU supports")
+    mem_clock_mhz: float | None = Field(default=None, ge=0, description="memory clock during the run")
+    max_mem_clock_mhz: float | None = Field(default=None, ge=0, description="highest memory clock the GPU supports")
+    throttle_reasons: list[str] = Field(default_factory=list, description="clock-event reasons NVML reported")
+    power_w: float | None = Field(default=None, ge=0, description="board power during the run")
+    power_limit_w: float | None = Field(default=None, ge=0, description="enforced power limit")
+    temperature_c: float | None = Field(default=None, description="GPU temperature")
+    nvlink_active_links: int | None = Field(default=None, ge=0, description="active NVLink links")
+    pcie_generation: int | None = Field(default=None, ge=0, description="current PCIe link generation")
 
 
 class SpeculationObs(_Obs):
@@ -211,29 +211,29 @@ class SpeculationObs(_Obs):
     drafted_per_cycle: float | None = Field(default=None, ge=0, description="measured drafted tokens per cycle (adaptive drafters)")
     acceptance: float | None = Field(default=None, ge=0, le=1, description="constant conditional acceptance a")
     mean_accepted_per_cycle: float | None = Field(default=None, ge=0, description="measured emitted tokens per cycle")
-    draft_ms: float | None = Field(default=None, ge=0)
-    verify_ms: float | None = Field(default=None, ge=0)
-    other_ms: float | None = Field(default=None, ge=0)
-    ordinary_step_ms: float | None = Field(default=None, gt=0)
+    draft_ms: float | None = Field(default=None, ge=0, description="time to draft k tokens per cycle")
+    verify_ms: float | None = Field(default=None, ge=0, description="target-model verification time per cycle")
+    other_ms: float | None = Field(default=None, ge=0, description="other per-cycle work (sampling, bookkeeping)")
+    ordinary_step_ms: float | None = Field(default=None, gt=0, description="an ordinary one-token decode step, same workload")
     claimed_speedup: float | None = Field(default=None, gt=0, description="speed-up someone quoted, to be checked")
-    context: int | None = Field(default=None, ge=0)
+    context: int | None = Field(default=None, ge=0, description="context the speculation figures were measured at")
 
 
 class ServerConfig(_Obs):
     """Serving-engine settings that decide which costs exist at all."""
 
     engine: str | None = Field(default=None, description="vllm, sglang, trt-llm, ...")
-    cuda_graphs: bool | None = None
-    cuda_graph_max_batch: int | None = Field(default=None, ge=0)
-    custom_allreduce: bool | None = None
+    cuda_graphs: bool | None = Field(default=None, description="decode replays CUDA graphs (false: eager, e.g. enforce-eager)")
+    cuda_graph_max_batch: int | None = Field(default=None, ge=0, description="largest batch size captured in a graph")
+    custom_allreduce: bool | None = Field(default=None, description="the engine's custom all-reduce is in use (false: plain NCCL)")
     interconnect: str | None = Field(default=None, description="nvlink, pcie, xgmi")
-    cpu_offload_gb: float | None = Field(default=None, ge=0)
+    cpu_offload_gb: float | None = Field(default=None, ge=0, description="weights offloaded to host memory, GB per rank")
     sampling: str | None = Field(default=None, description="where and how sampling runs, e.g. 'gpu-sort', 'cpu', 'flashinfer'")
-    repetition_penalty: bool | None = None
-    chunked_prefill: bool | None = None
+    repetition_penalty: bool | None = Field(default=None, description="a repetition penalty is applied")
+    chunked_prefill: bool | None = Field(default=None, description="long prompts are prefilled in chunks between decode steps")
     streaming_proxy: str | None = Field(default=None, description="proxy between server and client, if any")
-    attention_backend: str | None = None
-    quantization: str | None = None
+    attention_backend: str | None = Field(default=None, description="attention kernel family in use")
+    quantization: str | None = Field(default=None, description="weight quantization scheme in use")
     structured_output: bool | None = Field(default=None, description="requests decode under a grammar or JSON schema")
     penalties: bool | None = Field(default=None, description="frequency/presence penalties on (repetition_penalty covers that one)")
     top_k: int | None = Field(default=None, description="top-k; 0 or below means the whole vocabulary")
@@ -253,9 +253,9 @@ class HostObs(_Obs):
     """Host-side facts between steps."""
 
     gap_between_steps_ms: float | None = Field(default=None, ge=0, description="median GPU-idle time between steps")
-    scheduler_ms: float | None = Field(default=None, ge=0)
-    python_gil_busy_fraction: float | None = Field(default=None, ge=0, le=1)
-    prefill_interleaved: bool | None = None
+    scheduler_ms: float | None = Field(default=None, ge=0, description="host time per step in the scheduler")
+    python_gil_busy_fraction: float | None = Field(default=None, ge=0, le=1, description="share of time the serving process's GIL is held")
+    prefill_interleaved: bool | None = Field(default=None, description="prefill chunks run in the same steps as decode")
     itl_spike_ratio: float | None = Field(default=None, ge=0, description="p99 / p50 inter-token interval")
 
 
@@ -272,18 +272,18 @@ class Claim(str, Enum):  # claims is an open list: any other string is kept as w
 
 
 class Observations(_Obs):
-    budget: StepBudget | None = None
+    budget: StepBudget | None = Field(default=None, description="critical-path budget of one representative step")
     rank_budgets: list[StepBudget] = Field(default_factory=list, description="the same step on every rank")
-    kernel_classes: list[KernelClassObs] = Field(default_factory=list)
-    graph: GraphReplayObs | None = None
-    collectives: list[CollectiveObs] = Field(default_factory=list)
-    boundaries: BoundaryTimings | None = None
-    context_sweep: list[ContextPoint] = Field(default_factory=list)
+    kernel_classes: list[KernelClassObs] = Field(default_factory=list, description="kernel classes aggregated over the step")
+    graph: GraphReplayObs | None = Field(default=None, description="CUDA-graph capture and replay facts")
+    collectives: list[CollectiveObs] = Field(default_factory=list, description="collectives per step with their arrival skew")
+    boundaries: BoundaryTimings | None = Field(default=None, description="the same steps at device, server and client")
+    context_sweep: list[ContextPoint] = Field(default_factory=list, description="step time at controlled context lengths")
     gemm_sweep: list[GemmPoint] = Field(default_factory=list, description="plain expert GEMMs by rows, from the probe")
-    probe: ProbeFacts | None = None
-    speculation: SpeculationObs | None = None
-    server: ServerConfig | None = None
-    host: HostObs | None = None
+    probe: ProbeFacts | None = Field(default=None, description="machine facts from diagnoser probe")
+    speculation: SpeculationObs | None = Field(default=None, description="speculative decoding counters and costs")
+    server: ServerConfig | None = Field(default=None, description="serving-engine settings")
+    host: HostObs | None = Field(default=None, description="host-side facts between steps")
     kernel_sum_across_ranks_ms: float | None = Field(
         default=None, ge=0, description="sum of kernel time over all ranks; NOT elapsed time"
     )

@@ -29,10 +29,10 @@ class Precision(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    weights: DType = DType.bf16
+    weights: DType = Field(default=DType.bf16, description="storage format of the weights")
     expert_weights: DType | None = Field(default=None, description="defaults to weights")
-    kv_cache: DType = DType.bf16
-    activations: DType = DType.bf16
+    kv_cache: DType = Field(default=DType.bf16, description="storage format of the KV cache")
+    activations: DType = Field(default=DType.bf16, description="format of the activations")
     lm_head: DType | None = Field(default=None, description="defaults to weights")
 
     @property
@@ -56,11 +56,11 @@ class Layout(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    tp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks")
+    ep: int = Field(default=1, ge=1, description="expert-parallel ranks")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
     dp: int = Field(default=1, ge=1, description="data-parallel attention ranks sharing one expert group")
-    expert_tp: int | None = Field(default=None, ge=1)
+    expert_tp: int | None = Field(default=None, ge=1, description="shards of each expert (default: tp when ep is 1, else 1)")
 
     @property
     def moe_tp(self) -> int:
@@ -78,8 +78,8 @@ class Context(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    mean: float | None = Field(default=None, ge=0)
-    per_sequence: list[int] | None = None
+    mean: float | None = Field(default=None, ge=0, description="mean context length of the sequences in the batch")
+    per_sequence: list[int] | None = Field(default=None, description="context length of each sequence")
 
     @model_validator(mode="after")
     def _one_of(self) -> "Context":
@@ -97,7 +97,7 @@ class Observed(BaseModel):
 
     step_ms: float | None = Field(default=None, gt=0, description="time per decode step")
     tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate emitted tokens/s over the group")
-    boundary: Boundary = Boundary.device_step
+    boundary: Boundary = Field(default=Boundary.device_step, description="where the observation was read")
 
     @model_validator(mode="after")
     def _something(self) -> "Observed":
@@ -120,12 +120,12 @@ class Workload(BaseModel):
         "is kept as unknown and gives no bound. In a case file a missing hardware is unknown, not this default",
     )
     measured_bandwidth_gbs: float | None = Field(default=None, gt=0, description="replaces the datasheet figure")
-    precision: Precision = Field(default_factory=Precision)
-    context: Context = Field(default_factory=lambda: Context(mean=0))
+    precision: Precision = Field(default_factory=Precision, description="storage format per component")
+    context: Context = Field(default_factory=lambda: Context(mean=0), description="context length: a mean, or one value per sequence")
     batch: int = Field(default=1, ge=1, description="sequences decoding together across the whole group")
     tokens_per_step: float = Field(default=1.0, gt=0, description="tokens emitted per sequence per step")
     query_tokens_per_step: int = Field(default=1, ge=1, description="tokens each sequence feeds the model per step (k+1 when verifying k drafts)")
-    layout: Layout = Field(default_factory=Layout)
+    layout: Layout = Field(default_factory=Layout, description="parallel layout of the serving group")
     expert_token_histogram: list[int] | list[list[int]] | None = Field(
         default=None,
         description="measured tokens per routed expert for one step: one list for every MoE layer, or one list per MoE layer",
@@ -133,7 +133,7 @@ class Workload(BaseModel):
     other_state_bytes: dict[str, float] = Field(
         default_factory=dict, description="named extra bytes each rank reads per step (indexer caches, SSM state, ...)"
     )
-    observed: Observed | None = None
+    observed: Observed | None = Field(default=None, description="the measurement the bound is compared with")
 
     @field_validator("context", mode="before")
     @classmethod

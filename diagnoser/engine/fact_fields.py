@@ -1,0 +1,170 @@
+"""Every field a rule may name, per fact class, with its unit and meaning, in one place.
+
+A fact carries the fields of the pydantic model it is built from, plus a few the engine
+derives (``Budget.parts_ms``, ``Graph.live_units``, ...). A pattern that names a field no fact
+has never matches, silently; the loader checks every pattern against this table and names the
+nearest valid field instead. ``diagnoser rules facts`` prints it for rule authors.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import get_args
+
+from pydantic import BaseModel
+
+from diagnoser.engine import facts as f
+from diagnoser.models.case import BoundInputs
+from diagnoser.models.hypothesis import BoundSummary
+from diagnoser.models.observations import (
+    BoundaryTimings,
+    BudgetShares,
+    CollectiveObs,
+    GraphReplayObs,
+    HostObs,
+    KernelClassObs,
+    ProbeFacts,
+    ServerConfig,
+    SpeculationObs,
+    StepBudget,
+)
+from diagnoser.models.runtime import HostCost, MemoryObs, PlatformObs, RoutingObs, StreamObs
+from diagnoser.models.serving import Expected, Percentiles, ServingMetrics
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    name: str
+    unit: str
+    meaning: str
+    derived: bool = False
+
+
+# Units read from a field's name: one convention for every model.
+_UNITS = (("_ms", "ms"), ("_us", "µs"), ("_gbs", "GB/s"), ("_gb", "GB"), ("_bytes", "B"), ("_mhz", "MHz"),
+          ("_w", "W"), ("_c", "°C"), ("_s", "s"))
+
+
+def unit_of(name: str) -> str:
+    if name.endswith("_per_s"):
+        return f"{name.removesuffix('_per_s').rsplit('_', 1)[-1]}/s"
+    return next((unit for suffix, unit in _UNITS if name.endswith(suffix)), "")
+
+
+def _model_fields(model: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, FieldInfo]:
+    return {
+        name: FieldInfo(name, unit_of(name), (field.description or "").strip())
+        for name, field in model.model_fields.items()
+        if name not in exclude
+    }
+
+
+def _percentile_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """``tpot_ms: {p50: ..}`` becomes ``tpot_p50_ms``: the flat names the Metrics fact carries."""
+    out = {}
+    for name, field in model.model_fields.items():
+        if Percentiles not in get_args(field.annotation):
+            continue
+        prefix = name.removesuffix("_ms")
+        for p in Percentiles.model_fields:
+            out[f"{prefix}_{p}_ms"] = FieldInfo(f"{prefix}_{p}_ms", "ms", f"{field.description} ({p})")
+    return out
+
+
+def _derived(**fields: tuple[str, str]) -> dict[str, FieldInfo]:
+    return {name: FieldInfo(name, unit, meaning, derived=True) for name, (unit, meaning) in fields.items()}
+
+
+_PERCENTILE_SECTIONS = tuple(n for n, fl in ServingMetrics.model_fields.items() if Percentiles in get_args(fl.annotation))
+
+
+@lru_cache(maxsize=1)
+def fact_table() -> dict[type, dict[str, FieldInfo]]:
+    """Fact class -> field name -> what it is. The engine's builders in ``facts.py`` fill exactly these."""
+    budget = _model_fields(StepBudget) | _derived(
+        parts_ms=("ms", "sum of the budget's parts"),
+        unattributed_ms=("ms", "step time no part accounts for"),
+    )
+    return {
+        f.Reference: _derived(step_ms=("ms", "the measured step every gain is a share of")),
+        f.Budget: budget,
+        f.RankBudget: _model_fields(StepBudget) | _derived(parts_ms=("ms", "sum of the budget's parts")),
+        f.KernelClass: _model_fields(KernelClassObs) | _derived(
+            reference_bw_fraction=("", "what a plain GEMM reaches at the same rows per expert (GEMM sweep)"),
+            reference_dtype=("", "the dtype of that plain GEMM"),
+            estimated_from_bound=("", "fields estimated from the pinned workload, not measured"),
+        ),
+        f.Graph: _model_fields(GraphReplayObs) | _derived(
+            max_captured_batch=("", "largest captured size"),
+            live_units=("", "the live batch in the capture list's unit"),
+        ),
+        f.Collective: _model_fields(CollectiveObs),
+        f.Boundaries: _model_fields(BoundaryTimings) | _derived(
+            server_token_ms=("ms", "server emission interval per token"),
+            client_token_ms=("ms", "client receipt interval per token"),
+            client_p99_token_ms=("ms", "client p99 interval per token"),
+        ),
+        f.ContextSweep: _derived(
+            points=("", "points in the sweep"), context_lo=("", "shortest context"), context_hi=("", "longest context"),
+            step_lo_ms=("ms", "step at the shortest context"), step_hi_ms=("ms", "step at the longest context"),
+            growth=("", "step_hi / step_lo"), bound_growth=("", "growth of the pinned workload's bytes over the sweep"),
+        ),
+        f.Probe: _model_fields(ProbeFacts) | _derived(throttled=("", "throttle reasons other than idle")),
+        f.Speculation: _model_fields(SpeculationObs) | _derived(
+            expected_tokens=("", "E[tokens per cycle] under constant acceptance"),
+            speedup=("", "against ordinary decode, costs not overlapped"),
+            cycle_ms=("ms", "verify + draft + other"),
+        ),
+        f.Server: _model_fields(ServerConfig),
+        f.Host: _model_fields(HostObs),
+        f.Bound: _model_fields(BoundSummary, exclude=("sanity",)),
+        f.QuotedBound: _model_fields(BoundInputs),
+        f.Layout: _derived(tp=("", "tensor-parallel ranks"), ep=("", "expert-parallel ranks"), pp=("", "pipeline stages"),
+                           dp=("", "data-parallel attention ranks"), batch=("", "sequences decoding together, when stated")),
+        f.KernelSum: _derived(ms=("ms", "kernel time summed over ranks (not elapsed)")),
+        f.ClaimedStep: _derived(ms=("ms", "a step someone added up from parts")),
+        f.BoundaryPair: _derived(observed=("", "boundary the observation was read at"), bound=("", "boundary of the bound")),
+        f.Claim: _derived(name=("", "an explanation already on the table")),
+        f.Metrics: _model_fields(ServingMetrics, exclude=_PERCENTILE_SECTIONS) | _percentile_fields(ServingMetrics) | _derived(
+            per_token_ms=("ms", "the most direct per-token interval reported (TPOT, ITL or 1/per-user rate)"),
+            implied_per_token_ms=("ms", "concurrency / aggregate rate: what each stream would see"),
+        ),
+        f.Expectation: _model_fields(Expected),
+        f.RunDiff: _derived(
+            base=("", "baseline run"), other=("", "the run compared with it"), setting=("", "the one setting that differs, or 'several'"),
+            changed=("", "every setting that differs"), before=("", "its value in the baseline"), after=("", "its value in the other run"),
+            figure=("", "the figure both runs measured"), base_time=("", "baseline time per unit of work"),
+            other_time=("", "other run's time per unit of work"), ratio=("", "other_time / base_time"),
+            slower=("", "the setting's value in the slower run"), faster=("", "its value in the faster run"),
+            slower_time=("", "time per unit of the slower run"), faster_time=("", "time per unit of the faster run"),
+            slowdown=("", "slower_time / faster_time (>= 1)"),
+        ),
+        f.HostCostFact: _model_fields(HostCost),
+        f.Routing: _model_fields(RoutingObs, exclude=("expert_load_per_rank",)) | _derived(
+            ranks=("", "EP ranks with a measured load"), imbalance=("", "busiest rank's load over the mean"),
+        ),
+        f.Memory: _model_fields(MemoryObs),
+        f.Platform: _model_fields(PlatformObs),
+        f.Stream: _model_fields(StreamObs),
+        f.Shares: _model_fields(BudgetShares),
+        f.ObservedStep: _derived(ms=("ms", "the pinned observation as a step"), boundary=("", "where it was read")),
+        f.Holds: _derived(rule=("", "a cause that concluded"), cap_ms=("ms", "the most a refinement may claim"),
+                          step_ms=("ms", "the step that cap refers to")),
+        f.Unevaluable: _derived(rule=("", "a cause whose required inputs are absent")),
+    }
+
+
+def nearest(name: str, candidates: list[str]) -> str | None:
+    found = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_field(fact_class: type, name: str) -> str | None:
+    """A one-line complaint when ``fact_class`` has no field ``name``; None when it does (or is not a bundled fact)."""
+    fields = fact_table().get(fact_class)
+    if fields is None or name in fields:
+        return None
+    hint = nearest(name, sorted(fields))
+    return f"{fact_class.__name__} has no field {name!r}" + (f" (nearest: {hint})" if hint else "")

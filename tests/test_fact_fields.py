@@ -1,0 +1,71 @@
+"""The declared fact fields: what the builders fill, what patterns may name, and `rules facts`."""
+
+import json
+
+import pytest
+
+from conftest import REPO, run_cli
+from diagnoser.engine.fact_fields import fact_table, unknown_field
+from diagnoser.engine.facts import Budget, case_facts, with_derived_budget
+from diagnoser.engine.fixtures import bundled_fixtures, fixture_files, load_fixtures
+from diagnoser.engine.runner import compute_bound_summary
+from diagnoser.experta_compat import Fact
+from diagnoser.models.case import load_case
+
+
+def _cases():
+    yield from (fx.case for f in fixture_files(bundled_fixtures()) for fx in load_fixtures(f))
+    for folder in ("cases", "holdout", "unseen"):
+        yield from (load_case(p) for p in sorted((REPO / "tests" / "data" / folder).glob("[DEHU][0-9][0-9].yaml")))
+
+
+def test_every_fact_the_engine_builds_carries_only_declared_fields():
+    table = fact_table()
+    seen = set()
+    for case in _cases():
+        case = with_derived_budget(case)
+        for fact in case_facts(case, compute_bound_summary(case)):
+            fields = {k for k in fact if not Fact.is_special(k)}
+            undeclared = fields - set(table[type(fact)])
+            assert not undeclared, f"{type(fact).__name__}: {sorted(undeclared)}"
+            seen.add(type(fact))
+    assert len(seen) >= 25  # the corpus and fixtures exercise nearly every fact class
+
+
+def test_a_misspelt_field_names_the_nearest_one():
+    assert unknown_field(Budget, "launch_ms") is None
+    assert unknown_field(Budget, "launch_mss") == "Budget has no field 'launch_mss' (nearest: launch_ms)"
+    assert unknown_field(Budget, "zzz") == "Budget has no field 'zzz'"
+
+
+def test_a_rule_file_with_a_misspelt_field_is_one_line_exit_2(tmp_path):
+    rules = tmp_path / "mine.py"
+    rules.write_text(
+        "from diagnoser.engine import MATCH, Budget, Finding, RuleSet, RuleSpec, ev, rule\n"
+        "SPEC = RuleSpec(id='my-launch', title='t', explanation='e')\n"
+        "class Mine(RuleSet):\n"
+        "    @rule(SPEC, Budget(launch_mss=MATCH.launch))\n"
+        "    def mine(self, launch):\n"
+        "        return Finding(evidence=[ev('x', launch)])\n"
+    )
+    out = run_cli("diagnose", str(REPO / "examples" / "case-moe-small-experts.yaml"), "--rules", str(rules))
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"diagnoser: error: {rules}: rule my-launch: Budget has no field 'launch_mss' (nearest: launch_ms)"
+
+
+def test_rules_facts_prints_units_meanings_and_derived_fields():
+    out = run_cli("rules", "facts", "Budget")
+    assert out.returncode == 0
+    assert "  launch_ms [ms]: GPU idle because the next launch was not yet issued" in out.stdout
+    assert "  parts_ms [ms] (derived): sum of the budget's parts" in out.stdout
+    doc = json.loads(run_cli("rules", "facts", "--json").stdout)
+    metrics = {row["field"]: row for row in doc["Metrics"]}
+    assert metrics["tpot_p50_ms"]["unit"] == "ms" and metrics["output_tokens_per_s"]["unit"] == "tokens/s"
+    bad = run_cli("rules", "facts", "Metric")
+    assert bad.returncode == 2 and "no fact 'Metric' (nearest: Metrics)" in bad.stderr
+
+
+@pytest.mark.parametrize("fact", sorted(c.__name__ for c in fact_table()))
+def test_every_field_says_what_it_is(fact):
+    fields = next(v for c, v in fact_table().items() if c.__name__ == fact)
+    assert fields and all(info.meaning for info in fields.values()), [n for n, i in fields.items() if not i.meaning]
