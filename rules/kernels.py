@@ -12,7 +12,9 @@ from diagnoser.engine import (
     TEST,
     W,
     Budget,
+    Expectation,
     Finding,
+    Grade,
     Graph,
     KernelClass,
     Metrics,
@@ -20,6 +22,7 @@ from diagnoser.engine import (
     Reference,
     Routing,
     RuleSet,
+    RunDiff,
     Server,
     ev,
     load_specs,
@@ -250,6 +253,23 @@ class KernelRules(RuleSet):
     def fallback_kernel_path_of_step(self, k, share, step):
         """No budget: the class's share of the measured step is the most the fallback can cost."""
         return _fallback_finding(k, headroom_ms(step, share, k.get("achieved_bw_fraction")))
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        Server(quantization=MATCH.scheme),
+        Expectation(kind=MATCH.kind),
+        NOT(KernelClass(share_of_step=W())),
+        NOT(RunDiff(setting="quantization")),
+    )
+    def quantized_path_possible(self, scheme, kind):
+        """Quantized weights move fewer bytes only if their kernels keep up; a run short of what was
+        expected with nothing measured yet makes the quantized GEMMs a candidate, not a finding."""
+        return Finding(
+            evidence=[ev("server.quantization", scheme), ev("expected.kind", kind)],
+            key="quantized",
+            grade=Grade.possible,
+            detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
+        )
 
     @rule(SPECS["slow-kernel-path"], AS.k << KernelClass(), TEST(lambda k: off_expected_path(k) and "share_of_step" not in k))
     def fallback_kernel_path_unbounded(self, k):
