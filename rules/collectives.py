@@ -14,6 +14,7 @@ from diagnoser.engine import (
     Collective,
     Finding,
     Layout,
+    Shares,
     Probe,
     RuleSet,
     Server,
@@ -23,6 +24,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.launch import share_finding
 
 SPECS = load_specs(__file__)
 
@@ -48,6 +50,10 @@ def excess_ms(c, moved: float, needed: float) -> float | None:
 
 
 class CollectiveRules(RuleSet):
+    @rule(SPECS["exposed-comm"], Shares(exposed_comm=MATCH.share), TEST(lambda share: share >= COMM_SHARE))
+    def exposed_share(self, share):
+        return share_finding("exposed_comm", share)
+
     @rule(SPECS["exposed-comm"], *ablation("tp"))
     def more_ranks_slower(self, d):
         """More TP ranks each read fewer bytes, so a slower step is paid in the collectives the split adds."""

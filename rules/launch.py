@@ -19,6 +19,7 @@ from diagnoser.engine import (
     Reference,
     RuleSet,
     Server,
+    Shares,
     ev,
     load_specs,
     rule,
@@ -54,7 +55,24 @@ def within_capture(g) -> bool:
     return live is None or largest is None or live <= largest
 
 
+def share_finding(part: str, share: float) -> Finding:
+    """A budget part known only as a share of a step whose length nobody gave: measured as a share,
+    so the most it can buy is known as a ratio, but there are no milliseconds to claim yet."""
+    return Finding(
+        evidence=[ev(f"budget_shares.{part}", share)],
+        detail=f"{share:.0%} of the step: at most {1 / (1 - share):.3g}x if all of it went; a step time makes it a gain.",
+    )
+
+
 class LaunchRules(RuleSet):
+    @rule(SPECS["launch-gaps"], Shares(launch=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
+    def launch_share(self, share):
+        return share_finding("launch", share)
+
+    @rule(SPECS["host-overhead"], Shares(host=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
+    def host_share(self, share):
+        return share_finding("host", share)
+
     @rule(SPECS["graphs-off"], *ablation("cuda_graphs"))
     def graphs_off_measured(self, d, parent_cap_ms):
         """Graphs on and off at the same workload: the delta is the launch cost graphs remove."""
