@@ -65,13 +65,6 @@ def share_finding(part: str, share: float) -> Finding:
 
 
 class LaunchRules(RuleSet):
-    @rule(SPECS["launch-gaps"], Shares(launch=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
-    def launch_share(self, share):
-        return share_finding("launch", share)
-
-    @rule(SPECS["host-overhead"], Shares(host=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
-    def host_share(self, share):
-        return share_finding("host", share)
 
     @rule(SPECS["graphs-off"], *ablation("cuda_graphs"))
     def graphs_off_measured(self, d, parent_cap_ms):
@@ -167,3 +160,11 @@ class LaunchRules(RuleSet):
         if parent_cap_ms is not None:
             return None
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)
+
+    @rule(SPECS["launch-gaps"], Shares(launch=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
+    def launch_share(self, share):
+        return share_finding("launch", share)
+
+    @rule(SPECS["host-overhead"], Shares(host=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
+    def host_share(self, share):
+        return share_finding("host", share)

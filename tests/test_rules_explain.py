@@ -32,7 +32,7 @@ def one(case: dict, rule_id: str, book):
 def test_a_concluding_rule_shows_the_values_that_matched(book):
     x = one({"observations": {"budget": {"step_ms": 9, "device_ms": 5.5, "launch_ms": 2.5, "host_ms": 1}}}, "launch-gaps", book)
     assert x.outcome == "concluded" and x.hypotheses == ["launch-gaps"] and x.missing_inputs == []
-    (body,) = x.bodies
+    body = next(b for b in x.bodies if b.body == "launch_gaps")
     assert body.matched and body.defined_at.startswith("launch.py:")
     budget, test = body.conditions
     assert budget.holds and budget.detail == "Budget(launch_ms=2.5, step_ms=9)"
