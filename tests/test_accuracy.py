@@ -14,7 +14,7 @@ from diagnoser.engine.accuracy import CaseScore, named_in_order, score_case, sco
 from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
 
 CASES = REPO / "tests" / "data" / "cases"
-TOP_1_FLOOR = 0.86  # 38 of 44
+TOP_1_FLOOR = 0.88  # 39 of 44
 TOP_3_FLOOR = 0.95  # 42 of 44
 # Twelve more incidents, written by someone who had not read the rules; scored 50 % / 58 % when first
 # run, before the rules learnt engine flag names, A/B runs of the weight format and of the cache size,
