@@ -42,7 +42,7 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
 
     doc = {"defined_in": book.origin[rule_id], **book.specs[rule_id].model_dump(mode="json")}
     thresholds = rule_thresholds(book, rule_id)
-    if thresholds:
+    if thresholds and not book.specs[rule_id].thresholds:  # a YAML rule declares its own, with unit and why
         doc["thresholds"] = thresholds
     click.echo(yaml.safe_dump(doc, sort_keys=False, width=100).rstrip())
 

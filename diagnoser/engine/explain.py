@@ -64,11 +64,16 @@ def explain_rules(case: Case, rulebook: Rulebook, rule_ids: Iterable[str]) -> li
 
 
 def _explain_body(name: str, compiled: Any, facts: list[Fact]) -> BodyExplanation:
-    body = compiled.body
-    source = Path(inspect.getsourcefile(body) or "?").name
-    line = inspect.getsourcelines(body)[1]
     matched, trace = _solve(list(compiled), 0, {}, facts)
-    return BodyExplanation(body=name, defined_at=f"{source}:{line}", matched=matched, conditions=trace)
+    return BodyExplanation(body=name, defined_at=_defined_at(compiled.body), matched=matched, conditions=trace)
+
+
+def _defined_at(func: Any) -> str:
+    """file:line of a Python body or test; file:rule of a YAML rule's."""
+    declared = getattr(func, "__defined_at__", None)
+    if declared is not None:
+        return declared
+    return f"{Path(inspect.getsourcefile(func) or '?').name}:{inspect.getsourcelines(func)[1]}"
 
 
 def _solve(conditions: list[Any], index: int, bindings: dict[str, Any], facts: list[Fact]) -> tuple[bool, Trace]:
@@ -117,6 +122,9 @@ def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     function of its module, so a verdict can show the cut-offs it was judged against."""
     found: dict[str, float] = {}
     func = inspect.unwrap(func)
+    declared = getattr(func, "__thresholds__", None)
+    if declared is not None:  # a YAML rule's test: its declared thresholds, as this run sees them
+        return declared()
     module = getattr(func, "__globals__", {})
     for name in func.__code__.co_names:
         value = module.get(name)
@@ -141,12 +149,12 @@ def rule_thresholds(rulebook: Rulebook, rule_id: str) -> dict[str, float]:
 def _solve_test(conditions: list[Any], index: int, test: Any, bindings: dict[str, Any], facts: list[Fact]) -> tuple[bool, Trace]:
     test = inspect.unwrap(test)  # the rule's own function, not the engine's fail-closed guard
     names = list(inspect.signature(test).parameters)
-    values = ", ".join(f"{n}={_show(bindings.get(n))}" for n in names)
+    shows = getattr(test, "__shows__", None)  # a YAML rule's test shows the fields it compares
+    values = shows(bindings) if shows else ", ".join(f"{n}={_show(bindings.get(n))}" for n in names)
     cutoffs = thresholds_used(test)
     if cutoffs:
         values += " (" + ", ".join(f"{k}={_show(v)}" for k, v in cutoffs.items()) + ")"
-    where = f"{Path(inspect.getsourcefile(test) or '?').name}:{inspect.getsourcelines(test)[1]}"
-    label = f"TEST({', '.join(names)}) at {where}"
+    label = f"TEST({', '.join(names)}) at {_defined_at(test)}"
     try:
         holds = test(**{n: bindings.get(n) for n in names})
     except Exception as err:  # noqa: BLE001 - the engine failed this TEST closed; say why

@@ -177,21 +177,41 @@ def _entry_point_modules() -> list[tuple[str, list[type]]]:
     return found
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def _yaml_only(folder: Path) -> list[Path]:
+    """YAML rule files in a folder: those without a Python module beside them (a module's YAML is its specs)."""
+    return sorted(p for p in folder.iterdir() if p.suffix in YAML_SUFFIXES and not p.with_suffix(".py").exists())
+
+
 def _rule_files(paths: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        files.extend(sorted(path.glob("*.py")) if path.is_dir() else [path])
+        files.extend([*sorted(path.glob("*.py")), *_yaml_only(path)] if path.is_dir() else [path])
     return files
+
+
+def _rulesets_of_file(path: Path) -> list[type]:
+    if path.suffix in YAML_SUFFIXES:
+        from diagnoser.engine.declarative import load_declarative
+
+        if not path.is_file():
+            raise InputError(f"{path}: no such rule file")
+        return [load_declarative(path)]
+    return _rulesets_in(_import_file(path))
 
 
 def load_rulebook(extra: Iterable[str | Path] = (), *, bundled: bool = True, entry_points: bool = True) -> Rulebook:
     sources: list[tuple[str, list[type]]] = []
     if bundled:
         sources += [(m.__file__ or m.__name__, _rulesets_in(m)) for m in _bundled_modules()]
+        package = Path(importlib.import_module("diagnoser.rules").__file__).parent
+        sources += [(str(p), _rulesets_of_file(p)) for p in _yaml_only(package)]
     if entry_points:
         sources += _entry_point_modules()
-    sources += [(str(p), _rulesets_in(_import_file(p))) for p in _rule_files(extra)]
+    sources += [(str(p), _rulesets_of_file(p)) for p in _rule_files(extra)]
     return build_rulebook(sources)
 
 

@@ -37,6 +37,16 @@ class RemedySpec(BaseModel):
     share: float = Field(default=1.0, ge=0, le=1, description="part of the removable time it can address")
 
 
+class ThresholdSpec(BaseModel):
+    """A cut-off a rule reads: its value, unit and the reason for that value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    value: float
+    unit: str = Field(default="", description="ms, fraction, x (a ratio), ...")
+    why: str = Field(min_length=1, description="why this value: what falls on either side of it")
+
+
 class RuleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,6 +64,9 @@ class RuleSpec(BaseModel):
         default=(), description="inputs that would bound it when it fires without a measured time (default: its parent's requires)"
     )
     leads: bool = Field(default=False, description="a guard that invalidates the comparison: ranks before every cause")
+    thresholds: dict[str, ThresholdSpec] = Field(
+        default_factory=dict, description="cut-offs a YAML-only rule's condition names (UPPER_CASE), with unit and why"
+    )
     locates: bool = Field(
         default=False,
         description="a cause that says where the time went (a setting, a version), not what spends it: ranks after the mechanisms",

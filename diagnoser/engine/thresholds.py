@@ -10,6 +10,7 @@ for its duration and puts every one back afterwards, whatever happens in between
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,11 +24,14 @@ from diagnoser.errors import InputError
 def parse_threshold(text: str) -> tuple[str, float]:
     key, sep, value = text.partition("=")
     if not sep or "." not in key:
-        raise InputError(f"--threshold {text!r}: expected MODULE.NAME=VALUE, e.g. launch.MIN_PART_SHARE=0.05")
+        raise InputError(f"--threshold {text!r}: expected RULE.NAME=VALUE or MODULE.NAME=VALUE, e.g. launch.MIN_PART_SHARE=0.05")
     try:
-        return key.strip(), float(value)
+        number = float(value)
     except ValueError:
         raise InputError(f"--threshold {key.strip()}: {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise InputError(f"--threshold {key.strip()}: {value!r} is not a finite number")
+    return key.strip(), number
 
 
 def rule_modules(rulebook: Rulebook) -> dict[str, ModuleType]:
@@ -54,12 +58,35 @@ def _thresholds(module: ModuleType) -> list[str]:
     return sorted(n for n, v in vars(module).items() if is_threshold(n, v))
 
 
+def _declared(rulebook: Rulebook, settings: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """The settings that name a YAML rule's declared threshold (RULE.NAME), with their values in the rules."""
+    chosen, before = {}, {}
+    for key, value in settings.items():
+        rule_id, _, name = key.partition(".")
+        spec = rulebook.specs.get(rule_id)
+        if spec is None or not spec.thresholds:
+            continue
+        if name not in spec.thresholds:
+            raise InputError(f"--threshold {key}: rule {rule_id} has no threshold {name!r} (thresholds: {', '.join(sorted(spec.thresholds))})")
+        chosen[key], before[key] = value, spec.thresholds[name].value
+    return chosen, before
+
+
 @contextmanager
 def thresholds_set(rulebook: Rulebook, settings: dict[str, float]) -> Iterator[dict[str, float]]:
-    """Set the thresholds, yield what they were before, and restore them on the way out."""
+    """Set the thresholds, yield what they were before, and restore them on the way out.
+
+    A YAML rule's threshold (RULE.NAME) is a per-run override its test reads from a context
+    variable, so nothing outside this run changes; a Python rule module's constant
+    (MODULE.NAME) is set on the module for the run and put back afterwards."""
+    from diagnoser.engine.declarative import threshold_overrides
+
+    declared, before_declared = _declared(rulebook, settings)
     modules = rule_modules(rulebook)
     targets = []
     for key, value in settings.items():
+        if key in declared:
+            continue
         module_name, _, name = key.partition(".")
         module = modules.get(module_name)
         if module is None:
@@ -71,10 +98,12 @@ def thresholds_set(rulebook: Rulebook, settings: dict[str, float]) -> Iterator[d
     names = {id(m): key for key, m in modules.items()}
     before = {f"{names[id(m)]}.{n}": getattr(m, n) for m, n, _ in targets}
     saved = [(m, n, getattr(m, n)) for m, n, _ in targets]
+    token = threshold_overrides.set({**threshold_overrides.get(), **declared})
     try:
         for module, name, value in targets:
             setattr(module, name, value)
-        yield before
+        yield {**before_declared, **before}
     finally:
+        threshold_overrides.reset(token)
         for module, name, old in reversed(saved):
             setattr(module, name, old)

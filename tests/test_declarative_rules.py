@@ -1,0 +1,80 @@
+"""Rules written only in YAML: they load, fire, stay silent on a near miss, show, explain, and refuse bad names."""
+
+import pytest
+import yaml
+
+from conftest import REPO, run_cli
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.engine.thresholds import thresholds_set
+from diagnoser.errors import InputError
+from diagnoser.models.case import Case
+
+RULE = REPO / "tests" / "data" / "rules" / "host-wait.yaml"
+FIXTURES = REPO / "tests" / "data" / "rules" / "host-wait-fixtures.yaml"
+SLOW_HOST = {"observations": {"budget": {"step_ms": 10, "device_ms": 8.5, "host_ms": 1.5}}}
+
+
+def test_a_yaml_rule_fires_on_its_fixture_and_stays_silent_on_its_near_misses():
+    out = run_cli("rules", "test", str(FIXTURES), "--rules", str(RULE))
+    assert out.returncode == 0 and "3 passed, 0 failed" in out.stdout
+
+
+def test_rules_show_lists_its_thresholds_with_unit_and_why():
+    doc = yaml.safe_load(run_cli("rules", "show", "host-wait-share", "--rules", str(RULE)).stdout)
+    assert doc["defined_in"] == str(RULE)
+    assert doc["thresholds"]["MIN_SHARE"] == {
+        "value": 0.2, "unit": "fraction", "why": "under a fifth of the step, host waits are ordinary scheduling",
+    }
+    assert set(doc["thresholds"]) == {"MIN_SHARE", "MIN_MS"}
+
+
+def test_rules_explain_shows_the_fields_and_thresholds_it_was_judged_against(tmp_path):
+    case = tmp_path / "case.yaml"
+    case.write_text(yaml.safe_dump(SLOW_HOST))
+    out = run_cli("rules", "explain", "host-wait-share", str(case), "--rules", str(RULE))
+    assert out.returncode == 0
+    assert "NO  TEST(fact_budget) at host-wait.yaml:host-wait-share" in out.stdout
+    assert "false for Budget.host_ms=1.5, Budget.step_ms=10 (MIN_MS=0.5, MIN_SHARE=0.2)" in out.stdout
+
+
+def test_two_runs_in_one_process_with_different_overrides_give_different_results():
+    book = load_rulebook([RULE])
+    case = Case.model_validate(SLOW_HOST)  # 1.5 of 10 ms: under the declared 20 %, over 10 %
+    with thresholds_set(book, {"host-wait-share.MIN_SHARE": 0.1}) as before:
+        lowered = diagnose(case, book)
+    assert before == {"host-wait-share.MIN_SHARE": 0.2}
+    with thresholds_set(book, {"host-wait-share.MIN_SHARE": 0.3}):
+        raised = diagnose(case, book)
+    plain = diagnose(case, book)
+    assert "host-wait-share" in {h.rule for h in lowered.hypotheses}
+    assert "host-wait-share" not in {h.rule for h in raised.hypotheses} | {h.rule for h in plain.hypotheses}
+    # the declared value is untouched: nothing outside the run changed
+    assert book.specs["host-wait-share"].thresholds["MIN_SHARE"].value == 0.2
+    with pytest.raises(InputError, match="rule host-wait-share has no threshold 'MIN_SHAR' \\(thresholds: MIN_MS, MIN_SHARE\\)"):
+        with thresholds_set(book, {"host-wait-share.MIN_SHAR": 0.1}):
+            pass
+
+
+BASE = (
+    "title: t\nexplanation: e\nthresholds: {MIN_SHARE: {value: 0.2, unit: fraction, why: because}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("when: Budget.host_mss >= MIN_SHARE * Budget.step_ms", "rule r: when: Budget has no field 'host_mss' (nearest: host_ms)"),
+        ("when: Budget.host_ms >= MIN_SHAR * Budget.step_ms", "rule r: when: unknown threshold 'MIN_SHAR' (nearest: MIN_SHARE)"),
+        ("when: Budget.host_ms >= 0.2 * Budget.step_ms", "rule r: when: bare number 0.2: name it under thresholds"),
+        ("when: Budgit.host_ms >= MIN_SHARE", "rule r: when: unknown fact 'Budgit' (nearest: Budget)"),
+        ("when: Budget.host_ms >= MIN_SHARE\nparent: host-overheads", "rule r: parent host-overheads is not a loaded rule"),
+        ("when: __import__('os')", "rule r: when: the only calls are present(Fact.field) and absent(Fact.field)"),
+        ("when: Budget.host_ms >= MIN_SHARE\nclaims: Budget.launch_mss", "rule r: claims: Budget has no field 'launch_mss' (nearest: launch_ms)"),
+    ],
+)
+def test_bad_names_are_one_line_naming_the_file_the_rule_and_the_nearest_name(tmp_path, body, message):
+    rules = tmp_path / "mine.yaml"
+    rules.write_text("r:\n" + "".join(f"  {line}\n" for line in (BASE + body).splitlines()))
+    out = run_cli("diagnose", str(REPO / "examples" / "case-moe-small-experts.yaml"), "--rules", str(rules))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith(f"diagnoser: error: {rules}") and message in out.stderr, out.stderr
