@@ -43,8 +43,8 @@ def test_values_are_restored_when_the_run_fails():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("launch.MIN_PART_SHARE", "expected MODULE.NAME=VALUE"),
-        ("MIN_PART_SHARE=0.1", "expected MODULE.NAME=VALUE"),
+        ("launch.MIN_PART_SHARE", "expected RULE.NAME=VALUE or MODULE.NAME=VALUE"),
+        ("MIN_PART_SHARE=0.1", "expected RULE.NAME=VALUE or MODULE.NAME=VALUE"),
         ("launch.MIN_PART_SHARE=lots", "'lots' is not a number"),
     ],
 )
