@@ -14,7 +14,7 @@ from diagnoser.errors import InputError
 @click.option("--html", is_flag=True, help="Print the diagnosis as one self-contained HTML page.")
 @click.option("--rules", "rule_paths", multiple=True, metavar="PATH", help="Extra rule file or folder (repeatable).")
 @click.option(
-    "--threshold", "thresholds", multiple=True, metavar="MODULE.NAME=VALUE",
+    "--threshold", "thresholds", multiple=True, metavar="RULE.NAME=VALUE|MODULE.NAME=VALUE",
     help="Change a rule threshold for this run, e.g. launch.MIN_PART_SHARE=0.05 (repeatable; `rules show ID` lists them).",
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")

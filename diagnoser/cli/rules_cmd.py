@@ -79,7 +79,7 @@ def facts_cmd(fact: str | None, as_json: bool) -> None:
 @click.argument("args", nargs=-1, metavar="ID CASE | --all CASE")
 @click.option("--all", "every", is_flag=True, help="One line per rule: its verdict and the first condition that failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
-@click.option("--threshold", "thresholds", multiple=True, metavar="MODULE.NAME=VALUE", help="Change a rule threshold for this run (repeatable).")
+@click.option("--threshold", "thresholds", multiple=True, metavar="RULE.NAME=VALUE|MODULE.NAME=VALUE", help="Change a rule threshold for this run (repeatable).")
 @_RULES_OPTION
 def explain_cmd(args: tuple[str, ...], every: bool, as_json: bool, thresholds: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
     """Why rule ID concluded or stayed silent on CASE, condition by condition."""
