@@ -78,3 +78,34 @@ def test_bad_names_are_one_line_naming_the_file_the_rule_and_the_nearest_name(tm
     out = run_cli("diagnose", str(REPO / "examples" / "case-moe-small-experts.yaml"), "--rules", str(rules))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert out.stderr.startswith(f"diagnoser: error: {rules}") and message in out.stderr, out.stderr
+
+
+def test_rules_new_scaffolds_a_rule_and_fixture_pair_that_pass_as_written(tmp_path):
+    out = run_cli("rules", "new", "queued-behind-stream", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    rules, fixtures = tmp_path / "queued-behind-stream.yaml", tmp_path / "queued-behind-stream-fixtures.yaml"
+    ran = run_cli("rules", "test", str(fixtures), "--rules", str(rules), "--coverage")
+    assert ran.returncode == 0 and "2 passed, 0 failed" in ran.stdout
+    assert "coverage: no fixture fires: 0 of 1 rules" in ran.stdout
+    assert "coverage: thresholds no near miss tests: 0 of 1 rules" in ran.stdout
+    again = run_cli("rules", "new", "queued-behind-stream", "--dir", str(tmp_path))
+    assert again.returncode == 2 and "already exists" in again.stderr
+    for bad, message in (("Queued_Behind", "lower-case words joined by hyphens"), ("launch-gaps", "is already a loaded rule")):
+        out = run_cli("rules", "new", bad, "--dir", str(tmp_path))
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_coverage_of_the_bundled_rules_names_what_no_fixture_pins(tmp_path):
+    out = run_cli("rules", "test", "--coverage")
+    assert out.returncode == 0
+    lines = {line.split(":")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("coverage:")}
+    assert lines["no fixture fires"].startswith("coverage: no fixture fires: 0 of ")
+    # a YAML rule whose only fixture fires it: no near miss, and its threshold is untested
+    rule = tmp_path / "r.yaml"
+    rule.write_text(RULE.read_text())
+    only_fires = tmp_path / "f.yaml"
+    only_fires.write_text("fixtures:\n  - name: fires\n    case: {observations: {budget: {step_ms: 10, device_ms: 6, host_ms: 4}}}\n"
+                          "    fires: [host-wait-share]\n")
+    out = run_cli("rules", "test", str(only_fires), "--rules", str(rule), "--coverage")
+    assert "coverage: no near-miss fixture (silent:): 1 of 1 rules: host-wait-share" in out.stdout
+    assert "coverage: thresholds no near miss tests: 1 of 1 rules: host-wait-share" in out.stdout

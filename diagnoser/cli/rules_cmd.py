@@ -104,23 +104,56 @@ def explain_cmd(args: tuple[str, ...], every: bool, as_json: bool, thresholds: t
         click.echo(render_overview(explanations) if every else render_explanation(explanations[0]), nl=False)
 
 
+@rules.command("new")
+@click.argument("rule_id", metavar="ID")
+@click.option("--dir", "folder", default=".", show_default=True, metavar="DIR", help="Folder to write ID.yaml and ID-fixtures.yaml in.")
+def new_cmd(rule_id: str, folder: str) -> None:
+    """Scaffold a YAML rule and its fixture pair (fires / near miss) that pass as written."""
+    from pathlib import Path
+
+    from diagnoser.engine import load_rulebook
+    from diagnoser.engine.scaffold import scaffold
+
+    rules_file, fixtures = scaffold(rule_id, Path(folder), set(load_rulebook().specs))
+    click.echo(f"wrote {rules_file} and {fixtures}")
+    click.echo(f"run: diagnoser rules test {fixtures} --rules {rules_file}")
+
+
 @rules.command("test")
 @click.argument("path", required=False, metavar="[PATH]")
 @_RULES_OPTION
+@click.option("--coverage", "show_coverage", is_flag=True, help="Also list rules no fixture fires, rules without a near miss, and thresholds no near miss tests.")
 @click.pass_context
-def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...]) -> None:
+def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], show_coverage: bool) -> None:
     """Run fixtures in PATH (file or folder; default: the bundled fixtures). Exit 1 if any fails."""
     from pathlib import Path
 
     from diagnoser.engine import load_rulebook
     from diagnoser.engine.fixtures import bundled_fixtures, run_fixtures
 
-    results = run_fixtures(Path(path) if path else bundled_fixtures(), load_rulebook(rule_paths))
+    book = load_rulebook(rule_paths)
+    folder = Path(path) if path else bundled_fixtures()
+    results = run_fixtures(folder, book)
     for r in results:
         click.echo(f"{'ok  ' if r.ok else 'FAIL'} {Path(r.file).name}: {r.name}")
         for problem in r.problems:
             click.echo(f"       {problem}")
     failed = sum(not r.ok for r in results)
+    if show_coverage:
+        from diagnoser.engine.coverage import coverage
+
+        from diagnoser.engine.loader import rule_files
+
+        # with --rules, the coverage of those rules: a pack author's own, not the bundled ones
+        extra = {str(p) for p in rule_files(rule_paths)}
+        own = {r for r, where in book.origin.items() if where in extra} if rule_paths else None
+        report = coverage(folder, book, own)
+        for label, ids in (
+            ("no fixture fires", report.never_fired),
+            ("no near-miss fixture (silent:)", report.no_near_miss),
+            ("thresholds no near miss tests", report.thresholds_untested),
+        ):
+            click.echo(f"coverage: {label}: {len(ids)} of {len(report.rules)} rules" + (f": {', '.join(ids)}" if ids else ""))
     click.echo(f"{len(results) - failed} passed, {failed} failed")
     if failed:
         ctx.exit(1)

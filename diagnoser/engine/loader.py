@@ -185,7 +185,7 @@ def _yaml_only(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in YAML_SUFFIXES and not p.with_suffix(".py").exists())
 
 
-def _rule_files(paths: Iterable[str | Path]) -> list[Path]:
+def rule_files(paths: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -211,7 +211,7 @@ def load_rulebook(extra: Iterable[str | Path] = (), *, bundled: bool = True, ent
         sources += [(str(p), _rulesets_of_file(p)) for p in _yaml_only(package)]
     if entry_points:
         sources += _entry_point_modules()
-    sources += [(str(p), _rulesets_of_file(p)) for p in _rule_files(extra)]
+    sources += [(str(p), _rulesets_of_file(p)) for p in rule_files(extra)]
     return build_rulebook(sources)
 
 

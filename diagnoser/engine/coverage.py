@@ -1,0 +1,56 @@
+"""How well fixtures pin the rules down: which rules no fixture fires, which have no near miss,
+and which have thresholds no near miss tests.
+
+A near miss "tests a threshold" when the rule's facts were all there and its furthest match
+stopped at a TEST: the case was decided by a cut-off, not by a missing input. A rule whose
+thresholds no such fixture touches could have any values and its fixtures would still pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnoser.engine.explain import explain_rules, rule_thresholds
+from diagnoser.engine.fixtures import fixture_files, load_fixtures
+from diagnoser.engine.loader import Rulebook
+from diagnoser.engine.runner import diagnose
+
+
+@dataclass
+class Coverage:
+    rules: list[str]
+    fired: set[str] = field(default_factory=set)
+    near_missed: set[str] = field(default_factory=set)
+    threshold_tested: set[str] = field(default_factory=set)
+    with_thresholds: set[str] = field(default_factory=set)
+
+    @property
+    def never_fired(self) -> list[str]:
+        return [r for r in self.rules if r not in self.fired]
+
+    @property
+    def no_near_miss(self) -> list[str]:
+        return [r for r in self.rules if r not in self.near_missed]
+
+    @property
+    def thresholds_untested(self) -> list[str]:
+        return [r for r in self.rules if r in self.with_thresholds and r not in self.threshold_tested]
+
+
+def coverage(path: Path, rulebook: Rulebook, only: set[str] | None = None) -> Coverage:
+    """Coverage of ``only`` (rule ids; default all loaded rules) by the fixtures in ``path``."""
+    report = Coverage(rules=sorted(only if only is not None else rulebook.specs))
+    report.with_thresholds = {r for r in report.rules if rule_thresholds(rulebook, r)}
+    for file in fixture_files(path):
+        for fixture in load_fixtures(file):
+            d = diagnose(fixture.case, rulebook)
+            report.fired |= {h.rule for h in d.hypotheses}
+            silent = [r for r in fixture.silent if r in rulebook.specs]
+            report.near_missed |= set(silent)
+            tested = [r for r in silent if r in report.with_thresholds and r not in report.threshold_tested]
+            if tested:
+                for x in explain_rules(fixture.case, rulebook, tested):
+                    if x.stopped_at.startswith("TEST("):
+                        report.threshold_tested.add(x.rule)
+    return report
