@@ -30,6 +30,8 @@ SPECS = load_specs(__file__)
 
 # Exposed communication above a tenth of the step is worth its own hypothesis.
 COMM_SHARE = 0.1
+# ... and above 0.1 ms: below that a collective's time is within the profiler's resolution.
+MIN_COMM_MS = 0.1
 # Waiting dominates when it is over 40 % of the collective's interval.
 WAIT_SHARE = 0.4
 # Transfer dominates when it is over half of the interval.
@@ -62,7 +64,7 @@ class CollectiveRules(RuleSet):
     @rule(
         SPECS["exposed-comm"],
         Budget(exposed_comm_ms=MATCH.comm, step_ms=MATCH.step),
-        TEST(lambda comm, step: comm >= COMM_SHARE * step and comm >= 0.1),
+        TEST(lambda comm, step: comm >= COMM_SHARE * step and comm >= MIN_COMM_MS),
     )
     def exposed_comm(self, comm, step):
         return Finding(evidence=[ev("budget.exposed_comm_ms", comm, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=comm)

@@ -40,6 +40,8 @@ MIN_SHARE = 0.15
 SMALL_ROWS_PER_EXPERT = 16
 # Under 60 % of peak bandwidth a weight-streaming kernel is not bandwidth-limited.
 LOW_BW_FRACTION = 0.6
+# A backend is a slow path, not merely below par, when it reaches under 1/1.5 of that (40 % of peak).
+SLOW_PATH_MARGIN = 1.5
 # A served MoE kernel this many times slower than a plain GEMM at the same rows per expert is
 # the kernel's doing; inside that margin, packing and routing overheads explain the difference.
 BELOW_REFERENCE = 1.25
@@ -184,7 +186,7 @@ class KernelRules(RuleSet):
         SPECS["slow-kernel-path"],
         AS.k << KernelClass(backend=MATCH.backend, share_of_step=MATCH.share, achieved_bw_fraction=MATCH.frac),
         Budget(device_ms=MATCH.device),
-        TEST(lambda share, frac: share >= MIN_SHARE and frac < LOW_BW_FRACTION / 1.5),
+        TEST(lambda share, frac: share >= MIN_SHARE and frac < LOW_BW_FRACTION / SLOW_PATH_MARGIN),
     )
     def slow_kernel_path(self, k, backend, share, frac, device):
         return Finding(

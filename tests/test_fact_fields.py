@@ -69,3 +69,23 @@ def test_rules_facts_prints_units_meanings_and_derived_fields():
 def test_every_field_says_what_it_is(fact):
     fields = next(v for c, v in fact_table().items() if c.__name__ == fact)
     assert fields and all(info.meaning for info in fields.values()), [n for n, i in fields.items() if not i.meaning]
+
+
+def test_a_bare_number_in_a_python_test_is_refused_and_body_thresholds_are_shown(tmp_path):
+    rules = tmp_path / "mine.py"
+    rules.write_text(
+        "from diagnoser.engine import MATCH, TEST, Budget, Finding, RuleSet, RuleSpec, ev, rule\n"
+        "SPEC = RuleSpec(id='my-host', title='t', explanation='e')\n"
+        "class Mine(RuleSet):\n"
+        "    @rule(SPEC, Budget(host_ms=MATCH.host), TEST(lambda host: host > 0.3))\n"
+        "    def mine(self, host):\n"
+        "        return Finding(evidence=[ev('x', host)])\n"
+    )
+    out = run_cli("diagnose", str(REPO / "examples" / "case-moe-small-experts.yaml"), "--rules", str(rules))
+    assert out.returncode == 2 and "rule my-host: bare number 0.3 in a TEST: name it" in out.stderr
+    # scheduler-overhead compares with SCHEDULER_SHARE in its body, not in a TEST: still listed
+    import yaml
+
+    shown = yaml.safe_load(run_cli("rules", "show", "scheduler-overhead").stdout)
+    assert shown["thresholds"]["SCHEDULER_SHARE"] == 0.3
+    assert yaml.safe_load(run_cli("rules", "show", "exposed-comm").stdout)["thresholds"]["MIN_COMM_MS"] == 0.1

@@ -136,13 +136,15 @@ def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
 
 
 def rule_thresholds(rulebook: Rulebook, rule_id: str) -> dict[str, float]:
-    """Every cut-off the rule's tests read, over all the ways it can conclude."""
+    """Every cut-off the rule's tests and bodies read, over all the ways it can conclude."""
     found: dict[str, float] = {}
     for ruleset in rulebook.rulesets:
         for _, compiled in rules_of(ruleset):
             if compiled.spec.id == rule_id:
                 for test in tests_in(compiled):
                     found.update(thresholds_used(test))
+                if getattr(compiled.body, "__code__", None) is not None:
+                    found.update(thresholds_used(compiled.body))
     return dict(sorted(found.items()))
 
 

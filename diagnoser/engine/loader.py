@@ -77,6 +77,12 @@ def _bound_names(element: Any, names: set[str]) -> None:
             _bound_names(child, names)
 
 
+def _constants(test: Any) -> list[float]:
+    """The numbers written into a TEST's own code: each is a cut-off without a name, unit or reason."""
+    code = getattr(inspect.unwrap(test), "__code__", None)
+    return [c for c in (code.co_consts if code else ()) if isinstance(c, (int, float)) and not isinstance(c, bool)]
+
+
 def fact_patterns(element: Any) -> Iterable[Fact]:
     """Every fact pattern in a rule's conditions, inside AND/OR/NOT too."""
     if isinstance(element, Fact):
@@ -110,6 +116,10 @@ def lint_rule(name: str, compiled: Rule) -> list[str]:
     unknown = sorted(set(body_args) - bound - {PARENT_CAP, PARENT_STEP})
     if unknown:
         problems.append(f"rule {spec.id}: body argument(s) {', '.join(unknown)} match no bound variable")
+    for test in tests_in(compiled):
+        number = next((c for c in _constants(test) if c not in (0, 1)), None)
+        if number is not None:
+            problems.append(f"rule {spec.id}: bare number {number!r} in a TEST: name it (a module constant with a comment saying why)")
     for pattern in fact_patterns(compiled):
         for key in pattern:
             if not Fact.is_special(key) and isinstance(key, str) and (why := unknown_field(type(pattern), key)):
