@@ -109,3 +109,26 @@ def test_coverage_of_the_bundled_rules_names_what_no_fixture_pins(tmp_path):
     out = run_cli("rules", "test", str(only_fires), "--rules", str(rule), "--coverage")
     assert "coverage: no near-miss fixture (silent:): 1 of 1 rules: host-wait-share" in out.stdout
     assert "coverage: thresholds no near miss tests: 1 of 1 rules: host-wait-share" in out.stdout
+
+
+def test_a_renamed_rule_answers_to_its_old_id():
+    renamed = REPO / "tests" / "data" / "rules" / "renamed.yaml"
+    # the fixtures were written for host-wait-share (two of them need its absent() clause, so run the first)
+    out = run_cli("rules", "test", str(FIXTURES), "--rules", str(renamed))
+    assert "ok   host-wait-fixtures.yaml: 4 of 10 ms waiting on the host, scheduling not overlapped" in out.stdout
+    shown = yaml.safe_load(run_cli("rules", "show", "host-wait-share", "--rules", str(renamed)).stdout)
+    assert shown["id"] == "host-waits-dominate" and shown["aliases"] == ["host-wait-share"]
+    book = load_rulebook([renamed])
+    with thresholds_set(book, {"host-wait-share.MIN_SHARE": 0.1}) as before:
+        d = diagnose(Case.model_validate(SLOW_HOST), book)
+    assert before == {"host-wait-share.MIN_SHARE": 0.2} and "host-waits-dominate" in {h.rule for h in d.hypotheses}
+
+
+def test_an_alias_may_not_take_a_live_id(tmp_path):
+    rules = tmp_path / "clash.yaml"
+    rules.write_text(
+        "mine:\n  aliases: [launch-gaps]\n  title: t\n  explanation: e\n"
+        "  thresholds: {S: {value: 0.2, why: w}}\n  when: Budget.host_ms >= S * Budget.step_ms\n"
+    )
+    out = run_cli("rules", "list", "--rules", str(rules))
+    assert out.returncode == 2 and "rule mine: alias launch-gaps is already the id or an alias of launch-gaps" in out.stderr

@@ -36,6 +36,7 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     from diagnoser.engine import load_rulebook
 
     book = load_rulebook(rule_paths)
+    rule_id = book.resolve(rule_id)
     if rule_id not in book.specs:
         raise InputError(f"no rule {rule_id!r}; `diagnoser rules list` shows the ids")
     from diagnoser.engine.explain import rule_thresholds

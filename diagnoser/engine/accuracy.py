@@ -70,7 +70,8 @@ def score_corpus(folder: Path, rulebook: Rulebook, answers_file: str = "answers.
         path = folder / f"{case_id}.yaml"
         if not path.exists():
             raise InputError(f"{path}: listed in {answers_file} but missing")
-        scores.append(score_case(case_id, category, diagnose(load_case(path), rulebook), answers.accepted[category]))
+        accepted = [rulebook.resolve(i) for i in answers.accepted[category]]
+        scores.append(score_case(case_id, category, diagnose(load_case(path), rulebook), accepted))
     return scores
 
 

@@ -30,7 +30,7 @@ Trace = list[ConditionResult]
 
 def explain_rules(case: Case, rulebook: Rulebook, rule_ids: Iterable[str]) -> list[RuleExplanation]:
     """One engine run over the case, then each rule's conditions replayed over its facts."""
-    rule_ids = list(rule_ids)
+    rule_ids = [rulebook.resolve(r) for r in rule_ids]
     unknown = [r for r in rule_ids if r not in rulebook.specs]
     if unknown:
         raise InputError(f"no rule {unknown[0]!r}; `diagnoser rules list` shows the ids")

@@ -69,7 +69,22 @@ def fixture_files(path: Path) -> list[Path]:
     return [path]
 
 
+def resolved(fixture: Fixture, rulebook: Rulebook) -> Fixture:
+    """The fixture with every rule id it names under its current id (a renamed rule keeps its old one as an alias)."""
+    r = rulebook.resolve
+    return fixture.model_copy(update={
+        "first": r(fixture.first) if fixture.first else None,
+        "fires": [r(i) for i in fixture.fires],
+        "silent": [r(i) for i in fixture.silent],
+        "speedup": {r(i): v for i, v in fixture.speedup.items()},
+        "grades": {r(i): v for i, v in fixture.grades.items()},
+        "unbounded": [r(i) for i in fixture.unbounded],
+        "rule_errors": [r(i) for i in fixture.rule_errors],
+    })
+
+
 def check_fixture(fixture: Fixture, rulebook: Rulebook) -> list[str]:
+    fixture = resolved(fixture, rulebook)
     d = diagnose(fixture.case, rulebook)
     concluded = {h.rule for h in d.hypotheses if h.rule != "engine"}
     problems = []

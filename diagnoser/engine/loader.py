@@ -37,7 +37,13 @@ class Rulebook:
     rulesets: list[type] = field(default_factory=list)
     specs: dict[str, RuleSpec] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # rule id -> where it was defined
+    aliases: dict[str, str] = field(default_factory=dict)  # an id a rule had before a rename -> its id now
     _engine: Any = field(default=None, repr=False)
+
+    def resolve(self, rule_id: str) -> str:
+        """The current id of a rule named by an old one (``rule:key`` ids keep their key)."""
+        rule, sep, key = rule_id.partition(":")
+        return self.aliases.get(rule, rule) + sep + key
 
     def engine_class(self) -> type:
         from diagnoser.engine.runner import DiagnosisEngine
@@ -247,6 +253,12 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
                 book.specs[spec.id] = spec
                 book.origin.setdefault(spec.id, where)
             book.rulesets.append(ruleset)
+    for spec in book.specs.values():
+        for old in spec.aliases:
+            if old in book.specs or book.aliases.get(old, spec.id) != spec.id:
+                taken = old if old in book.specs else book.aliases[old]
+                raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: alias {old} is already the id or an alias of {taken}")
+            book.aliases[old] = spec.id
     for spec in book.specs.values():
         parent = book.specs.get(spec.parent) if spec.parent else None
         if spec.parent and parent is None:

@@ -64,6 +64,9 @@ class RuleSpec(BaseModel):
         default=(), description="inputs that would bound it when it fires without a measured time (default: its parent's requires)"
     )
     leads: bool = Field(default=False, description="a guard that invalidates the comparison: ranks before every cause")
+    aliases: tuple[str, ...] = Field(
+        default=(), description="ids this rule had before a rename: sessions, packs and notes that name them still find it"
+    )
     thresholds: dict[str, ThresholdSpec] = Field(
         default_factory=dict, description="cut-offs a YAML-only rule's condition names (UPPER_CASE), with unit and why"
     )

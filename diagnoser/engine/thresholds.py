@@ -59,16 +59,17 @@ def _thresholds(module: ModuleType) -> list[str]:
 
 
 def _declared(rulebook: Rulebook, settings: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """The settings that name a YAML rule's declared threshold (RULE.NAME), with their values in the rules."""
+    """The settings that name a YAML rule's declared threshold (RULE.NAME, an old id too): the overrides
+    under the rule's current id, and each setting's value in the rules under the key as given."""
     chosen, before = {}, {}
     for key, value in settings.items():
         rule_id, _, name = key.partition(".")
-        spec = rulebook.specs.get(rule_id)
+        spec = rulebook.specs.get(rulebook.resolve(rule_id))
         if spec is None or not spec.thresholds:
             continue
         if name not in spec.thresholds:
             raise InputError(f"--threshold {key}: rule {rule_id} has no threshold {name!r} (thresholds: {', '.join(sorted(spec.thresholds))})")
-        chosen[key], before[key] = value, spec.thresholds[name].value
+        chosen[f"{spec.id}.{name}"], before[key] = value, spec.thresholds[name].value
     return chosen, before
 
 
@@ -85,7 +86,7 @@ def thresholds_set(rulebook: Rulebook, settings: dict[str, float]) -> Iterator[d
     modules = rule_modules(rulebook)
     targets = []
     for key, value in settings.items():
-        if key in declared:
+        if key in before_declared:
             continue
         module_name, _, name = key.partition(".")
         module = modules.get(module_name)
