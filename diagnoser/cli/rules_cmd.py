@@ -126,7 +126,7 @@ def new_cmd(rule_id: str, folder: str) -> None:
 @click.option("--coverage", "show_coverage", is_flag=True, help="Also list rules no fixture fires, rules without a near miss, and thresholds no near miss tests.")
 @click.pass_context
 def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], show_coverage: bool) -> None:
-    """Run fixtures in PATH (file or folder; default: the bundled fixtures). Exit 1 if any fails."""
+    """Run fixtures in PATH (file or folder; default: the bundled ones and every installed pack's). Exit 1 if any fails."""
     from pathlib import Path
 
     from diagnoser.engine import load_rulebook
@@ -135,6 +135,9 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
     book = load_rulebook(rule_paths)
     folder = Path(path) if path else bundled_fixtures()
     results = run_fixtures(folder, book)
+    if path is None:  # the bundled fixtures and those of every installed rule pack
+        for pack in book.pack_fixtures:
+            results += run_fixtures(pack, book)
     for r in results:
         click.echo(f"{'ok  ' if r.ok else 'FAIL'} {Path(r.file).name}: {r.name}")
         for problem in r.problems:

@@ -38,6 +38,7 @@ class Rulebook:
     specs: dict[str, RuleSpec] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # rule id -> where it was defined
     aliases: dict[str, str] = field(default_factory=dict)  # an id a rule had before a rename -> its id now
+    pack_fixtures: list[Path] = field(default_factory=list)  # fixture folders rule packs declare (FIXTURES)
     _engine: Any = field(default=None, repr=False)
 
     def resolve(self, rule_id: str) -> str:
@@ -181,7 +182,8 @@ def _bundled_modules() -> list[ModuleType]:
     ]
 
 
-def _entry_point_modules() -> list[tuple[str, list[type]]]:
+def _entry_point_modules() -> list[tuple[str, list[type], Path | None]]:
+    """Installed rule packs: (where, rule sets, the fixtures folder the pack's module names as FIXTURES)."""
     found = []
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
@@ -189,7 +191,8 @@ def _entry_point_modules() -> list[tuple[str, list[type]]]:
         except Exception as err:  # noqa: BLE001
             raise InputError(f"entry point {ep.name} ({ep.value}): cannot load rules: {_one_line(err)}") from None
         rulesets = [target] if inspect.isclass(target) else _rulesets_in(target)
-        found.append((f"entry point {ep.name}", rulesets))
+        fixtures = getattr(sys.modules.get(target.__module__ if inspect.isclass(target) else target.__name__), "FIXTURES", None)
+        found.append((f"entry point {ep.name}", rulesets, Path(fixtures) if fixtures else None))
     return found
 
 
@@ -225,10 +228,12 @@ def load_rulebook(extra: Iterable[str | Path] = (), *, bundled: bool = True, ent
         sources += [(m.__file__ or m.__name__, _rulesets_in(m)) for m in _bundled_modules()]
         package = Path(importlib.import_module("diagnoser.rules").__file__).parent
         sources += [(str(p), _rulesets_of_file(p)) for p in _yaml_only(package)]
-    if entry_points:
-        sources += _entry_point_modules()
+    packs = _entry_point_modules() if entry_points else []
+    sources += [(where, rulesets) for where, rulesets, _ in packs]
     sources += [(str(p), _rulesets_of_file(p)) for p in rule_files(extra)]
-    return build_rulebook(sources)
+    book = build_rulebook(sources)
+    book.pack_fixtures = [fixtures for _, _, fixtures in packs if fixtures is not None]
+    return book
 
 
 def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
