@@ -38,8 +38,6 @@ def notable(part_ms: float, step_ms: float) -> bool:
     return part_ms >= MIN_PART_MS and part_ms >= MIN_PART_SHARE * step_ms
 
 
-# GIL busy above 80 % means the step loop queues for it most of the time.
-GIL_BUSY = 0.8
 # The scheduler owns the host part when it takes at least 30 % of it.
 SCHEDULER_SHARE = 0.3
 
@@ -124,10 +122,6 @@ class LaunchRules(RuleSet):
         detail = "" if known else "The capture sizes or the live batch are unknown: check that the live batch is captured."
         return Finding(evidence=evidence, removable_ms=parent_cap_ms, detail=detail)
 
-    @rule(SPECS["graph-partial"], Graph(status="partial"))
-    def graph_partial(self, parent_cap_ms):
-        return Finding(evidence=[ev("graph.status", "partial")], removable_ms=parent_cap_ms)
-
     @rule(SPECS["host-overhead"], Budget(host_ms=MATCH.host, step_ms=MATCH.step), TEST(lambda host, step: notable(host, step)))
     def host_overhead(self, host, step):
         return Finding(evidence=[ev("budget.host_ms", host, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=host)
@@ -136,10 +130,6 @@ class LaunchRules(RuleSet):
     def host_bound_reported(self):
         """A profile or the maintainers found the loop CPU-bound: names the cause, bounds nothing."""
         return Finding(evidence=[ev("platform.host_bound_reported", True)])
-
-    @rule(SPECS["gil-contention"], Host(python_gil_busy_fraction=MATCH.busy), TEST(lambda busy: busy >= GIL_BUSY))
-    def gil_contention(self, busy, parent_cap_ms):
-        return Finding(evidence=[ev("host.python_gil_busy_fraction", busy)], removable_ms=parent_cap_ms)
 
     @rule(SPECS["scheduler-overhead"], Host(scheduler_ms=MATCH.sched))
     def scheduler_overhead(self, sched, parent_cap_ms):

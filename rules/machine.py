@@ -13,7 +13,6 @@ from diagnoser.engine import (
     W,
     Budget,
     Finding,
-    Memory,
     Platform,
     Probe,
     RuleSet,
@@ -144,10 +143,6 @@ class MachineRules(RuleSet):
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_throttled_fraction")
         return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
-
-    @rule(SPECS["kv-cache-on-host"], Memory(kv_cache_on_device=False))
-    def kv_cache_on_host(self):
-        return Finding(evidence=[ev("memory.kv_cache_on_device", False)])
 
 
 def h2d_finding(b, exposed: float, evidence: list) -> Finding:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from diagnoser.engine.fact_fields import fact_table, nearest, unknown_field
+from diagnoser.engine.fact_fields import SECTION, fact_table, nearest, unknown_field
 from diagnoser.engine.spec import PARENT_CAP, Finding, RuleSet, RuleSpec, ev, rule
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AS, NOT, TEST, W, Rule
@@ -177,7 +177,8 @@ def _with_signature(func: Callable[..., Any], names: list[str], where: str) -> C
 
 
 def _evidence_name(fact: str, attr: str) -> str:
-    return f"{fact}.{attr}"
+    """Evidence names say where in the case a value came from, as the Python rules' do."""
+    return f"{SECTION.get(fact, fact.lower())}.{attr}"
 
 
 def compile_rule(rule_id: str, raw: dict[str, Any], source: Path) -> Rule:

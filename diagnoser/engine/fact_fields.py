@@ -156,6 +156,19 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
     }
 
 
+# Where each fact's fields come from in a case, as evidence names them (``graph.status``).
+SECTION = {
+    "Reference": "reference", "Budget": "budget", "RankBudget": "rank_budgets", "KernelClass": "kernel_classes",
+    "Graph": "graph", "Collective": "collectives", "Boundaries": "boundaries", "ContextSweep": "context_sweep",
+    "Probe": "probe", "Speculation": "speculation", "Server": "server", "Host": "host", "Bound": "bound",
+    "QuotedBound": "bound_inputs", "Layout": "workload.layout", "KernelSum": "kernel_sum_across_ranks",
+    "ClaimedStep": "claimed_step", "BoundaryPair": "boundaries", "Claim": "claims", "Metrics": "metrics",
+    "Expectation": "expected", "RunDiff": "runs", "HostCostFact": "host_costs", "Routing": "routing",
+    "Memory": "memory", "Platform": "platform", "Stream": "stream", "Shares": "budget_shares",
+    "ObservedStep": "workload.observed", "Holds": "holds", "Unevaluable": "unevaluable",
+}
+
+
 def nearest(name: str, candidates: list[str]) -> str | None:
     found = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return found[0] if found else None
