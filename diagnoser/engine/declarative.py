@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import inspect
 import operator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,13 +27,12 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from diagnoser.engine.fact_fields import SECTION, fact_table, nearest, unknown_field
+from diagnoser.engine.overrides import threshold_overrides
 from diagnoser.engine.spec import PARENT_CAP, Finding, RuleSet, RuleSpec, ev, rule
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AS, NOT, TEST, W, Rule
 from diagnoser.models.documents import load_document, validation_message
 
-# Overrides of declared thresholds for the current run: "rule-id.NAME" -> value.
-threshold_overrides: ContextVar[dict[str, float]] = ContextVar("threshold_overrides", default={})
 
 # The only numbers a condition may hold: anything else is a cut-off and must be a named threshold.
 PLAIN_NUMBERS = (0, 1)
@@ -294,4 +292,4 @@ def load_declarative(path: Path) -> type:
         if not isinstance(raw, dict):
             raise InputError(f"{path}: rule {rule_id}: expected a mapping of fields")
         methods[f"yaml_{str(rule_id).replace('-', '_')}"] = compile_rule(str(rule_id), raw, path)
-    return type(f"YamlRules_{path.stem}", (RuleSet,), methods)
+    return type(f"YamlRules_{path.stem}", (RuleSet,), {**methods, "yaml_source": str(path)})

@@ -19,7 +19,7 @@ from typing import Any
 from diagnoser.engine.facts import Holds, Unevaluable, present_inputs, with_derived_budget
 from diagnoser.engine.loader import Rulebook, rules_of, tests_in
 from diagnoser.engine.runner import run_engine
-from diagnoser.engine.thresholds import is_threshold
+from diagnoser.engine.overrides import is_threshold
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, NOT, NOTFC, OR, ORFC, TEST, Fact, L, P, W
 from diagnoser.models.case import Case

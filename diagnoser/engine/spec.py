@@ -18,6 +18,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diagnoser.engine.facts import Holds, Unevaluable
+from diagnoser.engine.overrides import rebind
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, MATCH, NOT, NOTFC, OR, ORFC, TEST, Fact, P, Rule
 from diagnoser.models.hypothesis import Check, Evidence, Grade, Kind, RuleError, UndoCriterion, UndoMetric
@@ -153,9 +154,9 @@ def _fail_closed(check: Callable[..., Any], rule_id: str, where: str) -> Callabl
 def _guard_conditions(element: Any, rule_id: str) -> Any:
     """The same pattern with every TEST and field predicate made to fail closed."""
     if isinstance(element, TEST):
-        return TEST(_fail_closed(element[0], rule_id, "TEST"))
+        return TEST(_fail_closed(rebind(element[0], rule_id), rule_id, "TEST"))
     if isinstance(element, P):
-        return P(_fail_closed(element.match, rule_id, "field predicate"), element.__bind__)
+        return P(_fail_closed(rebind(element.match, rule_id), rule_id, "field predicate"), element.__bind__)
     if isinstance(element, (AND, OR, NOT, ANDFC, ORFC, NOTFC)):
         return type(element)(*(_guard_conditions(child, rule_id) for child in element))
     if isinstance(element, Fact) and element.has_field_constraints():
@@ -172,6 +173,7 @@ def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callabl
     """Turn a body into an experta rule carrying its spec; a child also matches its parent's ``Holds``."""
 
     def wrap(body: Callable[..., Finding | None]) -> Rule:
+        body = rebind(body, spec.id)  # reads its module's thresholds through this run's overrides
         conditions = [_guard_conditions(p, spec.id) for p in patterns]
         if spec.parent:
             # A refinement waits for its parent to hold, unless the parent cannot be evaluated

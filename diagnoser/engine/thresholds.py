@@ -1,11 +1,11 @@
 """Run the rule base with some cut-offs changed, to see how much a conclusion leans on them.
 
-Rules read their thresholds (UPPER_CASE numeric constants of their module) when a condition is
-tested, not when the rule is built. So a sensitivity run sets the constants on the rule modules
-for its duration and puts every one back afterwards, whatever happens in between.
+Rules read their thresholds (UPPER_CASE numeric constants of their module, or a YAML rule's
+declared ones) when a condition is tested, through this run's overrides; so a sensitivity run
+changes nothing outside itself, and two runs in one process may use different values.
 
     parse_threshold("launch.MIN_PART_SHARE=0.05") -> ("launch.MIN_PART_SHARE", 0.05)
-    with thresholds_set(rulebook, {"launch.MIN_PART_SHARE": 0.05}): diagnose(...)
+    with thresholds_set(rulebook, {"launch-gaps.MIN_PART_SHARE": 0.05}): diagnose(...)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from diagnoser.engine.loader import Rulebook
+from diagnoser.engine.overrides import is_threshold, threshold_overrides
 from diagnoser.errors import InputError
 
 
@@ -39,6 +40,8 @@ def rule_modules(rulebook: Rulebook) -> dict[str, ModuleType]:
     or the full module name where two files share a stem."""
     modules: dict[str, ModuleType] = {}
     for ruleset in rulebook.rulesets:
+        if hasattr(ruleset, "yaml_source"):  # a YAML rule's thresholds are its own (RULE.NAME)
+            continue
         module = sys.modules[ruleset.__module__]
         stem = _short_name(module)
         modules[stem if modules.get(stem, module) is module else module.__name__] = module
@@ -49,62 +52,51 @@ def _short_name(module: ModuleType) -> str:
     return Path(module.__file__ or module.__name__).stem
 
 
-def is_threshold(name: str, value: object) -> bool:
-    """A rule threshold is an UPPER_CASE number at module level (True and False are not numbers here)."""
-    return name.isupper() and isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _thresholds(module: ModuleType) -> list[str]:
     return sorted(n for n, v in vars(module).items() if is_threshold(n, v))
 
 
-def _declared(rulebook: Rulebook, settings: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """The settings that name a YAML rule's declared threshold (RULE.NAME, an old id too): the overrides
-    under the rule's current id, and each setting's value in the rules under the key as given."""
-    chosen, before = {}, {}
-    for key, value in settings.items():
-        rule_id, _, name = key.partition(".")
-        spec = rulebook.specs.get(rulebook.resolve(rule_id))
-        if spec is None or not spec.thresholds:
-            continue
-        if name not in spec.thresholds:
-            raise InputError(f"--threshold {key}: rule {rule_id} has no threshold {name!r} (thresholds: {', '.join(sorted(spec.thresholds))})")
-        chosen[f"{spec.id}.{name}"], before[key] = value, spec.thresholds[name].value
-    return chosen, before
+def _rule_setting(rulebook: Rulebook, key: str) -> tuple[str, float] | None:
+    """RULE.NAME (an old id too): the override key under the rule's current id, and the value the rule reads now."""
+    from diagnoser.engine.explain import rule_thresholds
+
+    rule_id, _, name = key.partition(".")
+    rule_id = rulebook.resolve(rule_id)
+    if rule_id not in rulebook.specs:
+        return None
+    reads = rule_thresholds(rulebook, rule_id)
+    if name not in reads:
+        known = ", ".join(sorted(reads)) or "none"
+        raise InputError(f"--threshold {key}: rule {rule_id} has no threshold {name!r} (thresholds: {known})")
+    return f"{rule_id}.{name}", reads[name]
+
+
+def _module_setting(modules: dict[str, ModuleType], key: str) -> tuple[str, float]:
+    module_name, _, name = key.partition(".")
+    module = modules.get(module_name)
+    if module is None:
+        raise InputError(f"--threshold {key}: no rule or rule module {module_name!r} (modules: {', '.join(sorted(modules))})")
+    if name not in _thresholds(module):
+        known = ", ".join(_thresholds(module)) or "none"
+        raise InputError(f"--threshold {key}: {module_name} has no threshold {name!r} (thresholds: {known})")
+    return f"{module.__name__}.{name}", getattr(module, name)
 
 
 @contextmanager
 def thresholds_set(rulebook: Rulebook, settings: dict[str, float]) -> Iterator[dict[str, float]]:
-    """Set the thresholds, yield what they were before, and restore them on the way out.
+    """Override thresholds for this run, yield what they were, and drop the overrides on the way out.
 
-    A YAML rule's threshold (RULE.NAME) is a per-run override its test reads from a context
-    variable, so nothing outside this run changes; a Python rule module's constant
-    (MODULE.NAME) is set on the module for the run and put back afterwards."""
-    from diagnoser.engine.declarative import threshold_overrides
-
-    declared, before_declared = _declared(rulebook, settings)
+    ``RULE.NAME`` changes what one rule reads; ``MODULE.NAME`` what every rule of that module
+    reads. Nothing is assigned anywhere: rules read thresholds through ``threshold_overrides``
+    (``diagnoser.engine.overrides``), which holds them for this context only.
+    """
     modules = rule_modules(rulebook)
-    targets = []
+    chosen, before = {}, {}
     for key, value in settings.items():
-        if key in before_declared:
-            continue
-        module_name, _, name = key.partition(".")
-        module = modules.get(module_name)
-        if module is None:
-            raise InputError(f"--threshold {key}: no rule module {module_name!r} (modules: {', '.join(sorted(modules))})")
-        if name not in _thresholds(module):
-            known = ", ".join(_thresholds(module)) or "none"
-            raise InputError(f"--threshold {key}: {module_name} has no threshold {name!r} (thresholds: {known})")
-        targets.append((module, name, value))
-    names = {id(m): key for key, m in modules.items()}
-    before = {f"{names[id(m)]}.{n}": getattr(m, n) for m, n, _ in targets}
-    saved = [(m, n, getattr(m, n)) for m, n, _ in targets]
-    token = threshold_overrides.set({**threshold_overrides.get(), **declared})
+        target = _rule_setting(rulebook, key) or _module_setting(modules, key)
+        chosen[target[0]], before[key] = value, target[1]
+    token = threshold_overrides.set({**threshold_overrides.get(), **chosen})
     try:
-        for module, name, value in targets:
-            setattr(module, name, value)
-        yield {**before_declared, **before}
+        yield before
     finally:
         threshold_overrides.reset(token)
-        for module, name, old in reversed(saved):
-            setattr(module, name, old)
