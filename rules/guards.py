@@ -36,6 +36,7 @@ def same_figure(a: float, b: float) -> bool:
     return abs(a - b) <= SAME_FIGURE * max(a, b)
 
 
+# A claimed figure more than 10 % above the one it is checked against is beyond rounding: it was built wrongly.
 CLAIM_OVERCOUNT = 1.1
 # A traced Python call costs the host about a microsecond; a thousand or more per step is
 # milliseconds of host time that the un-profiled server does not spend.

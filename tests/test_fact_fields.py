@@ -87,5 +87,33 @@ def test_a_bare_number_in_a_python_test_is_refused_and_body_thresholds_are_shown
     import yaml
 
     shown = yaml.safe_load(run_cli("rules", "show", "scheduler-overhead").stdout)
-    assert shown["thresholds"]["SCHEDULER_SHARE"] == 0.3
-    assert yaml.safe_load(run_cli("rules", "show", "exposed-comm").stdout)["thresholds"]["MIN_COMM_MS"] == 0.1
+    assert shown["thresholds"]["SCHEDULER_SHARE"]["value"] == 0.3
+    assert yaml.safe_load(run_cli("rules", "show", "exposed-comm").stdout)["thresholds"]["MIN_COMM_MS"]["value"] == 0.1
+
+
+def test_a_threshold_a_rule_reads_must_be_declared_with_its_value(tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(
+        "from diagnoser.engine import MATCH, TEST, Budget, Finding, RuleSet, ev, load_specs, rule\n"
+        "SPECS = load_specs(__file__)\n"
+        "# Over a third of the step on the host is more than scheduling.\n"
+        "HOST_SHARE = 0.3\n"
+        "class Mine(RuleSet):\n"
+        "    @rule(SPECS['my-host'], Budget(host_ms=MATCH.host, step_ms=MATCH.step), TEST(lambda host, step: host > HOST_SHARE * step))\n"
+        "    def mine(self, host, step):\n"
+        "        return Finding(evidence=[ev('budget.host_ms', host)])\n"
+    )
+    spec = tmp_path / "mine.yaml"
+    case = str(REPO / "examples" / "case-moe-small-experts.yaml")
+    for text, message in (
+        ("my-host: {title: t, explanation: e}\n", "rule my-host: reads threshold HOST_SHARE but its spec does not declare it"),
+        ("my-host: {title: t, explanation: e, thresholds: {HOST_SHARE: {value: 0.25, why: w}}}\n",
+         "rule my-host: threshold HOST_SHARE is declared 0.25 but the rule reads 0.3"),
+        ("my-host: {title: t, explanation: e, thresholds: {HOST_SHARE: {value: 0.3, why: w}, OTHER: {value: 1, why: w}}}\n",
+         "rule my-host: declares threshold OTHER but never reads it"),
+    ):
+        spec.write_text(text)
+        out = run_cli("diagnose", case, "--rules", str(module))
+        assert out.returncode == 2 and message in out.stderr, out.stderr
+    spec.write_text("my-host: {title: t, explanation: e, thresholds: {HOST_SHARE: {value: 0.3, unit: fraction, why: w}}}\n")
+    assert run_cli("diagnose", case, "--rules", str(module)).returncode == 0

@@ -100,7 +100,8 @@ def test_a_user_module_that_shares_a_bundled_name_is_named_in_full(tmp_path):
     user.write_text(
         "from diagnoser.engine import MATCH, TEST, Budget, Finding, RuleSet, RuleSpec, ev, rule\n"
         "MIN_X = 100.0\n"
-        "SPEC = RuleSpec(id='user-x', title='t', explanation='e')\n"
+        "SPEC = RuleSpec.model_validate({'id': 'user-x', 'title': 't', 'explanation': 'e',\n"
+        "                                'thresholds': {'MIN_X': {'value': 100.0, 'unit': 'ms', 'why': 'a sample cut-off'}}})\n"
         "class Mine(RuleSet):\n"
         "    @rule(SPEC, Budget(step_ms=MATCH.step), TEST(lambda step: step > MIN_X))\n"
         "    def user_x(self, step):\n"

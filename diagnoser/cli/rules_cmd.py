@@ -39,12 +39,8 @@ def show_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     rule_id = book.resolve(rule_id)
     if rule_id not in book.specs:
         raise InputError(f"no rule {rule_id!r}; `diagnoser rules list` shows the ids")
-    from diagnoser.engine.explain import rule_thresholds
-
+    # the loader has checked that the declared thresholds are exactly the ones the rule reads
     doc = {"defined_in": book.origin[rule_id], **book.specs[rule_id].model_dump(mode="json")}
-    thresholds = rule_thresholds(book, rule_id)
-    if thresholds and not book.specs[rule_id].thresholds:  # a YAML rule declares its own, with unit and why
-        doc["thresholds"] = thresholds
     click.echo(yaml.safe_dump(doc, sort_keys=False, width=100).rstrip())
 
 

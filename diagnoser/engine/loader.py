@@ -236,6 +236,24 @@ def load_rulebook(extra: Iterable[str | Path] = (), *, bundled: bool = True, ent
     return book
 
 
+def _check_thresholds_declared(book: Rulebook) -> None:
+    """Every cut-off a rule reads is declared in its spec, with the value the rule reads, its unit
+    and why: a threshold nobody can see or explain is refused at load."""
+    from diagnoser.engine.explain import rule_thresholds
+
+    for rule_id, spec in book.specs.items():
+        reads = rule_thresholds(book, rule_id)
+        where = f"{book.origin[rule_id]}: rule {rule_id}"
+        undeclared = sorted(set(reads) - set(spec.thresholds))
+        if undeclared:
+            raise InputError(f"{where}: reads threshold {undeclared[0]} but its spec does not declare it (thresholds: NAME: {{value, unit, why}})")
+        for name, declared in spec.thresholds.items():
+            if name not in reads:
+                raise InputError(f"{where}: declares threshold {name} but never reads it")
+            if declared.value != reads[name]:
+                raise InputError(f"{where}: threshold {name} is declared {declared.value:g} but the rule reads {reads[name]:g}")
+
+
 def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
     """Lint every rule set and merge them; the first problem found is raised as bad input."""
     book = Rulebook()
@@ -264,6 +282,7 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
                 taken = old if old in book.specs else book.aliases[old]
                 raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: alias {old} is already the id or an alias of {taken}")
             book.aliases[old] = spec.id
+    _check_thresholds_declared(book)
     for spec in book.specs.values():
         parent = book.specs.get(spec.parent) if spec.parent else None
         if spec.parent and parent is None:
