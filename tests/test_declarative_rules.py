@@ -67,7 +67,7 @@ BASE = (
         ("when: Budget.host_ms >= MIN_SHAR * Budget.step_ms", "rule r: when: unknown threshold 'MIN_SHAR' (nearest: MIN_SHARE)"),
         ("when: Budget.host_ms >= 0.2 * Budget.step_ms", "rule r: when: bare number 0.2: name it under thresholds"),
         ("when: Budgit.host_ms >= MIN_SHARE", "rule r: when: unknown fact 'Budgit' (nearest: Budget)"),
-        ("when: Budget.host_ms >= MIN_SHARE\nparent: host-overheads", "rule r: parent host-overheads is not a loaded rule"),
+        ("when: Budget.host_ms >= MIN_SHARE\nparent: host-overheads", "rule r: parent host-overheads is not a loaded rule (nearest: host-overhead)"),
         ("when: __import__('os')", "rule r: when: the only calls are present(Fact.field) and absent(Fact.field)"),
         ("when: Budget.host_ms >= MIN_SHARE\nclaims: Budget.launch_mss", "rule r: claims: Budget has no field 'launch_mss' (nearest: launch_ms)"),
     ],

@@ -286,7 +286,12 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
     for spec in book.specs.values():
         parent = book.specs.get(spec.parent) if spec.parent else None
         if spec.parent and parent is None:
-            raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is not a loaded rule")
+            from diagnoser.engine.fact_fields import nearest
+
+            hint = nearest(spec.parent, sorted(book.specs))
+            raise InputError(
+                f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is not a loaded rule" + (f" (nearest: {hint})" if hint else "")
+            )
         if parent is not None and parent.kind is not Kind.cause:
             raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is a {parent.kind.value}, not a cause")
     return book
