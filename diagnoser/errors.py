@@ -10,6 +10,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_INPUT = 2
+EXIT_FIXTURES_FAILED = 3  # `rules test`: a fixture failed (the rules misbehave, the tool did not)
 
 
 class DiagnoserError(Exception):

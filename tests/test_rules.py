@@ -100,7 +100,7 @@ def test_rules_cli_list_show_test(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"fixtures": [{"name": "wrong", "case": {}, "fires": ["launch-gaps"]}]}))
     failed = run_cli("rules", "test", str(bad))
-    assert failed.returncode == 1 and "expected launch-gaps to fire" in failed.stdout
+    assert failed.returncode == 3 and "expected launch-gaps to fire" in failed.stdout
 
 
 def test_installed_wheel_carries_specs_and_fixtures(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from diagnoser.errors import InputError
+from diagnoser.errors import EXIT_FIXTURES_FAILED, InputError
 
 _RULES_OPTION = click.option("--rules", "rule_paths", multiple=True, metavar="PATH", help="Extra rule file or folder (repeatable).")
 
@@ -122,7 +122,7 @@ def new_cmd(rule_id: str, folder: str) -> None:
 @click.option("--coverage", "show_coverage", is_flag=True, help="Also list rules no fixture fires, rules without a near miss, and thresholds no near miss tests.")
 @click.pass_context
 def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], show_coverage: bool) -> None:
-    """Run fixtures in PATH (file or folder; default: the bundled ones and every installed pack's). Exit 1 if any fails."""
+    """Run fixtures in PATH (file or folder; default: the bundled ones and every installed pack's). Exit 3 if any fails."""
     from pathlib import Path
 
     from diagnoser.engine import load_rulebook
@@ -156,4 +156,4 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
             click.echo(f"coverage: {label}: {len(ids)} of {len(report.rules)} rules" + (f": {', '.join(ids)}" if ids else ""))
     click.echo(f"{len(results) - failed} passed, {failed} failed")
     if failed:
-        ctx.exit(1)
+        ctx.exit(EXIT_FIXTURES_FAILED)
