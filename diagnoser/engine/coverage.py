@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnoser.engine.explain import explain_rules, rule_thresholds
+from diagnoser.engine.explain import explain_rules, thresholds_by_rule
 from diagnoser.engine.fixtures import fixture_files, load_fixtures
 from diagnoser.engine.loader import Rulebook
 from diagnoser.engine.runner import diagnose
@@ -41,7 +41,8 @@ class Coverage:
 def coverage(path: Path, rulebook: Rulebook, only: set[str] | None = None) -> Coverage:
     """Coverage of ``only`` (rule ids; default all loaded rules) by the fixtures in ``path``."""
     report = Coverage(rules=sorted(only if only is not None else rulebook.specs))
-    report.with_thresholds = {r for r in report.rules if rule_thresholds(rulebook, r)}
+    reads = thresholds_by_rule(rulebook)
+    report.with_thresholds = {r for r in report.rules if reads[r]}
     for file in fixture_files(path):
         for fixture in load_fixtures(file):
             d = diagnose(fixture.case, rulebook)

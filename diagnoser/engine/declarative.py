@@ -95,14 +95,7 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if not isinstance(node.value, ast.Name):
             self.fail("a field is written Fact.field")
-        fact = node.value.id
-        if fact not in self.facts:
-            hint = nearest(fact, sorted(self.facts))
-            self.fail(f"unknown fact {fact!r}" + (f" (nearest: {hint})" if hint else ""))
-        complaint = unknown_field(self.facts[fact], node.attr)
-        if complaint:
-            self.fail(complaint)
-        pair = (fact, node.attr)
+        pair = _resolve(node.value.id, node.attr, self.where, self.facts)
         target = self.names.presence if self._in_presence else self.names.compared
         if pair not in target:
             target.append(pair)
@@ -269,10 +262,8 @@ def _calls(tree: ast.AST, name: str) -> list[tuple[str, str]]:
     ]
 
 
-def _field_ref(text: Any, where: str, facts: dict[str, type]) -> tuple[str, str]:
-    fact, dot, attr = str(text).partition(".")
-    if not dot:
-        raise InputError(f"{where}: expected Fact.field, got {text!r}")
+def _resolve(fact: str, attr: str, where: str, facts: dict[str, type]) -> tuple[str, str]:
+    """(fact, field) when both exist; else one line naming the nearest valid one."""
     if fact not in facts:
         hint = nearest(fact, sorted(facts))
         raise InputError(f"{where}: unknown fact {fact!r}" + (f" (nearest: {hint})" if hint else ""))
@@ -280,6 +271,13 @@ def _field_ref(text: Any, where: str, facts: dict[str, type]) -> tuple[str, str]
     if complaint:
         raise InputError(f"{where}: {complaint}")
     return fact, attr
+
+
+def _field_ref(text: Any, where: str, facts: dict[str, type]) -> tuple[str, str]:
+    fact, dot, attr = str(text).partition(".")
+    if not dot:
+        raise InputError(f"{where}: expected Fact.field, got {text!r}")
+    return _resolve(fact, attr, where, facts)
 
 
 def load_declarative(path: Path) -> type:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from diagnoser.engine.facts import Holds, Unevaluable, present_inputs, with_derived_budget
+from diagnoser.engine.facts import Holds, Unevaluable
 from diagnoser.engine.loader import Rulebook, rules_of, tests_in
 from diagnoser.engine.runner import run_engine
 from diagnoser.engine.overrides import is_threshold
@@ -36,7 +36,7 @@ def explain_rules(case: Case, rulebook: Rulebook, rule_ids: Iterable[str]) -> li
         raise InputError(f"no rule {unknown[0]!r}; `diagnoser rules list` shows the ids")
     engine, bound, _ = run_engine(case, rulebook)
     facts = list(engine.facts.values())
-    present = present_inputs(with_derived_budget(case), bound)
+    present = engine.present
     compiled = [(name, rule) for ruleset in rulebook.rulesets for name, rule in rules_of(ruleset)]
     explanations = []
     for rule_id in rule_ids:
@@ -135,17 +135,21 @@ def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     return dict(sorted(found.items()))
 
 
-def rule_thresholds(rulebook: Rulebook, rule_id: str) -> dict[str, float]:
-    """Every cut-off the rule's tests and bodies read, over all the ways it can conclude."""
-    found: dict[str, float] = {}
+def thresholds_by_rule(rulebook: Rulebook) -> dict[str, dict[str, float]]:
+    """Every cut-off each rule's tests and bodies read, over all the ways it can conclude."""
+    found: dict[str, dict[str, float]] = {rule_id: {} for rule_id in rulebook.specs}
     for ruleset in rulebook.rulesets:
         for _, compiled in rules_of(ruleset):
-            if compiled.spec.id == rule_id:
-                for test in tests_in(compiled):
-                    found.update(thresholds_used(test))
-                if getattr(compiled.body, "__code__", None) is not None:
-                    found.update(thresholds_used(compiled.body))
-    return dict(sorted(found.items()))
+            reads = found[compiled.spec.id]
+            for test in tests_in(compiled):
+                reads.update(thresholds_used(test))
+            if getattr(compiled.body, "__code__", None) is not None:
+                reads.update(thresholds_used(compiled.body))
+    return {rule_id: dict(sorted(reads.items())) for rule_id, reads in found.items()}
+
+
+def rule_thresholds(rulebook: Rulebook, rule_id: str) -> dict[str, float]:
+    return thresholds_by_rule(rulebook)[rule_id]
 
 
 def _solve_test(conditions: list[Any], index: int, test: Any, bindings: dict[str, Any], facts: list[Fact]) -> tuple[bool, Trace]:

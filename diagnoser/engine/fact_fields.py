@@ -67,9 +67,9 @@ def _percentile_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
     for name, field in model.model_fields.items():
         if Percentiles not in get_args(field.annotation):
             continue
-        prefix = name.removesuffix("_ms")
         for p in Percentiles.model_fields:
-            out[f"{prefix}_{p}_ms"] = FieldInfo(f"{prefix}_{p}_ms", "ms", f"{field.description} ({p})")
+            flat = f.percentile_field(name, p)
+            out[flat] = FieldInfo(flat, "ms", f"{field.description} ({p})")
     return out
 
 

@@ -424,16 +424,22 @@ def with_derived_budget(case: Case) -> Case:
     return case.model_copy(update={"observations": case.observations.model_copy(update={"budget": budget})})
 
 
-def _percentiles(prefix: str, p: Percentiles | None) -> dict[str, float]:
+def percentile_field(section: str, percentile: str) -> str:
+    """The flat Metrics field for one percentile of a section: ``tpot_ms`` at p50 is ``tpot_p50_ms``."""
+    return f"{section.removesuffix('_ms')}_{percentile}_ms"
+
+
+def _percentiles(section: str, p: Percentiles | None) -> dict[str, float]:
     if p is None:
         return {}
-    return {f"{prefix}_{k}_ms": v for k, v in p if v is not None}
+    return {percentile_field(section, k): v for k, v in p if v is not None}
 
 
 def _metrics(m: ServingMetrics) -> Metrics:
     flat = {k: _plain(v) for k, v in m if v is not None and not isinstance(v, Percentiles)}
-    for name in ("tpot", "itl", "ttft", "request_latency"):
-        flat.update(_percentiles(name, getattr(m, f"{name}_ms")))
+    for section, value in m:
+        if isinstance(value, Percentiles):
+            flat.update(_percentiles(section, value))
     per_token = m.per_token_ms()
     if per_token is not None:
         flat["per_token_ms"] = per_token

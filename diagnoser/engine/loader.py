@@ -239,10 +239,11 @@ def load_rulebook(extra: Iterable[str | Path] = (), *, bundled: bool = True, ent
 def _check_thresholds_declared(book: Rulebook) -> None:
     """Every cut-off a rule reads is declared in its spec, with the value the rule reads, its unit
     and why: a threshold nobody can see or explain is refused at load."""
-    from diagnoser.engine.explain import rule_thresholds
+    from diagnoser.engine.explain import thresholds_by_rule
 
+    every = thresholds_by_rule(book)
     for rule_id, spec in book.specs.items():
-        reads = rule_thresholds(book, rule_id)
+        reads = every[rule_id]
         where = f"{book.origin[rule_id]}: rule {rule_id}"
         undeclared = sorted(set(reads) - set(spec.thresholds))
         if undeclared:

@@ -311,7 +311,7 @@ def unevaluable_rules(rulebook: Rulebook, present: set[str]) -> set[str]:
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
     engine, bound, step = run_engine(case, rulebook)
     hypotheses = rank(engine.found)
-    present = present_inputs(with_derived_budget(case), bound)
+    present = engine.present
     errors = sorted(engine.errors, key=lambda e: (e.rule, e.error))
     return Diagnosis(
         title=case.title,
