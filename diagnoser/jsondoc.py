@@ -65,19 +65,26 @@ def _read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
     return bytes(data)
 
 
+def read_text(path: str | Path, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """The file's UTF-8 text, read with the same cap; YAML documents come in through here too."""
+    path = Path(path)
+    raw = _read_bytes(path, what, max_bytes)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start}), expected {what}") from None
+    if not text.strip():
+        raise InputError(f"{path}: file is empty, expected {what}")
+    return text
+
+
 def read_json(path: str | Path, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
     """The parsed document at ``path``; ``what`` ("a probe report") names it in the messages.
 
     Every failure is an ``InputError`` of the form ``PATH: problem``.
     """
     path = Path(path)
-    raw = _read_bytes(path, what, max_bytes)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text (byte {err.start}), expected {what} as JSON") from None
-    if not text.strip():
-        raise InputError(f"{path}: file is empty, expected {what}")
+    text = read_text(path, what, max_bytes)
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except _NotFinite as err:

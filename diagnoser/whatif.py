@@ -76,6 +76,26 @@ class BatchPoint(BaseModel):
     per_user_tokens_per_s: float
 
 
+class BatchLimit(BaseModel):
+    """The first batch asked for whose weights and KV cache do not fit in one rank's HBM."""
+
+    batch: int
+    needed_gib: float = Field(description="weights + KV cache on the fullest rank, GiB")
+    weights_gib: float
+    kv_gib: float
+    capacity_gib: float = Field(description="HBM of one device, GiB")
+    left_out: str = Field(description="what the capacity check does not count")
+
+
+class BatchEstimate(BaseModel):
+    """The curve up to the last batch that fits, and the batch that stopped it."""
+
+    points: list[BatchPoint]
+    does_not_fit: BatchLimit | None = None
+    notes: list[str] = Field(default_factory=list)
+    assumptions: list[str] = Field(default_factory=lambda: list(BATCH_ASSUMPTIONS))
+
+
 def amdahl(parts_ms: dict[str, float], part: str, new_ms: float) -> AmdahlResult:
     """Replace one non-overlapping part of a serial step and recompute the step."""
     if part not in parts_ms:

@@ -52,7 +52,7 @@ def test_bad_workload_file_field(tmp_path):
     assert_one_line_error(run_cli("bound", str(wl)), "precision.weights")
 
 
-@pytest.mark.parametrize("content,needle", [("", "empty"), ("model: [unclosed", "not valid JSON/YAML"), ("- a\n- b\n", "mapping")])
+@pytest.mark.parametrize("content,needle", [("", "empty"), ("model: [unclosed", "not valid YAML"), ("- a\n- b\n", "mapping")])
 def test_unreadable_workload_files(tmp_path, content, needle):
     wl = tmp_path / "w.yaml"
     wl.write_text(content)

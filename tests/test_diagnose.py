@@ -92,7 +92,7 @@ def test_markdown_and_output_file(tmp_path):
     [
         ("observations: {budget: {step_ms: -1}}", "observations.budget.step_ms"),
         ("schema_version: 7", "schema_version 7 not supported"),
-        ("observations: [", "not valid JSON/YAML"),
+        ("observations: [", "not valid YAML"),
         ("observations: {claims: [{gpu: sad}]}", "observations.claims.0"),
     ],
 )

@@ -101,7 +101,7 @@ def test_cli_batch_uses_the_bound(tmp_path):
     path.write_text(json.dumps(doc))
     out = run_cli("whatif", "batch", str(path), "--batch", "1,16", "--json")
     assert out.returncode == 0, out.stderr
-    points = {p["batch"]: p for p in json.loads(out.stdout)}
+    points = {p["batch"]: p for p in json.loads(out.stdout)["points"]}
     floor1 = compute_bound(Workload.model_validate(doc)).step_floor_ms
     floor16 = compute_bound(Workload.model_validate({**doc, "batch": 16})).step_floor_ms
     assert floor16 > floor1  # the expert union and KV reads grow with the batch
@@ -132,4 +132,62 @@ def test_cli_batch_bad_batch_names_the_file(tmp_path):
     no_step = tmp_path / "n.yaml"
     no_step.write_text("model: qwen3-8b\n")
     out = run_cli("whatif", "batch", str(no_step), "--batch", "4")
-    assert out.returncode == 2 and "observed.step_ms is needed" in out.stderr
+    assert out.returncode == 2 and "observed.step_ms or observed.tokens_per_s is needed" in out.stderr
+
+
+# llama-3.1-8b in bf16: 8.03e9 parameters (16.06 GB of weights, embedding and head untied) and
+# 32 layers x 8 KV heads x 128 x (K, V) x 2 bytes = 131,072 bytes of KV cache per token.
+LLAMA_8B_WEIGHT_BYTES = (
+    32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 4096 + 2 * 128256 * 4096
+) * 2
+KV_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2
+
+
+def test_capacity_counts_every_resident_weight_and_the_whole_kv_cache():
+    from diagnoser.bound.capacity import residency
+    from diagnoser.models.hardware import hardware_preset
+    from diagnoser.models.model_spec import resolve_model
+    from diagnoser.models.workload import Workload
+
+    assert LLAMA_8B_WEIGHT_BYTES == pytest.approx(16.06e9, rel=1e-3)
+    held = residency(resolve_model("llama-3.1-8b"), Workload(model="llama-3.1-8b", batch=64, context=4096), hardware_preset("h100-sxm"))
+    assert held.weights_bytes == pytest.approx(LLAMA_8B_WEIGHT_BYTES)
+    assert held.kv_bytes == pytest.approx(64 * 4096 * KV_BYTES_PER_TOKEN)  # 34.4 GB
+    assert held.fits and held.capacity_bytes == 80 * 2**30
+
+
+def test_batch_stops_at_the_first_size_that_does_not_fit(tmp_path):
+    # (85.90 GB - 16.06 GB) / (4096 x 131,072 B) = 130.08 sequences of 4096 tokens fit on one 80 GiB H100
+    room = (80 * 2**30 - LLAMA_8B_WEIGHT_BYTES) / (4096 * KV_BYTES_PER_TOKEN)
+    assert 130 < room < 131
+    path = tmp_path / "w.yaml"
+    path.write_text("model: llama-3.1-8b\nhardware: h100-sxm\ncontext: 4096\nbatch: 8\nobserved: {tokens_per_s: 800}\n")
+    out = run_cli("whatif", "batch", str(path), "--batch", "1,64,130,131,512", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [p["batch"] for p in result["points"]] == [1, 8, 64, 130]
+    assert result["does_not_fit"]["batch"] == 131
+    assert result["does_not_fit"]["needed_gib"] > result["does_not_fit"]["capacity_gib"] == 80
+    # anchored on tokens_per_s: 8 sequences at 800 tokens/s is a 10 ms step
+    assert {p["batch"]: p for p in result["points"]}[8]["step_ms"] == pytest.approx(10.0)
+    steps = [p["step_ms"] for p in result["points"]]
+    assert steps == sorted(steps)  # a larger batch is never shown as a shorter step
+    text = run_cli("whatif", "batch", str(path), "--batch", "1,131").stdout
+    assert "batch 131 does not fit" in text and "larger sizes were not estimated" in text
+
+
+def test_batch_refuses_a_measured_batch_that_cannot_fit(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("model: llama-3.1-8b\nhardware: h100-sxm\ncontext: 4096\nbatch: 256\nobserved: {step_ms: 30}\n")
+    out = run_cli("whatif", "batch", str(path), "--batch", "512")
+    assert out.returncode == 2 and "at the measured batch 256" in out.stderr and "the pin is wrong" in out.stderr
+
+
+def test_a_measured_histogram_is_set_aside_for_every_size(tmp_path):
+    path = tmp_path / "w.yaml"
+    hist = [8] * 16 + [0] * 112
+    path.write_text(json.dumps({"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "context": 1024, "batch": 16,
+                                "expert_token_histogram": hist, "observed": {"step_ms": 20.0}}))
+    result = json.loads(run_cli("whatif", "batch", str(path), "--batch", "8,32", "--json").stdout)
+    steps = [p["step_ms"] for p in result["points"]]
+    assert steps == sorted(steps) and any("uniform routing" in n for n in result["notes"])

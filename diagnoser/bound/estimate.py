@@ -9,7 +9,9 @@ bandwidth, and they leave out everything listed in ``EXCLUDED``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+import math
+
+from pydantic import BaseModel, Field
 
 from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts, rows_per_touched_expert
 from diagnoser.bound.floor import FloorResult, compare_with_observation
@@ -18,7 +20,8 @@ from diagnoser.bound.traffic import (
     check_layout,
     mlp_elements,
     norm_elements,
-    split_sequences,
+    SequenceShare,
+    dp_shares,
     stage_layers,
 )
 from diagnoser.errors import InputError
@@ -52,7 +55,8 @@ EXCLUDED = [
 
 
 class RankEstimate(BaseModel):
-    rank: int
+    rank: int = Field(description="the first rank with these figures")
+    ranks_alike: int = Field(default=1, ge=1, description="ranks of this stage with the same figures, this one included")
     stage: int
     components: dict[str, float]  # bytes per step
     bytes_total: float
@@ -104,35 +108,51 @@ class BoundReport(FloorResult):
     excludes: list[str]
 
 
-def _histograms(workload: Workload, spec: ModelSpec) -> dict[int, list[int]] | None:
-    """Measured tokens per expert, keyed by MoE layer index."""
+class Histograms:
+    """Measured tokens per routed expert, by MoE layer: one row for them all, or one row each."""
+
+    def __init__(self, rows: list[list[int]], spec: ModelSpec, shared: bool) -> None:
+        self._rows, self._spec, self._shared = rows, spec, shared
+
+    def stage_rows(self, layers: range) -> list[tuple[list[int], int]]:
+        """The rows of a stage's MoE layers, each with how many layers it stands for."""
+        ids = self._spec.moe_layer_ids(layers)
+        if self._shared:
+            return [(self._rows[0], len(ids))] if ids else []
+        everything = self._spec.moe_layer_ids(range(self._spec.num_layers))
+        offset = (ids.start - everything.start) // everything.step if ids else 0
+        return [(row, 1) for row in self._rows[offset : offset + len(ids)]]
+
+    def all_rows(self) -> list[tuple[list[int], int]]:
+        return self.stage_rows(range(self._spec.num_layers))
+
+
+def _histograms(workload: Workload, spec: ModelSpec) -> Histograms | None:
     hist = workload.expert_token_histogram
     if hist is None:
         return None
     if not spec.moe:
         raise InputError("expert_token_histogram given for a model without routed experts")
-    per_layer = hist if hist and isinstance(hist[0], list) else [hist] * spec.moe_layers
-    if len(per_layer) != spec.moe_layers:
-        raise InputError(f"expert_token_histogram has {len(per_layer)} layers; the model has {spec.moe_layers} MoE layers")
-    for row in per_layer:
+    shared = not (hist and isinstance(hist[0], list))
+    rows: list[list[int]] = [hist] if shared else hist  # type: ignore[list-item]
+    if not shared and len(rows) != spec.moe_layers:
+        raise InputError(f"expert_token_histogram has {len(rows)} layers; the model has {spec.moe_layers} MoE layers")
+    for row in rows:
         if len(row) != spec.moe.num_experts or any(c < 0 for c in row):
             raise InputError(f"expert_token_histogram rows need {spec.moe.num_experts} non-negative counts")
-    moe_layer_ids = [i for i in range(spec.num_layers) if spec.is_moe_layer(i)]
-    return dict(zip(moe_layer_ids, per_layer))  # type: ignore[arg-type]
+    return Histograms(rows, spec, shared)
 
 
 def _rank_estimate(
     spec: ModelSpec, workload: Workload, hw: Hardware, stage: int, layers: range, rank: int,
-    histograms: dict[int, list[int]] | None,
+    share: SequenceShare, ep_index: int, histograms: Histograms | None,
 ) -> RankEstimate:
     layout, prec, q = workload.layout, workload.precision, workload.query_tokens_per_step
     w, e, kvb, act, head = (bytes_per_element(x) for x in (prec.weights, prec.experts, prec.kv_cache, prec.activations, prec.head))
     d, tp = spec.hidden_size, layout.tp
-    dp_index = rank // tp
-    sequences = split_sequences(workload.context_lengths(), layout.dp)[dp_index]
-    tokens = len(sequences) * q
-    moe_layer_ids = [i for i in layers if spec.is_moe_layer(i)]
-    n_moe, n_dense = len(moe_layer_ids), len(layers) - len(moe_layer_ids)
+    tokens = share.sequences * q
+    n_moe = len(spec.moe_layer_ids(layers))
+    n_dense = len(layers) - n_moe
     attn = attention_shard(spec, tp)
     comp: dict[str, float] = {}
     flops: dict[DType, float] = {}
@@ -145,7 +165,7 @@ def _rank_estimate(
     if n_dense:
         comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
     add_flops(prec.weights, 2 * tokens * mlp_elements(d, spec.intermediate_size) / tp * n_dense)
-    context_tokens = sum(sequences)
+    context_tokens = share.context_tokens
     comp["kv_cache_read"] = context_tokens * attn.kv_elements_per_token * len(layers) * kvb
     comp["kv_cache_write"] = tokens * attn.kv_elements_per_token * len(layers) * kvb
     add_flops(prec.activations, q * context_tokens * attn.score_flops_per_context_token * len(layers))
@@ -159,19 +179,17 @@ def _rank_estimate(
             add_flops(prec.experts, 2 * tokens * shared * n_moe)
         comp["router"] = d * m.num_experts * n_moe * w
         expert = mlp_elements(d, m.expert_intermediate_size) / layout.moe_tp
-        spans_group = layout.ep * layout.moe_tp == layout.tp * layout.dp
-        ep_index = (rank if spans_group else rank % tp) // layout.moe_tp
-        group_tokens = (workload.batch * q) if spans_group else tokens
+        group_tokens = (workload.batch * q) if _spans_group(layout) else tokens
         local = m.num_experts / layout.ep
         if histograms is None:
             touched_per_layer = expected_distinct_experts(m.num_experts, m.top_k, group_tokens, local)
             touched = touched_per_layer * n_moe
             routed_tokens = group_tokens * m.top_k / layout.ep * n_moe
         else:
-            stage_hists = [histograms[i] for i in moe_layer_ids]
-            touched = sum(distinct_experts_per_rank(h, layout.ep)[ep_index] for h in stage_hists)
             width = m.num_experts // layout.ep
-            routed_tokens = sum(sum(h[ep_index * width : (ep_index + 1) * width]) for h in stage_hists)
+            rows = histograms.stage_rows(layers)
+            touched = sum(distinct_experts_per_rank(row, layout.ep)[ep_index] * n for row, n in rows)
+            routed_tokens = sum(sum(row[ep_index * width : (ep_index + 1) * width]) * n for row, n in rows)
             touched_per_layer = touched / n_moe
         comp["routed_experts"] = touched * expert * e
         add_flops(prec.experts, 2 * routed_tokens * expert)
@@ -195,6 +213,49 @@ def _rank_estimate(
         compute_ms=compute_ms,
         routed_experts_touched_per_layer=touched_per_layer,
     )
+
+
+def _spans_group(layout: Layout) -> bool:
+    """Experts spread over the whole group (EP x expert-TP = TP x DP), not inside each DP rank."""
+    return layout.ep * layout.moe_tp == layout.tp * layout.dp
+
+
+def _stage_estimates(
+    spec: ModelSpec, workload: Workload, hw: Hardware, stage: int, layers: range, histograms: Histograms | None
+) -> list[RankEstimate]:
+    """One estimate per distinct rank of a stage, with how many ranks share it.
+
+    Ranks differ only in their share of the sequences and, with a measured histogram, in their
+    experts; everything else is symmetric. So work follows the distinct cases, never the rank
+    count a user typed: 65,536 ranks at a mean context are one estimate.
+    """
+    layout = workload.layout
+    tp, moe_tp = layout.tp, layout.moe_tp
+    computed: dict[tuple[SequenceShare, int], RankEstimate] = {}
+    alike: dict[tuple, RankEstimate] = {}  # by figures: ranks with other experts may still move the same bytes
+
+    def add(rank: int, count: int, share: SequenceShare, ep_index: int) -> None:
+        if (share, ep_index) not in computed:
+            computed[share, ep_index] = _rank_estimate(spec, workload, hw, stage, layers, rank, share, ep_index, histograms)
+        estimate = computed[share, ep_index]
+        figures = (tuple(estimate.components.items()), estimate.flops, estimate.routed_experts_touched_per_layer)
+        known = alike.get(figures)
+        if known is None:
+            alike[figures] = estimate.model_copy(update={"rank": rank + stage * tp * layout.dp, "ranks_alike": count})
+        else:
+            alike[figures] = known.model_copy(update={"ranks_alike": known.ranks_alike + count})
+
+    for dp_ranks, share in dp_shares(workload.context, workload.batch, layout.dp):
+        if histograms is None:
+            add(dp_ranks[0] * tp, len(dp_ranks) * tp, share, 0)
+        elif _spans_group(layout):  # ep x expert_tp = tp x dp: bounded by the experts the histogram lists
+            for dp_index in dp_ranks:
+                for rank in range(dp_index * tp, (dp_index + 1) * tp):
+                    add(rank, 1, share, rank // moe_tp)
+        else:  # each DP rank holds every expert group: the DP ranks repeat one pattern
+            for local in range(tp):
+                add(dp_ranks[0] * tp + local, len(dp_ranks), share, local // moe_tp)
+    return list(alike.values())
 
 
 def active_parameters(spec: ModelSpec) -> float:
@@ -232,13 +293,16 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     ranks: list[RankEstimate] = []
     floor = compute_floor = step_floor = 0.0
     for stage, layers in enumerate(stage_layers(spec.num_layers, layout.pp)):
-        stage_ranks = [
-            _rank_estimate(spec, workload, hw, stage, layers, r, histograms) for r in range(layout.tp * layout.dp)
-        ]
+        stage_ranks = _stage_estimates(spec, workload, hw, stage, layers, histograms)
         ranks.extend(stage_ranks)
         floor += max(r.memory_ms for r in stage_ranks)
         compute_floor += max(r.compute_ms for r in stage_ranks)
         step_floor += max(max(r.memory_ms, r.compute_ms) for r in stage_ranks)
+    if not (0 < step_floor < math.inf):
+        raise InputError(
+            f"the workload gives a step floor of {step_floor:.3g} ms, which no real step has: "
+            "check bandwidth, precision and sizes for values far too small or too large"
+        )
     critical = max(ranks, key=lambda r: (r.memory_ms, -r.rank))
     observed = workload.observed
     compared = compare_with_observation(
@@ -250,7 +314,6 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
         boundary=observed.boundary if observed else Boundary.device_step,
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
-    contexts = workload.context_lengths()
     return BoundReport(
         **compared.model_dump(exclude={"floor_ms", "sanity"}),
         model=spec.name,
@@ -260,7 +323,7 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
         layout=layout,
         batch=workload.batch,
         tokens_per_step=workload.tokens_per_step,
-        mean_context=sum(contexts) / len(contexts),
+        mean_context=workload.mean_context,
         per_rank=ranks,
         critical_rank=critical.rank,
         floor_ms=floor,
@@ -275,16 +338,16 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
 
 
 def _union(
-    spec: ModelSpec, workload: Workload, critical: RankEstimate, histograms: dict[int, list[int]] | None
+    spec: ModelSpec, workload: Workload, critical: RankEstimate, histograms: Histograms | None
 ) -> ExpertUnion | None:
     if not spec.moe or critical.routed_experts_touched_per_layer is None:
         return None
     layout, m = workload.layout, spec.moe
-    spans_group = layout.ep * layout.moe_tp == layout.tp * layout.dp
-    tokens = workload.batch * workload.query_tokens_per_step / (1 if spans_group else layout.dp)
+    tokens = workload.batch * workload.query_tokens_per_step / (1 if _spans_group(layout) else layout.dp)
     local = m.num_experts / layout.ep
     if histograms:
-        rows = sum(sum(h) / max(1, sum(1 for c in h if c)) for h in histograms.values()) / len(histograms)
+        weighted = histograms.all_rows()
+        rows = sum(sum(h) / max(1, sum(1 for c in h if c)) * n for h, n in weighted) / sum(n for _, n in weighted)
     else:
         rows = rows_per_touched_expert(m.num_experts, m.top_k, tokens)
     return ExpertUnion(

@@ -10,12 +10,11 @@ and then by the expert-TP degree.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from diagnoser.errors import InputError
 from diagnoser.models.model_spec import ModelSpec
-from diagnoser.models.workload import Layout
+from diagnoser.models.workload import Context, Layout
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,27 @@ def stage_layers(num_layers: int, pp: int) -> list[range]:
     return out
 
 
-def split_sequences(contexts: list[float], parts: int) -> list[list[float]]:
-    """Sequences per DP rank, in contiguous equal chunks (batch is a multiple of ``parts``)."""
-    size = math.ceil(len(contexts) / parts)
-    return [contexts[i * size : (i + 1) * size] for i in range(parts)]
+@dataclass(frozen=True)
+class SequenceShare:
+    """The sequences one DP rank decodes: how many, and their context tokens together."""
+
+    sequences: int
+    context_tokens: float
+
+
+def dp_shares(context: Context, batch: int, dp: int) -> list[tuple[range | list[int], SequenceShare]]:
+    """Each distinct share of the batch with the DP ranks that hold it.
+
+    Sequences go to DP ranks in contiguous equal chunks (batch is a multiple of ``dp``). A mean
+    context gives every rank the same share, in closed form, so a batch of 1e12 costs nothing;
+    per-sequence lengths are as many as the file lists, so walking them is bounded by its size.
+    """
+    per_rank = batch // dp
+    if context.per_sequence is None:
+        return [(range(dp), SequenceShare(per_rank, float(context.mean or 0.0) * per_rank))]
+    holders: dict[SequenceShare, list[int]] = {}
+    lengths = context.per_sequence
+    for index in range(dp):
+        share = SequenceShare(per_rank, float(sum(lengths[index * per_rank : (index + 1) * per_rank])))
+        holders.setdefault(share, []).append(index)
+    return [(ranks, share) for share, ranks in holders.items()]

@@ -32,11 +32,12 @@ def whatif() -> None:
 def _budget_parts(path: str) -> dict[str, float]:
     from diagnoser.models.case import load_case
 
+    from diagnoser.whatif_inputs import budget_parts
+
     budget = load_case(path).observations.budget
     if budget is None:
         raise InputError(f"{path}: the case has no observations.budget to take parts from")
-    names = ("device", "exposed_comm", "launch", "queue", "host")
-    return {name: getattr(budget, f"{name}_ms") for name in names}
+    return budget_parts(budget)
 
 
 @whatif.command("amdahl")
@@ -104,39 +105,26 @@ def _batch_inputs(path: str):
 @whatif.command("batch")
 @click.argument("workload_path", metavar="WORKLOAD")
 @click.option("--batch", "batches", required=True, metavar="B,B,...", help="Batch sizes to estimate, e.g. 1,8,32,64.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
 def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
-    """Aggregate and per-user rate at other batch sizes, the floor re-estimated by the bound."""
-    import json
+    """Aggregate and per-user rate at other batch sizes, the floor re-estimated by the bound.
 
-    from pydantic import ValidationError
-
-    from diagnoser.bound import compute_bound
-    from diagnoser.models.documents import validation_message
-    from diagnoser.models.workload import Workload
+    Sizes whose weights and KV cache do not fit in one rank's HBM are not estimated: the
+    curve stops at the first one and says what it would need.
+    """
+    from diagnoser.bound.batching import batch_estimate
     from diagnoser.report import render_batch
-    from diagnoser.whatif import batch_curve
 
     workload = _batch_inputs(workload_path)
-    if workload.observed is None or workload.observed.step_ms is None:
-        raise InputError(f"{workload_path}: observed.step_ms is needed to anchor the estimate")
     try:
-        sizes = sorted({int(b) for b in batches.split(",")} | {workload.batch})
+        sizes = sorted({int(b) for b in batches.split(",")})
     except ValueError:
         raise InputError(f"--batch {batches!r}: expected integers separated by commas") from None
-    floors = {}
-    for size in sizes:
-        data = {**workload.model_dump(), "batch": size}
-        if workload.context.per_sequence is not None:
-            data["context"] = {"mean": sum(workload.context.per_sequence) / len(workload.context.per_sequence)}
-        try:
-            floors[size] = compute_bound(Workload.model_validate(data)).step_floor_ms
-        except ValidationError as err:
-            raise InputError(validation_message(err, f"{workload_path}: at batch {size}")) from None
-        except (ValueError, InputError) as err:  # batch not divisible by dp, a layout the model rejects
-            raise InputError(f"{workload_path}: at batch {size}: {str(err).splitlines()[0]}") from None
-    points = batch_curve(floors, workload.batch, workload.observed.step_ms, workload.tokens_per_step)
-    if as_json:
-        click.echo(json.dumps([p.model_dump() for p in points], indent=2))
-    else:
-        click.echo(render_batch(points))
+    if not sizes or sizes[0] < 1 or len(sizes) > MAX_BATCH_SIZES:
+        raise InputError(f"--batch {batches!r}: give 1 to {MAX_BATCH_SIZES} sizes, each at least 1")
+    result = batch_estimate(workload, sizes, workload_path)
+    _emit(result, render_batch(result), as_json)
+
+
+# Each size is one run of the bound; a list longer than this is a typo, not a sweep.
+MAX_BATCH_SIZES = 64

@@ -18,7 +18,7 @@ from diagnoser.errors import InputError
 
 
 class MoESpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "32" is a typo, not 32
 
     num_experts: int = Field(gt=0, description="routed experts per MoE layer (E)")
     top_k: int = Field(gt=0, description="routed experts chosen per token (k)")
@@ -38,7 +38,7 @@ class MoESpec(BaseModel):
 class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one compressed latent."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "32" is a typo, not 32
 
     q_lora_rank: int | None = Field(default=None, gt=0)
     kv_lora_rank: int = Field(gt=0)
@@ -48,7 +48,7 @@ class MLASpec(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "32" is a typo, not 32
 
     name: str
     architecture: str = ""
@@ -75,15 +75,18 @@ class ModelSpec(BaseModel):
             raise ValueError("first_dense_layers exceeds num_layers")
         return self
 
-    def is_moe_layer(self, index: int) -> bool:
-        """Layer ``index`` (0-based) has routed experts: past the leading dense layers, every n-th."""
-        if not self.moe or index < self.moe.first_dense_layers:
-            return False
-        return (index + 1) % self.moe.layer_frequency == 0
+    def moe_layer_ids(self, layers: range) -> range:
+        """The MoE layers among ``layers``, as a range (a config may claim a billion layers)."""
+        if not self.moe:
+            return range(0)
+        every = self.moe.layer_frequency
+        low = max(layers.start, self.moe.first_dense_layers)
+        first = (low + every) // every * every - 1  # the first i >= low with (i + 1) % every == 0
+        return range(first, max(first, layers.stop), every)
 
     @property
     def moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+        return len(self.moe_layer_ids(range(self.num_layers)))
 
     @property
     def dense_mlp_layers(self) -> int:
@@ -96,10 +99,39 @@ _ARCH_MLA = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
 SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
 
 
-def _need(cfg: dict[str, Any], key: str, where: str) -> Any:
+# No released model has a dimension, layer count or vocabulary beyond this; a larger figure
+# is a typo, and refusing it keeps every product in the bound finite.
+MAX_DIMENSION = 10**9
+
+
+def _need(cfg: dict[str, Any], key: str, where: str) -> int:
     if key not in cfg or cfg[key] is None:
         raise InputError(f"{where}: missing required key {key!r}")
-    return cfg[key]
+    return _count(cfg, key, where, minimum=1)
+
+
+def _opt(cfg: dict[str, Any], key: str, where: str, default: int = 0, minimum: int = 0) -> int:
+    """An optional count; absent or null means ``default`` (as transformers reads it)."""
+    if cfg.get(key) is None:
+        return default
+    return _count(cfg, key, where, minimum)
+
+
+def _flag(cfg: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: {key}: expected true or false, got {value!r}")
+    return value
+
+
+def _count(cfg: dict[str, Any], key: str, where: str, minimum: int) -> int:
+    """A config integer, refused when it is a string, a float, a boolean or out of range."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{where}: {key}: expected an integer, got {type(value).__name__} {value!r}")
+    if not minimum <= value <= MAX_DIMENSION:
+        raise InputError(f"{where}: {key}: {value} is outside {minimum}..{MAX_DIMENSION}")
+    return value
 
 
 def spec_from_hf_config(cfg: dict[str, Any], name: str | None = None, where: str = "config.json") -> ModelSpec:
@@ -114,6 +146,8 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise InputError(f"{where}: architectures: expected a list of class names")
     arch = archs[0] if archs else ""
     if arch not in SUPPORTED_ARCHITECTURES:
         raise InputError(f"{where}: architecture {arch or '(none)'!r} not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
@@ -126,11 +160,11 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
         num_layers=_need(cfg, "num_hidden_layers", where),
         vocab_size=_need(cfg, "vocab_size", where),
         num_attention_heads=heads,
-        num_kv_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim") or hidden // heads,
+        num_kv_heads=_opt(cfg, "num_key_value_heads", where) or heads,
+        head_dim=_opt(cfg, "head_dim", where) or hidden // heads,
         intermediate_size=_need(cfg, "intermediate_size", where),
-        attention_bias=bool(cfg.get("attention_bias", arch.startswith("Qwen2"))),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attention_bias=_flag(cfg, "attention_bias", where, arch.startswith("Qwen2")),
+        tie_word_embeddings=_flag(cfg, "tie_word_embeddings", where, False),
         source=f"imported from {where}",
     )
     if arch == "MixtralForCausalLM":
@@ -140,20 +174,20 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
             expert_intermediate_size=fields["intermediate_size"],
         )
     elif arch in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"):
-        shared = cfg.get("shared_expert_intermediate_size") or 0
+        shared = _opt(cfg, "shared_expert_intermediate_size", where)
         fields["moe"] = MoESpec(
             num_experts=_need(cfg, "num_experts", where),
             top_k=_need(cfg, "num_experts_per_tok", where),
             expert_intermediate_size=_need(cfg, "moe_intermediate_size", where),
             num_shared_experts=1 if shared else 0,
             shared_intermediate_size=shared,
-            layer_frequency=cfg.get("decoder_sparse_step") or 1,
+            layer_frequency=_opt(cfg, "decoder_sparse_step", where) or 1,
         )
     elif arch in _ARCH_MLA:
         nope = _need(cfg, "qk_nope_head_dim", where)
         rope = _need(cfg, "qk_rope_head_dim", where)
         fields["mla"] = MLASpec(
-            q_lora_rank=cfg.get("q_lora_rank"),
+            q_lora_rank=_opt(cfg, "q_lora_rank", where) or None,
             kv_lora_rank=_need(cfg, "kv_lora_rank", where),
             qk_nope_head_dim=nope,
             qk_rope_head_dim=rope,
@@ -166,10 +200,10 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
             num_experts=_need(cfg, "n_routed_experts", where),
             top_k=_need(cfg, "num_experts_per_tok", where),
             expert_intermediate_size=moe_inter,
-            num_shared_experts=cfg.get("n_shared_experts") or 0,
+            num_shared_experts=_opt(cfg, "n_shared_experts", where),
             shared_intermediate_size=moe_inter,
-            first_dense_layers=cfg.get("first_k_dense_replace") or 0,
-            layer_frequency=cfg.get("moe_layer_freq") or 1,
+            first_dense_layers=_opt(cfg, "first_k_dense_replace", where),
+            layer_frequency=_opt(cfg, "moe_layer_freq", where) or 1,
         )
     return ModelSpec(**fields)
 

@@ -11,9 +11,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, field_validator, model_validator
 
 from diagnoser.models.precision import DType
+
+
+MAX_RANKS = 2**20
+MAX_STAGES = 4096
 
 
 class Boundary(str, Enum):
@@ -56,11 +60,14 @@ class Layout(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks")
-    ep: int = Field(default=1, ge=1, description="expert-parallel ranks")
-    pp: int = Field(default=1, ge=1, description="pipeline stages")
-    dp: int = Field(default=1, ge=1, description="data-parallel attention ranks sharing one expert group")
-    expert_tp: int | None = Field(default=None, ge=1, description="shards of each expert (default: tp when ep is 1, else 1)")
+    # The upper limits are far past any deployment; they keep a typo from becoming a million-stage bound.
+    tp: int = Field(default=1, ge=1, le=MAX_RANKS, description="tensor-parallel ranks")
+    ep: int = Field(default=1, ge=1, le=MAX_RANKS, description="expert-parallel ranks")
+    pp: int = Field(default=1, ge=1, le=MAX_STAGES, description="pipeline stages")
+    dp: int = Field(default=1, ge=1, le=MAX_RANKS, description="data-parallel attention ranks sharing one expert group")
+    expert_tp: int | None = Field(
+        default=None, ge=1, le=MAX_RANKS, description="shards of each expert (default: tp when ep is 1, else 1)"
+    )
 
     @property
     def moe_tp(self) -> int:
@@ -130,7 +137,7 @@ class Workload(BaseModel):
         default=None,
         description="measured tokens per routed expert for one step: one list for every MoE layer, or one list per MoE layer",
     )
-    other_state_bytes: dict[str, float] = Field(
+    other_state_bytes: dict[str, NonNegativeFloat] = Field(
         default_factory=dict, description="named extra bytes each rank reads per step (indexer caches, SSM state, ...)"
     )
     observed: Observed | None = Field(default=None, description="the measurement the bound is compared with")
@@ -153,10 +160,10 @@ class Workload(BaseModel):
             raise ValueError(f"batch {self.batch} does not split over dp={self.layout.dp} ranks; give a multiple")
         return self
 
-    def context_lengths(self) -> list[float]:
-        if self.context.per_sequence is not None:
-            return [float(c) for c in self.context.per_sequence]
-        return [float(self.context.mean or 0.0)] * self.batch
+    @property
+    def mean_context(self) -> float:
+        per_seq = self.context.per_sequence
+        return sum(per_seq) / len(per_seq) if per_seq is not None else float(self.context.mean or 0.0)
 
 
 def load_workload(path: str | Path) -> Workload:

@@ -7,26 +7,26 @@ from collections import OrderedDict
 from rich.console import Console
 from rich.table import Table
 
-from diagnoser.bound import BoundReport, FloorResult
+from diagnoser.bound import BoundReport, FloorResult, RankEstimate
 
 GB = 1e9
 
 
-def _group_ranks(report: BoundReport) -> "OrderedDict[tuple, list[int]]":
+def _group_ranks(report: BoundReport) -> "OrderedDict[tuple, list[RankEstimate]]":
     """Ranks with identical traffic collapse into one row: symmetric layouts stay readable."""
-    groups: OrderedDict[tuple, list[int]] = OrderedDict()
+    groups: OrderedDict[tuple, list[RankEstimate]] = OrderedDict()
     for est in report.per_rank:
         key = (est.stage, tuple(sorted((k, round(v)) for k, v in est.components.items())))
-        groups.setdefault(key, []).append(est.rank)
+        groups.setdefault(key, []).append(est)
     return groups
 
 
-def _rank_label(ranks: list[int]) -> str:
-    return str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+def _rank_label(estimates: list[RankEstimate]) -> str:
+    first, alike = min(e.rank for e in estimates), sum(e.ranks_alike for e in estimates)
+    return str(first) if alike == 1 else f"{first} (+{alike - 1} alike)"
 
 
 def render_bound(report: BoundReport, console: Console) -> None:
-    by_rank = {est.rank: est for est in report.per_rank}
     layout = report.layout
     console.print(
         f"[bold]{report.model}[/] on {report.hardware}: batch {report.batch}, mean context {report.mean_context:.0f}, "
@@ -37,12 +37,12 @@ def render_bound(report: BoundReport, console: Console) -> None:
 
     table = Table(title="bytes per decode step, per rank (GB)", show_lines=False)
     groups = _group_ranks(report)
-    columns = [_rank_label(ranks) for ranks in groups.values()]
+    columns = [_rank_label(estimates) for estimates in groups.values()]
     table.add_column("component")
     for label in columns:
         table.add_column(f"rank {label}", justify="right")
     names = list(dict.fromkeys(name for est in report.per_rank for name in est.components))
-    firsts = [by_rank[ranks[0]] for ranks in groups.values()]
+    firsts = [estimates[0] for estimates in groups.values()]
     for name in names:
         table.add_row(name, *(f"{est.components.get(name, 0.0) / GB:.4g}" for est in firsts))
     table.add_row("[bold]total[/]", *(f"[bold]{est.bytes_total / GB:.4g}[/]" for est in firsts))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnoser.whatif import BATCH_ASSUMPTIONS, AmdahlResult, BatchPoint, SpeculationResult
+from diagnoser.whatif import AmdahlResult, BatchEstimate, SpeculationResult
 
 
 def _num(x: float) -> str:
@@ -38,11 +38,17 @@ def render_speculation(r: SpeculationResult) -> str:
     )
 
 
-def render_batch(points: list[BatchPoint]) -> str:
+def render_batch(result: BatchEstimate) -> str:
     rows = [f"{'batch':>6} {'floor ms':>10} {'step ms':>10} {'agg tok/s':>11} {'per-user tok/s':>15}"]
     rows += [
         f"{p.batch:>6} {p.floor_ms:>10.4g} {p.step_ms:>10.4g} {p.aggregate_tokens_per_s:>11.4g} {p.per_user_tokens_per_s:>15.4g}"
-        for p in points
+        for p in result.points
     ]
-    return "\n".join(rows + _assumptions(BATCH_ASSUMPTIONS))
-
+    if (limit := result.does_not_fit) is not None:
+        rows.append(
+            f"batch {limit.batch} does not fit: weights {limit.weights_gib:.1f} GiB + KV cache {limit.kv_gib:.1f} GiB "
+            f"= {limit.needed_gib:.1f} GiB per rank > {limit.capacity_gib:.0f} GiB of HBM, before {limit.left_out}; "
+            "larger sizes were not estimated"
+        )
+    rows += [f"note: {note}" for note in result.notes]
+    return "\n".join(rows + _assumptions(result.assumptions))
