@@ -30,9 +30,12 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     not mkstemp's private 0600.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write: {err.strerror or err}") from None
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode) as handle:
             handle.write(data)
@@ -40,6 +43,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write: {err.strerror or err}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

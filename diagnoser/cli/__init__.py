@@ -67,8 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except click.exceptions.Exit as done:
         return done.exit_code
+    except click.UsageError as err:
+        # click prints usage, a hint and the error on three lines; one line says it all
+        command = err.ctx.command_path if err.ctx is not None else "diagnoser"
+        click.echo(f"{command}: error: {err.format_message()} (see {command} --help)", err=True)
+        return EXIT_INPUT
     except click.ClickException as err:
-        err.show()
+        click.echo(f"diagnoser: error: {err.format_message()}", err=True)
         return EXIT_INPUT
     except DiagnoserError as err:
         click.echo(f"diagnoser: error: {err}", err=True)

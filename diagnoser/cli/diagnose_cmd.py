@@ -32,7 +32,9 @@ def diagnose(
     if len(chosen) > 1:
         raise InputError(f"{' and '.join(chosen)}: choose one output format")
     from diagnoser.engine.thresholds import parse_threshold, thresholds_set
+    from diagnoser.fileio import check_outputs
 
+    check_outputs([("-o", output)], [case_path, *rule_paths])
     settings = dict(parse_threshold(t) for t in thresholds)
     case = load_case(case_path)
     rulebook = load_rulebook(rule_paths)

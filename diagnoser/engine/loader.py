@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from diagnoser.engine.fact_fields import unknown_field
 from diagnoser.engine.facts import INPUTS
+from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, rules_print_to_stderr, time_limit
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, Rule
@@ -166,8 +167,9 @@ def _import_file(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - any failure in a user file is bad input
+        with rules_print_to_stderr(), time_limit(RULE_TIME_LIMIT_S, "loading the file"):
+            spec.loader.exec_module(module)
+    except (Exception, RuleTimeout, SystemExit) as err:  # noqa: BLE001 - any failure in a user file is bad input
         sys.modules.pop(name, None)
         raise InputError(f"{path}: cannot load rules: {_one_line(err)}") from None
     return module

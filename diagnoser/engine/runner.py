@@ -21,6 +21,7 @@ from diagnoser.engine.facts import (
 )
 from diagnoser.engine.questions import next_questions
 from diagnoser.engine.loader import Rulebook
+from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, rules_print_to_stderr, time_limit
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, ev, test_errors
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.errors import InputError
@@ -70,11 +71,12 @@ class DiagnosisEngine(KnowledgeEngine):
         step = bindings.get(PARENT_STEP) or self.reference_step_ms
         wanted = list(inspect.signature(body).parameters)[1:]
         try:
-            finding = body(self, **{name: bindings.get(name) for name in wanted})
+            with time_limit(RULE_TIME_LIMIT_S, "the rule body"):
+                finding = body(self, **{name: bindings.get(name) for name in wanted})
             if finding is None:
                 return
             hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec, finding), self.floor_ms)
-        except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
+        except (Exception, RuleTimeout, SystemExit) as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
         self.found.append(hypothesis)
@@ -291,8 +293,9 @@ def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSu
     raised: list[RuleError] = []
     token = test_errors.set(raised)
     try:
-        engine.declare(*case_facts(case, bound), *(Unevaluable(rule=r) for r in sorted(unevaluable)))
-        engine.run()
+        with rules_print_to_stderr():
+            engine.declare(*case_facts(case, bound), *(Unevaluable(rule=r) for r in sorted(unevaluable)))
+            engine.run()
     finally:
         test_errors.reset(token)
     engine.errors.extend(raised)

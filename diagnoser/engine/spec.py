@@ -18,6 +18,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diagnoser.engine.facts import Holds, Unevaluable
+from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, time_limit
 from diagnoser.engine.overrides import rebind
 from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, MATCH, NOT, NOTFC, OR, ORFC, TEST, Fact, P, Rule
@@ -141,8 +142,9 @@ def _fail_closed(check: Callable[..., Any], rule_id: str, where: str) -> Callabl
     @functools.wraps(check)  # experta reads a TEST's parameter names through __wrapped__
     def guarded(*args: Any, **bindings: Any) -> Any:
         try:
-            return check(*args, **bindings)
-        except Exception as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
+            with time_limit(RULE_TIME_LIMIT_S, f"a {where}"):
+                return check(*args, **bindings)
+        except (Exception, RuleTimeout, SystemExit) as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             sink = test_errors.get()
             if sink is not None:
                 sink.append(RuleError(rule=rule_id, error=f"{type(err).__name__} in a {where}: {err}"))
