@@ -8,6 +8,8 @@ not, and a bigger batch reuses weight reads but grows the expert union and the K
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field
 
 
@@ -104,8 +106,8 @@ def amdahl(parts_ms: dict[str, float], part: str, new_ms: float) -> AmdahlResult
         raise ValueError("part times must be >= 0")
     before = sum(parts_ms.values())
     after = before - parts_ms[part] + new_ms
-    if before <= 0 or after <= 0:
-        raise ValueError("the step must stay longer than zero")
+    if not (0 < before < math.inf and 0 < after < math.inf):
+        raise ValueError("the step must stay longer than zero and finite")
     return AmdahlResult(
         parts_ms=dict(parts_ms),
         parts_after_ms={**parts_ms, part: new_ms},

@@ -56,6 +56,6 @@ def test_cli_text_and_json():
 
 def test_measured_gpu_bandwidth_from_a_probe_report(tmp_path):
     path = bandwidth_report(tmp_path, "cuda", 2000.0)
-    out = run_cli("bound", "--bytes-per-step", "10GB", "--probe", str(path), "--json")
+    out = run_cli("bound", "--bytes-per-step", "10GB", "--probe-report", str(path), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["floor_ms"] == pytest.approx(5.0)

@@ -70,7 +70,7 @@ def test_unknown_option_is_usage_error():
 
 def test_probe_bandwidth_must_come_from_a_gpu(tmp_path):
     path = bandwidth_report(tmp_path, "cpu", 12.0)
-    assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--probe", str(path)), "cpu memory, not GPU HBM")
+    assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--probe-report", str(path)), "cpu memory, not GPU HBM")
 
 
 def test_bound_reads_a_case_files_pin_and_says_when_there_is_none(tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 import click
 
+from diagnoser.cli.params import Number
 from diagnoser.errors import InputError
 
 _SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
@@ -15,9 +17,10 @@ _SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 def parse_quantity(text: str, what: str) -> float:
     """'10GB', '10e9', '2T' -> float, decimal prefixes (the reference's units)."""
     match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kmgtp]?)(?:b|b/s|/s)?\s*", text.lower())
-    if not match:
-        raise InputError(f"{what}: cannot read {text!r} as a number (e.g. 10GB, 2e12)")
-    return float(match.group(1)) * _SI[match.group(2)]
+    value = float(match.group(1)) * _SI[match.group(2)] if match else math.nan
+    if not 0 < value < math.inf:
+        raise InputError(f"{what}: cannot read {text!r} as a positive, finite quantity (e.g. 10GB, 2e12)")
+    return value
 
 
 def _set(doc: dict[str, Any], path: str, value: Any) -> None:
@@ -36,23 +39,23 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 @click.argument("workload_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--model", help="preset name or path to a Hugging Face config.json")
 @click.option("--hardware", help="hardware preset (h100-sxm, h100-pcie, h100-nvl, h200, h200-nvl, a100-80gb, a100-80gb-pcie, a100-40gb, b200, mi300x)")
-@click.option("--batch", type=int, help="sequences decoding together across the group")
-@click.option("--context", type=float, help="mean context length of the sequences")
-@click.option("--tp", type=int)
-@click.option("--ep", type=int)
-@click.option("--pp", type=int)
-@click.option("--dp", type=int, help="data-parallel attention ranks")
-@click.option("--expert-tp", type=int, help="shards per expert (default: TP when EP=1, else 1)")
+@click.option("--batch", type=Number(int, 1), help="sequences decoding together across the group")
+@click.option("--context", type=Number(float, 0), help="mean context length of the sequences, tokens")
+@click.option("--tp", type=Number(int, 1), help="tensor-parallel ranks")
+@click.option("--ep", type=Number(int, 1), help="expert-parallel ranks")
+@click.option("--pp", type=Number(int, 1), help="pipeline stages")
+@click.option("--dp", type=Number(int, 1), help="data-parallel attention ranks")
+@click.option("--expert-tp", type=Number(int, 1), help="shards per expert (default: TP when EP=1, else 1)")
 @click.option("--weights", help="storage format of dense weights (bf16, fp8, int4, nvfp4, ...)")
 @click.option("--expert-weights", help="storage format of expert weights")
 @click.option("--kv-cache", help="storage format of the KV cache")
-@click.option("--tokens-per-step", type=float, help="tokens emitted per sequence per step")
+@click.option("--tokens-per-step", type=Number(float, 0), help="tokens emitted per sequence per step")
 @click.option("--bandwidth", "bandwidth", help="memory bandwidth, e.g. 3.35TB/s or 3350GB/s (default: preset or measured)")
-@click.option("--probe", "probe_file", type=click.Path(dir_okay=False), help="use the GPU bandwidth measured by `diagnoser probe --json`")
+@click.option("--probe-report", "probe_file", type=click.Path(dir_okay=False), help="use the GPU bandwidth in a report saved by `diagnoser probe --json`")
 @click.option("--bytes-per-step", help="skip the model: a single rank moving this many bytes (e.g. 10GB)")
-@click.option("--observed-step-ms", type=float)
-@click.option("--observed-tokens-per-s", type=float)
-@click.option("--boundary", type=click.Choice(["device_step", "server_emission", "client_receipt"]))
+@click.option("--observed-step-ms", type=Number(float, 0), help="measured time per decode step, ms")
+@click.option("--observed-tokens-per-s", type=Number(float, 0), help="measured aggregate tokens/s over the group")
+@click.option("--boundary", type=click.Choice(["device_step", "server_emission", "client_receipt"]), help="where the observation was read")
 @click.option("--json", "as_json", is_flag=True, help="print the full report as JSON")
 def bound(
     workload_file: str | None, as_json: bool, bytes_per_step: str | None, bandwidth: str | None,
@@ -70,7 +73,7 @@ def bound(
     observed = {"step_ms": flags["observed_step_ms"], "tokens_per_s": flags["observed_tokens_per_s"]}
     if probe_file is not None:
         if bandwidth is not None:
-            raise InputError("give --bandwidth or --probe, not both")
+            raise InputError("give --bandwidth or --probe-report, not both")
         bandwidth = f"{measured_gpu_bandwidth_gbs(probe_file)}GB/s"
     if bytes_per_step is not None:
         _synthetic(bytes_per_step, bandwidth, flags, observed, as_json, console)
@@ -157,6 +160,8 @@ def _synthetic(bytes_text: str, bandwidth: str | None, flags: dict[str, Any], ob
     batch = flags["batch"] or 1
     if batch < 1:
         raise InputError("--batch must be at least 1")
+    if not 0 < nbytes / (bw_gbs * 1e9) < math.inf:
+        raise InputError(f"--bytes-per-step {bytes_text} over --bandwidth {bandwidth} is no real step time; check the units")
     result = floor_from_bytes(
         nbytes, bw_gbs, tokens_per_step=flags["tokens_per_step"] or 1.0, batch=batch,
         observed_step_ms=observed["step_ms"], observed_tokens_per_s=observed["tokens_per_s"],

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
+from diagnoser.cli.params import Number
 from diagnoser.errors import InputError
 
 
@@ -15,13 +18,19 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
             if not sep or not name:
                 raise ValueError
             parts[name] = float(number)
+            if not 0 <= parts[name] < math.inf:
+                raise ValueError
         except ValueError:
-            raise InputError(f"{option} {raw!r}: expected NAME=MS, e.g. launch=1.5") from None
+            raise InputError(f"{option} {raw!r}: expected NAME=MS with a finite time >= 0, e.g. launch=1.5") from None
     return parts
 
 
 def _emit(result, text: str, as_json: bool) -> None:
     click.echo(result.model_dump_json(indent=2) if as_json else text)
+
+
+# No drafter proposes more tokens per cycle than this; a larger k is a typo.
+MAX_DRAFT = 1024
 
 
 @click.group("whatif")
@@ -44,7 +53,7 @@ def _budget_parts(path: str) -> dict[str, float]:
 @click.option("--part", "parts", multiple=True, metavar="NAME=MS", help="A non-overlapping part of the step (repeat).")
 @click.option("--case", "case_path", metavar="CASE", help="Take the parts from the case's step budget instead.")
 @click.option("--set", "change", required=True, metavar="NAME=MS", help="The part to change and its new time.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_json: bool) -> None:
     """Recompute a serial step after changing one part: 'before / after' is the speed-up."""
     from diagnoser.report import render_amdahl
@@ -61,13 +70,13 @@ def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_js
 
 
 @whatif.command("speculate")
-@click.option("-a", "--acceptance", type=float, required=True, help="Constant conditional acceptance a in [0, 1].")
-@click.option("-k", "--draft-length", type=int, required=True, help="Drafted tokens per cycle.")
-@click.option("--verify-ms", type=float, required=True, help="Target verification cost per cycle.")
-@click.option("--draft-ms", type=float, required=True, help="Drafting cost per cycle.")
-@click.option("--other-ms", type=float, default=0.0, show_default=True, help="Other work per cycle.")
-@click.option("--ordinary-ms", type=float, required=True, help="Ordinary one-token decode step.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("-a", "--acceptance", type=Number(float, 0, 1), required=True, help="Constant conditional acceptance a in [0, 1].")
+@click.option("-k", "--draft-length", type=Number(int, 1, MAX_DRAFT), required=True, help="Drafted tokens per cycle.")
+@click.option("--verify-ms", type=Number(float, 0), required=True, help="Target verification cost per cycle, ms.")
+@click.option("--draft-ms", type=Number(float, 0), required=True, help="Drafting cost per cycle, ms.")
+@click.option("--other-ms", type=Number(float, 0), default=0.0, show_default=True, help="Other work per cycle, ms.")
+@click.option("--ordinary-ms", type=Number(float, 0), required=True, help="Ordinary one-token decode step, ms.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def speculate_cmd(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms, as_json) -> None:
     """E[tokens/cycle] = (1 - a^(k+1)) / (1 - a); speed-up = E x ordinary / cycle cost."""
     from diagnoser.report import render_speculation

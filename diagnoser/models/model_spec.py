@@ -215,14 +215,9 @@ def _first_error(err: ValidationError) -> str:
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid JSON ({err})") from None
-    return spec_from_hf_config(cfg, where=str(path))
+    from diagnoser.jsondoc import read_json
+
+    return spec_from_hf_config(read_json(path, "a Hugging Face config.json"), where=str(path))
 
 
 @lru_cache(maxsize=1)
