@@ -110,7 +110,7 @@ def test_collective_alignment_recovers_a_skewed_clock(tmp_path):
     aligned = analyze_traces(load_traces([tmp_path], workers=1), align="collective")
     coll = aligned.collectives[0]
     assert (coll.wait_us, coll.transfer_us, coll.late_rank) == (15, 10, 1)
-    assert any("shifted by -1000.0 us" in n for n in aligned.notes)
+    assert any("shifted by -1000.0 µs" in n for n in aligned.notes)
 
 
 def _graph_trace(tmp_path, launch_times_us, kernels=((10, 30), (45, 20))):

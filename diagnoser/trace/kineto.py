@@ -10,15 +10,23 @@ not use (python_function, cpu_op, flows) are skipped on their category alone.
 
 Kineto writes microseconds (ints or floats); we keep int64 nanoseconds, subtracting a base
 before scaling so epoch-microsecond timestamps (1.7e15) keep their precision.
+
+What a real capture cannot hold is refused in one line naming the file and the event: a
+timestamp beyond ±2**62 ns, a negative duration, an event that ends more than a day
+(``model.MAX_CAPTURE_NS``) after the capture's first event (``dur: 1e300`` included), an
+integer field beyond 64 bits, a field of the wrong type. What a capture can plausibly hold is
+kept and said in the notes: events without ``ts`` or ``dur`` are left out (a writer cut short),
+events identical to an earlier one are dropped (a buffer flushed twice; Python-call events,
+which carry only a start, are counted as written), a malformed ``deviceProperties`` leaves the
+GPU unknown. Traces of other devices than CUDA/ROCm GPUs (MTIA, HPU, XPU: their own event
+categories, or MTIA ``deviceProperties``) are refused: their kernels are not what we model.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import re
-import zlib
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -29,13 +37,26 @@ import orjson
 from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
 from diagnoser.trace.chunked_json import NotSplittable, event_pieces
-from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind, Table
+from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
+from diagnoser.trace.trace_file import read_bytes
 
 _KERNEL_CATS = {"kernel", "Kernel"}
 _COPY_CATS = {"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 _RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver"}
 _RANGE_CATS = {"user_annotation"}
+# Kineto categories of devices other than CUDA/ROCm GPUs (libkineto ActivityType names).
+_OTHER_DEVICE_CATS = {
+    **dict.fromkeys(("mtia_runtime", "mtia_ccp_events", "mtia_insight", "mtia_workloadd", "mtia_counters"), "MTIA"),
+    **dict.fromkeys(("xpu_runtime", "xpu_driver"), "XPU"),
+    "hpu_op": "HPU",
+    **dict.fromkeys(("gcu_runtime", "gcu_driver", "gcu_sync", "gcu_profiler_range"), "GCU"),
+    "glow_runtime": "Glow",
+    **dict.fromkeys(("privateuse1_runtime", "privateuse1_driver"), "PrivateUse1"),
+}
+_MAX_TS_US = MAX_CLOCK_NS / 1000
+_MAX_CAPTURE_US = MAX_CAPTURE_NS / 1000
+_MAX_SMS = 10_000  # a B200 has 148; anything past this is not a GPU's SM count
 
 _RUNTIME_KINDS: tuple[tuple[re.Pattern[str], RuntimeKind], ...] = (
     (re.compile(r"^(cuda|cu|hip)(Ext)?(Module)?Launch(Cooperative)?Kernel"), RuntimeKind.kernel_launch),
@@ -58,22 +79,6 @@ def copy_kind(name: str) -> CopyKind:
         if token in name:
             return kind
     return CopyKind.other
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it starts with the gzip magic (whatever its suffix)."""
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(2)
-            handle.seek(0)
-            if magic == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=handle) as unzipped:
-                    return unzipped.read()
-            return handle.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise InputError(f"{path}: truncated or corrupt gzip ({err})") from None
 
 
 def _parse(path: Path, data: bytes) -> dict:
@@ -101,6 +106,7 @@ _ELEMENT_BYTES = {
     "Long": 8, "Int64": 8, "Double": 8,
 }  # fmt: skip
 _MSG_IN, _MSG_OUT = "In msg nelems", "Out msg nelems"
+_DTYPE_INDEX = {dtype: index for index, dtype in enumerate(DType)}
 
 
 def _msg_bytes(args: dict) -> int:
@@ -110,7 +116,9 @@ def _msg_bytes(args: dict) -> int:
     the whole input of a reduce-scatter, which is the "size" nccl-tests reports against.
     """
     dtype = args.get("dtype")
-    size = 1 if isinstance(dtype, str) and dtype.startswith("Float8") else _ELEMENT_BYTES.get(dtype, 0)
+    if not isinstance(dtype, str):
+        return 0
+    size = 1 if dtype.startswith("Float8") else _ELEMENT_BYTES.get(dtype, 0)
     counts = [args[k] for k in (_MSG_IN, _MSG_OUT) if k in args]
     if not counts or not size or not all(type(n) in (int, float) and 0 <= n < 2**53 for n in counts):
         return 0
@@ -127,11 +135,16 @@ def _dims(value: object) -> int:
     return out
 
 
+def _position(events: list, event: object) -> int:
+    return next(i for i, e in enumerate(events) if e is event)
+
+
 class _Router:
     """Turns each piece of events into compact row tuples at once and drops the event dicts.
 
     Only what the analysis reads survives (no Python stack frames, CPU ops or flow arrows),
     as tuples of numbers with interned names, so memory holds a few numbers per kept event.
+    Every row starts (ts, dur, name), as written; a missing ts or dur is None.
     """
 
     def __init__(self, path: Path) -> None:
@@ -145,6 +158,7 @@ class _Router:
         self.matmuls: list[tuple] = []
         self.python_calls = array("d")  # 8 bytes a call: with_stack traces hold millions of them
         self.syncs = 0
+        self.seen = 0  # events in the pieces before this one: positions in messages are of the whole array
 
     def _name(self, event: dict) -> int:
         name = event.get("name", "")
@@ -155,41 +169,56 @@ class _Router:
         return found
 
     def _head(self, event: dict) -> tuple:
-        """The fields every kept row starts with: ts, dur (us, as written) and the interned name."""
-        return event.get("ts"), event.get("dur", 0), self._name(event)
+        """The fields every kept row starts with: ts, dur (µs, as written) and the interned name."""
+        return event.get("ts"), event.get("dur"), self._name(event)
 
     def consume(self, events: list) -> None:
-        for event in events:
+        event: object = None
+        try:
+            for event in events:
+                if event.get("ph") != "X":
+                    continue
+                cat = event.get("cat")
+                args = event.get("args") or {}
+                if cat in _RUNTIME_CATS:
+                    pid, tid = _num(event.get("pid")), _num(event.get("tid"))
+                    self.runtime.append((*self._head(event), pid, tid, _num(args.get("correlation"))))
+                elif cat in _KERNEL_CATS:
+                    where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
+                    shape = (_dims(args.get("grid")), _dims(args.get("block")))
+                    resources = (_num(args.get("registers per thread")), _num(args.get("shared memory")))
+                    # only collectives carry sizes: other kernels skip the call
+                    nbytes = _msg_bytes(args) if _MSG_IN in args or _MSG_OUT in args else 0
+                    self.kernels.append((*self._head(event), *where, *shape, *resources, nbytes))
+                elif cat in _COPY_CATS:
+                    where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
+                    self.copies.append((*self._head(event), *where, _num(args.get("bytes"), 0)))
+                elif cat in _RANGE_CATS:
+                    self.ranges.append((*self._head(event), _num(event.get("pid")), _num(event.get("tid"))))
+                elif cat == "cpu_op":
+                    if event.get("name") in MATMUL_OPS:
+                        cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
+                        if cost is not None:
+                            flops, nbytes, dtype = cost
+                            self.matmuls.append((*self._head(event), _num(event.get("tid")), flops, nbytes, _DTYPE_INDEX[dtype]))
+                elif cat == "cuda_sync":
+                    self.syncs += 1
+                elif cat == "python_function" and isinstance(event.get("ts"), (int, float)):
+                    self.python_calls.append(event["ts"])
+                elif cat in _OTHER_DEVICE_CATS:
+                    raise InputError(
+                        f"{self.path}: device type not supported: {_OTHER_DEVICE_CATS[cat]} events (category {cat!r}, "
+                        f"traceEvents[{self.seen + _position(events, event)}]); diagnoser reads CUDA and ROCm GPU traces"
+                    )
+        except AttributeError:  # an entry that is not an object, or whose args are not one
+            where = f"traceEvents[{self.seen + _position(events, event)}]"
             if not isinstance(event, dict):
-                raise InputError(f"{self.path}: traceEvents holds a non-object entry")
-            if event.get("ph") != "X":
-                continue
-            cat = event.get("cat")
-            args = event.get("args") or {}
-            if cat in _RUNTIME_CATS:
-                pid, tid = _num(event.get("pid")), _num(event.get("tid"))
-                self.runtime.append((*self._head(event), pid, tid, _num(args.get("correlation"))))
-            elif cat in _KERNEL_CATS:
-                where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
-                shape = (_dims(args.get("grid")), _dims(args.get("block")))
-                resources = (_num(args.get("registers per thread")), _num(args.get("shared memory")))
-                # only collectives carry sizes: other kernels skip the call
-                nbytes = _msg_bytes(args) if _MSG_IN in args or _MSG_OUT in args else 0
-                self.kernels.append((*self._head(event), *where, *shape, *resources, nbytes))
-            elif cat in _COPY_CATS:
-                where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
-                self.copies.append((*self._head(event), *where, _num(args.get("bytes"), 0)))
-            elif cat in _RANGE_CATS:
-                self.ranges.append((*self._head(event), _num(event.get("pid")), _num(event.get("tid"))))
-            elif cat == "cpu_op":
-                if event.get("name") in MATMUL_OPS:
-                    cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
-                    if cost is not None:
-                        self.matmuls.append((event.get("ts"), event.get("dur", 0), _num(event.get("tid")), *cost))
-            elif cat == "cuda_sync":
-                self.syncs += 1
-            elif cat == "python_function" and isinstance(event.get("ts"), (int, float)):
-                self.python_calls.append(event["ts"])
+                raise InputError(f"{self.path}: not a Chrome/Kineto trace ({where} is not an object)") from None
+            raise InputError(f"{self.path}: {where}: args is not an object") from None
+        except TypeError as err:  # a list or object where a name or category belongs
+            where = f"traceEvents[{self.seen + _position(events, event)}]"
+            raise InputError(f"{self.path}: {where} has a field of the wrong type ({err})") from None
+        self.seen += len(events)
 
     def empty(self) -> bool:
         return not (self.kernels or self.copies or self.runtime or self.ranges)
@@ -209,34 +238,101 @@ def _route_events(path: Path, data: bytes) -> tuple[dict, _Router]:
         return document, router
 
 
-def _columns(path: Path, rows: list[tuple], names: tuple[str, ...], base_us: int) -> dict[str, np.ndarray]:
-    """Row tuples (ts, dur, then int fields) to int64 columns, times as nanoseconds."""
-    if not rows:
-        return {name: np.zeros(0, dtype=np.int64) for name in ("start", "end", *names)}
-    fields = list(zip(*rows))
-    try:
-        ts = np.array(fields[0], dtype=np.float64)
-        dur = np.array(fields[1], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InputError(f"{path}: an event has a non-numeric ts or dur") from None
-    if np.isnan(ts).any() or np.isnan(dur).any():
-        raise InputError(f"{path}: an event has no ts or dur")
-    if (dur < 0).any():
-        raise InputError(f"{path}: {int((dur < 0).sum())} events with negative duration")
-    start = np.rint((ts - base_us) * 1000.0).astype(np.int64) + base_us * 1000
-    out = {"start": start, "end": start + np.rint(dur * 1000.0).astype(np.int64)}
-    out.update({name: np.array(fields[i + 2], dtype=np.int64) for i, name in enumerate(names)})
-    return out
+# The columns each kind of row holds after (ts, dur); "shapes" are the priced matmul ops.
+_FIELDS = {
+    "kernels": ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem", "msg_bytes"),
+    "copies": ("name", "device", "stream", "correlation", "bytes"),
+    "runtime": ("name", "pid", "tid", "correlation"),
+    "ranges": ("name", "pid", "tid"),
+    "shapes": ("name", "tid", "flops", "bytes", "dtype"),
+}
+_FLOAT_FIELDS = {"shapes": ("flops", "bytes")}
+_WHAT = {"kernels": "kernel", "copies": "copy", "runtime": "runtime call", "ranges": "annotation", "shapes": "matmul op"}
+_WHAT_PLURAL = {"kernels": "kernels", "copies": "copies", "runtime": "runtime calls", "ranges": "annotations",
+                "shapes": "matmul ops"}
 
 
-def _base_us(path: Path, router: _Router) -> int:
+class _Events:
+    """One kind of row as columns, times still in microseconds as written, for checking before scaling."""
+
+    def __init__(self, path: Path, kind: str, rows: list[tuple], strings: list[str]) -> None:
+        self.path, self.kind, self.strings = path, kind, strings
+        names = _FIELDS[kind]
+        if not rows:
+            self.ts = self.dur = np.zeros(0)
+            self.cols = {name: np.zeros(0, dtype=np.int64) for name in names}
+            self.missing = 0
+            return
+        fields = list(zip(*rows))
+        try:
+            ts = np.array(fields[0], dtype=np.float64)
+            dur = np.array(fields[1], dtype=np.float64)
+        except (TypeError, ValueError):
+            bad = next(r for r in rows if not all(v is None or isinstance(v, (int, float)) for v in r[:2]))
+            raise InputError(f"{path}: {self._event_text(bad[2], bad[0])} has a non-numeric ts or dur") from None
+        floats = _FLOAT_FIELDS.get(kind, ())
+        self.cols = {}
+        for i, name in enumerate(names):
+            try:
+                self.cols[name] = np.array(fields[i + 2], dtype=np.float64 if name in floats else np.int64)
+            except OverflowError:
+                bad = next(r for r in rows if not -(2**63) <= r[i + 2] < 2**63)
+                raise InputError(
+                    f"{path}: {self._event_text(bad[2], bad[0])}: {name} {_short(bad[i + 2])} is beyond 64-bit integers"
+                ) from None
+        # JSON has no NaN: a non-finite value here is a missing (None) ts or dur
+        written = np.isfinite(ts) & np.isfinite(dur)
+        self.missing = len(rows) - int(np.count_nonzero(written))
+        if self.missing:
+            ts, dur = ts[written], dur[written]
+            self.cols = {name: col[written] for name, col in self.cols.items()}
+        self.ts, self.dur = ts, dur
+
+    def _event_text(self, name: int, ts: object) -> str:
+        text = self.strings[name]
+        text = text if len(text) <= 60 else text[:57] + "..."
+        at = f" at ts {ts:.16g} µs" if isinstance(ts, (int, float)) else ""
+        return f"{_WHAT[self.kind]} event {text!r}{at}"
+
+    def event(self, row: int) -> str:
+        return self._event_text(int(self.cols["name"][row]), float(self.ts[row]))
+
+    def check(self, base_us: float) -> None:
+        """Refuse negative durations and anything more than a capture's length from its first event."""
+        if not len(self.ts):
+            return
+        negative = np.flatnonzero(self.dur < 0)
+        if len(negative):
+            raise InputError(
+                f"{self.path}: {len(negative)} event(s) with negative duration (first: {self.event(negative[0])}, "
+                f"dur {self.dur[negative[0]]:g} µs)"
+            )
+        with np.errstate(over="ignore", invalid="ignore"):
+            far = (self.dur > _MAX_CAPTURE_US) | (np.abs(self.ts - base_us) > _MAX_CAPTURE_US)
+            far |= self.ts + self.dur - base_us > _MAX_CAPTURE_US
+        if far.any():
+            row = int(np.flatnonzero(far)[0])
+            raise InputError(
+                f"{self.path}: {self.event(row)} with dur {self.dur[row]:.6g} µs lies beyond a capture's length "
+                f"(refused: more than a day from the first event at {base_us:.16g} µs)"
+            )
+
+    def columns(self, base_us: int) -> dict[str, np.ndarray]:
+        """int64 nanoseconds for start and end, computed from the offset to the base for precision."""
+        start = np.rint((self.ts - base_us) * 1000.0).astype(np.int64) + base_us * 1000
+        return {"start": start, "end": start + np.rint(self.dur * 1000.0).astype(np.int64), **self.cols}
+
+
+def _base_us(path: Path, timed: list[_Events]) -> int:
     """The earliest timestamp, whole microseconds: subtracted before scaling to keep precision."""
-    try:
-        return math.floor(
-            min(r[0] for rows in (router.kernels, router.copies, router.runtime, router.ranges) for r in rows)
-        )
-    except TypeError:
-        raise InputError(f"{path}: an event has a missing or non-numeric ts") from None
+    firsts = [(float(e.ts.min()), e) for e in timed if len(e.ts)]
+    if not firsts:
+        raise InputError(f"{path}: no kernel, copy, runtime or annotation event has both a ts and a dur")
+    first, owner = min(firsts, key=lambda item: item[0])
+    if abs(first) > _MAX_TS_US:
+        row = int(np.argmin(owner.ts))
+        raise InputError(f"{path}: {owner.event(row)}: a timestamp beyond any clock (more than 2**62 ns from zero)")
+    return math.floor(first)
 
 
 def read_kineto(path: str | Path) -> RankTrace:
@@ -246,73 +342,91 @@ def read_kineto(path: str | Path) -> RankTrace:
         raise InputError(f"{path}: file is empty")
     document, router = _route_events(path, data)
     del data
+    other = _other_device(document)
+    if other:
+        raise InputError(f"{path}: device type not supported: {other}; diagnoser reads CUDA and ROCm GPU traces")
     if router.empty():
         raise InputError(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
-    base_us = _base_us(path, router)
     notes: list[str] = []
     rank = _rank(path, document, notes)
+    rows = {"kernels": router.kernels, "copies": router.copies, "runtime": router.runtime, "ranges": router.ranges,
+            "shapes": router.matmuls}
+    events = {kind: _Events(path, kind, kind_rows, router.strings) for kind, kind_rows in rows.items()}
+    del rows
+    base_us = _base_us(path, [e for kind, e in events.items() if kind != "shapes"])
+    for e in events.values():
+        e.check(base_us)
+    tables: dict[str, Table] = {}
+    dropped: dict[str, int] = {}
+    for kind, e in events.items():
+        cols = e.columns(base_us)
+        cols["name"] = cols["name"].astype(np.int32)
+        tables[kind], dropped[kind] = Table(cols).without_duplicates()
+    _note_counts(notes, "had no ts or dur and were left out", {kind: e.missing for kind, e in events.items()})
+    _note_counts(notes, "were exact copies of an earlier event and were dropped", dropped)
 
-    kcols = _columns(
-        path,
-        router.kernels,
-        ("name", "device", "stream", "correlation", "grid", "block", "registers", "shared_mem", "msg_bytes"),
-        base_us,
-    )
-    kcols["name"] = kcols["name"].astype(np.int32)
-    ccols = _columns(path, router.copies, ("name", "device", "stream", "correlation", "bytes"), base_us)
-    ccols["name"] = ccols["name"].astype(np.int32)
     copy_kinds = np.array([copy_kind(s) for s in router.strings], dtype=np.int8)
-    ccols["kind"] = copy_kinds[ccols["name"]] if len(ccols["name"]) else np.zeros(0, np.int8)
-    rcols = _columns(path, router.runtime, ("name", "pid", "tid", "correlation"), base_us)
-    rcols["name"] = rcols["name"].astype(np.int32)
+    copies = tables["copies"]
+    copies.columns["kind"] = copy_kinds[copies["name"]] if len(copies) else np.zeros(0, np.int8)
     kinds = np.array([runtime_kind(s) for s in router.strings], dtype=np.int8)
-    rcols["kind"] = kinds[rcols["name"]] if len(rcols["name"]) else np.zeros(0, np.int8)
-    gcols = _columns(path, router.ranges, ("name", "pid", "tid"), base_us)
-    gcols["name"] = gcols["name"].astype(np.int32)
+    runtime = tables["runtime"]
+    runtime.columns["kind"] = kinds[runtime["name"]] if len(runtime) else np.zeros(0, np.int8)
 
-    device = _device(document, kcols["device"])
+    device_name, sm_count = _device(document, tables["kernels"]["device"], notes)
     if router.syncs:
         notes.append(f"{router.syncs} cuda_sync events seen; host syncs are taken from runtime calls")
     if not router.kernels:
         notes.append("no kernel events")
-    base_ns = document.get("baseTimeNanoseconds")
     return RankTrace(
         source=str(path),
         rank=rank,
         strings=router.strings,
-        kernels=Table(kcols),
-        copies=Table(ccols),
-        runtime=Table(rcols),
-        ranges=Table(gcols),
-        clock_offset_ns=int(base_ns) if isinstance(base_ns, int) else 0,
-        device_sm_count=device.get("numSms"),
-        device_name=device.get("name"),
+        kernels=tables["kernels"],
+        copies=copies,
+        runtime=runtime,
+        ranges=tables["ranges"],
+        clock_offset_ns=_clock_offset(document, notes),
+        device_sm_count=sm_count,
+        device_name=device_name,
         notes=notes,
-        shapes=_shapes(path, router.matmuls, base_us),
-        python_calls=_call_starts(router.python_calls, base_us),
+        shapes=_shapes(tables["shapes"]),
+        python_calls=_call_starts(path, router.python_calls, base_us),
     )
 
 
-def _call_starts(ts_us: array, base_us: int) -> np.ndarray:
+def _note_counts(notes: list[str], what: str, counts: dict[str, int]) -> None:
+    if any(counts.values()):
+        detail = ", ".join(f"{n} {(_WHAT if n == 1 else _WHAT_PLURAL)[kind]}" for kind, n in counts.items() if n)
+        notes.append(f"{sum(counts.values())} event(s) {what} ({detail})")
+
+
+def _call_starts(path: Path, ts_us: array, base_us: int) -> np.ndarray:
     """Sorted start times in ns, computed as the other columns are (offset first, for precision)."""
     ts = np.frombuffer(ts_us, dtype=np.float64) if len(ts_us) else np.zeros(0)
+    far = np.abs(ts - base_us) > _MAX_CAPTURE_US
+    if far.any():
+        raise InputError(
+            f"{path}: a python_function event at ts {ts[far][0]:.16g} µs lies more than a day from the first event "
+            f"at {base_us} µs (refused: beyond a capture's length)"
+        )
     return np.sort(np.rint((ts - base_us) * 1000.0).astype(np.int64) + base_us * 1000)
 
 
-def _shapes(path: Path, matmuls: list[tuple], base_us: int) -> Table:
-    """FLOPs and bytes of the matmul ops whose input shapes were recorded."""
-    cols = _columns(path, [(ts, dur, tid) for ts, dur, tid, *_ in matmuls], ("tid",), base_us)
-    dtypes = list(DType)
-    cols["flops"] = np.array([m[3] for m in matmuls], dtype=np.float64)
-    cols["bytes"] = np.array([m[4] for m in matmuls], dtype=np.float64)
-    cols["dtype"] = np.array([dtypes.index(m[5]) for m in matmuls], dtype=np.int8)
+def _shapes(matmuls: Table) -> Table:
+    """FLOPs and bytes of the matmul ops whose input shapes were recorded (their names are all matmuls)."""
+    cols = dict(matmuls.columns)
+    del cols["name"]
+    cols["dtype"] = cols["dtype"].astype(np.int8)
     return Table(cols)
 
 
 def _rank(path: Path, document: dict, notes: list[str]) -> int:
     info = document.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
+    written = info.get("rank") if isinstance(info, dict) else None
+    if type(written) is int and written >= 0:
+        return written
+    if written is not None:
+        notes.append(f"distributedInfo.rank is {_short(written)}, not a rank number: ignored")
     match = _RANK_IN_NAME.search(path.name)
     if match:
         notes.append(f"rank {match.group(1)} taken from the file name (no distributedInfo.rank)")
@@ -321,16 +435,68 @@ def _rank(path: Path, document: dict, notes: list[str]) -> int:
     return 0
 
 
-def _device(document: dict, devices: np.ndarray) -> dict:
-    """Properties of the GPU this rank's kernels ran on (the most used device id)."""
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _clock_offset(document: dict, notes: list[str]) -> int:
+    """baseTimeNanoseconds: the epoch of this rank's clock, which aligns ranks with each other."""
+    base_ns = document.get("baseTimeNanoseconds")
+    if base_ns is None:
+        return 0
+    if type(base_ns) is not int or abs(base_ns) > MAX_CLOCK_NS:
+        notes.append(f"baseTimeNanoseconds is {_short(base_ns)}, not a clock in range: ignored")
+        return 0
+    return base_ns
+
+
+def _other_device(document: dict) -> str | None:
+    """What says this trace is of an MTIA rather than a GPU, from its metadata (None: nothing does).
+
+    Kineto's MTIA profiler writes deviceProperties with runtime versions and no compute
+    capability (every CUDA and ROCm entry has ``computeMajor``); HTA reads an ``mtia`` backend
+    the same way.
+    """
     props = document.get("deviceProperties")
-    if not isinstance(props, list) or not props:
-        return {}
-    wanted = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else 0
-    return next(
-        (p for p in props if isinstance(p, dict) and p.get("id") == wanted),
-        props[0] if isinstance(props[0], dict) else {},
-    )
+    for i, entry in enumerate(props if isinstance(props, list) else ()):
+        if isinstance(entry, dict) and "computeMajor" not in entry and "runtimeMajorVersion" in entry:
+            return f"MTIA (deviceProperties[{i}] {_short(entry.get('name'))} has MTIA runtime versions, no CUDA compute capability)"
+    info = document.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    if isinstance(backend, str) and "mtia" in backend.lower():
+        return f"MTIA (distributedInfo.backend {backend!r})"
+    return None
+
+
+def _device(document: dict, devices: np.ndarray, notes: list[str]) -> tuple[str | None, int | None]:
+    """Name and SM count of the GPU this rank's kernels ran on (the most used device id).
+
+    A malformed entry leaves what it would have said unknown, in a note: a wrong SM count
+    would mislabel every kernel as under-filled or not.
+    """
+    props = document.get("deviceProperties")
+    if props is None:
+        return None, None
+    if not isinstance(props, list):
+        notes.append(f"deviceProperties is a {type(props).__name__}, not a list: GPU name and SM count unknown")
+        return None, None
+    entries = [(i, p) for i, p in enumerate(props) if isinstance(p, dict)]
+    if len(entries) < len(props):
+        notes.append(f"{len(props) - len(entries)} deviceProperties entries are not objects: ignored")
+    if not entries:
+        return None, None
+    used, counts = np.unique(devices[devices >= 0], return_counts=True)
+    wanted = int(used[np.argmax(counts)]) if len(used) else 0
+    i, entry = next(((i, p) for i, p in entries if p.get("id") == wanted), entries[0])
+    name, sms = entry.get("name"), entry.get("numSms")
+    if name is not None and not isinstance(name, str):
+        notes.append(f"deviceProperties[{i}].name is {_short(name)}, not a string: GPU name unknown")
+        name = None
+    if sms is not None and not (type(sms) is int and 0 < sms <= _MAX_SMS):
+        notes.append(f"deviceProperties[{i}].numSms is {_short(sms)}, not an SM count: SM count unknown")
+        sms = None
+    return name, sms
 
 
 PARALLEL_FROM_BYTES = 16 << 20  # below this, starting worker processes costs more than it saves

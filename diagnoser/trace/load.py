@@ -3,6 +3,10 @@
 The reader is chosen by content and suffix so users can pass whatever the profiler wrote:
 Kineto ``.json``/``.json.gz`` files or a directory of them (one per rank), an Nsight Systems
 ``.sqlite`` export, or an ``.nsys-rep`` report (exported to SQLite first, by ``nsys``).
+A directory's traces are its ``.json``, ``.json.gz`` and ``.sqlite`` files; when it holds
+none, the message names what it does hold, since a wrong folder is the usual cause.
+Only regular files are opened (``trace_file.regular_file``): a FIFO or a device is refused
+before anything reads it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from pathlib import Path
 
 from diagnoser.errors import InputError
 from diagnoser.trace.model import RankTrace
+from diagnoser.trace.trace_file import regular_file
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -19,8 +24,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 def _kind(path: Path) -> str:
     if path.is_dir():
         return "dir"
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
+    regular_file(path)
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         return "nsys-rep"
     with open(path, "rb") as handle:
@@ -32,13 +36,22 @@ def _kind(path: Path) -> str:
     return "kineto"
 
 
-def _kineto_files(directory: Path) -> list[Path]:
-    files = sorted(
-        p for p in directory.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
+
+
+def _folder_traces(directory: Path) -> list[Path]:
+    entries = sorted(directory.iterdir())
+    files = [p for p in entries if p.is_file() and p.name.endswith(_TRACE_SUFFIXES)]
+    if files:
+        return files
+    if not entries:
+        raise InputError(f"{directory}: empty folder, no trace files; pass trace files explicitly")
+    shown = ", ".join(p.name + ("/" if p.is_dir() else "") for p in entries[:5])
+    more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+    raise InputError(
+        f"{directory}: no trace files in this folder (found {shown}{more}; traces end in "
+        f"{', '.join(_TRACE_SUFFIXES)}); pass trace files explicitly: diagnoser analyze FILE..."
     )
-    if not files:
-        raise InputError(f"{directory}: no .json or .json.gz trace files in this directory")
-    return files
 
 
 def load_traces(paths: list[str | Path], workers: int | None = None) -> list[RankTrace]:
@@ -54,7 +67,8 @@ def load_traces(paths: list[str | Path], workers: int | None = None) -> list[Ran
         path = Path(raw)
         kind = _kind(path)
         if kind == "dir":
-            kineto.extend(_kineto_files(path))
+            for found in _folder_traces(path):
+                (exports if _kind(found) == "sqlite" else kineto).append(found)
         elif kind == "kineto":
             kineto.append(path)
         elif kind == "nsys-rep":

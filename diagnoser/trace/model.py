@@ -5,6 +5,12 @@ the analyses are vectorised and a 10^6-event window costs megabytes, not a Pytho
 per event. Times are int64 nanoseconds on the trace's own clock; ``RankTrace.clock_offset_ns``
 maps them onto the common clock used to align ranks. Names are interned: ``name`` columns
 hold int32 indices into ``RankTrace.strings``.
+
+Every reader holds its input to two limits, so no later sum or difference of times can
+overflow int64 and no absurd value reaches a budget: a capture, from its first event to the
+last event's end, spans at most ``MAX_CAPTURE_NS`` (one day; a decode profile spans seconds),
+and every time and clock offset lies within ``MAX_CLOCK_NS`` (2**62 ns, 146 years) of zero, so
+a time plus an offset still fits. Values past them are refused with the file's name.
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
+
+
+MAX_CAPTURE_NS = 86_400 * 10**9
+MAX_CLOCK_NS = 2**62
 
 
 class RuntimeKind(IntEnum):
@@ -51,6 +61,34 @@ class Table:
 
     def take(self, index: np.ndarray) -> Table:
         return Table({key: col[index] for key, col in self.columns.items()})
+
+    def without_duplicates(self) -> tuple[Table, int]:
+        """This table less every row identical in all columns to an earlier one, and how many went.
+
+        A profiler buffer flushed twice or two captures pasted together would otherwise count
+        the same kernel's time twice. Only rows that share a start time can be copies, and
+        those are few, so only they are compared whole.
+        """
+        if len(self) < 2:
+            return self, 0
+        start = self["start"]
+        ordered = np.sort(start)
+        shared = ordered[1:][ordered[1:] == ordered[:-1]]
+        if not len(shared):
+            return self, 0
+        candidates = np.flatnonzero(np.isin(start, shared))
+        seen: set[tuple] = set()
+        copies = []
+        for index, row in zip(candidates.tolist(), zip(*(col[candidates].tolist() for col in self.columns.values()))):
+            if row in seen:
+                copies.append(index)
+            else:
+                seen.add(row)
+        if not copies:
+            return self, 0
+        keep = np.ones(len(self), dtype=bool)
+        keep[copies] = False
+        return self.take(np.flatnonzero(keep)), len(copies)
 
 
 # Column sets (readers fill what the format has; absent optional columns are omitted).

@@ -18,6 +18,11 @@ call on (pid, correlationId). Runtime rows go to the rank whose GPU work they la
 that launched nothing (syncs, event calls) go to the process's first rank. Within one rank
 correlation ids are then unique, so analyses join launches on ``correlation`` alone.
 
+Limits. Times are read as the export wrote them (int64 ns); a capture whose events span more
+than a day (``model.MAX_CAPTURE_NS``), a time or clock offset beyond ±2**62 ns, a negative
+duration or a non-integer time is refused in one line naming the file and table; rows
+identical in every column to an earlier row are dropped and counted in the notes.
+
 Columns added on top of ``diagnoser.trace.model``: kernels ``graph_node`` / ``graph_id``
 (-1 outside graphs) and ``whole_graph`` (a graph-mode ``GRAPH_TRACE`` row standing for a whole
 graph execution whose node kernels were not traced), ``pid`` on kernels and copies, runtime
@@ -36,7 +41,8 @@ import numpy as np
 
 from diagnoser.errors import InputError
 from diagnoser.trace.kineto import runtime_kind
-from diagnoser.trace.model import CopyKind, RankTrace, RuntimeKind, Table
+from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
+from diagnoser.trace.trace_file import regular_file
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -140,8 +146,7 @@ def read_nsys_exports(paths: list[str | Path]) -> list[RankTrace]:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
+    regular_file(path)
     with open(path, "rb") as handle:
         head = handle.read(len(_SQLITE_MAGIC))
     if not head:
@@ -173,6 +178,9 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
 
     runtime = _read_runtime(db, schema, strings, path, notes)
     ranges = _read_ranges(db, schema, strings, path, notes)
+    tables = {KERNEL: kernels, GRAPH_TRACE: graphs, "memory copies and sets": copies, RUNTIME: runtime, NVTX: ranges}
+    _check_capture(path, tables)
+    kernels, graphs, copies, runtime, ranges = _without_duplicates(tables, notes)
     offset = _clock_offset(db, schema, notes)
     devices = _device_info(db, schema)
     notes.extend(_graph_notes(db, schema, kernels, graphs, runtime))
@@ -289,6 +297,37 @@ def _check_durations(cols: dict[str, np.ndarray], table: str, path: Path) -> Non
     bad = int(np.count_nonzero(cols["end"] < cols["start"]))
     if bad:
         raise InputError(f"{path}: {bad} rows of {table} end before they start (negative duration)")
+
+
+def _check_capture(path: Path, tables: dict[str, Table | None]) -> None:
+    """Refuse times no capture can have: they would overflow once put on a common clock."""
+    spans = [(int(t["start"].min()), int(t["end"].max()), name) for name, t in tables.items() if t is not None and len(t)]
+    if not spans:
+        return
+    first = min(start for start, _, _ in spans)
+    last, table = max((end, name) for _, end, name in spans)
+    for value, name in ((first, min(spans)[2]), (last, table)):
+        if abs(value) > MAX_CLOCK_NS:
+            raise InputError(f"{path}: {name} holds a time of {value} ns, beyond any clock (more than 2**62 ns from zero)")
+    if last - first > MAX_CAPTURE_NS:
+        raise InputError(
+            f"{path}: {table} has an event ending {(last - first) / 1e9:.6g} s after the capture's first event "
+            "(refused: a capture longer than a day)"
+        )
+
+
+def _without_duplicates(tables: dict[str, Table | None], notes: list[str]) -> list[Table | None]:
+    """Each table less rows that repeat an earlier row exactly (an export merged twice), counted in a note."""
+    out, dropped = [], []
+    for name, table in tables.items():
+        if table is not None:
+            table, n = table.without_duplicates()
+            if n:
+                dropped.append(f"{n} in {name}")
+        out.append(table)
+    if dropped:
+        notes.append(f"rows identical to an earlier row were dropped: {', '.join(dropped)}")
+    return out
 
 
 def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
@@ -565,7 +604,14 @@ def _clock_offset(db: sqlite3.Connection, schema: _Schema, notes: list[str]) -> 
             found = db.execute("SELECT startTime FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
             session_start = found[0] if found else None
         if values.get("utcEpochNs") is not None and session_start is not None:
-            return int(values["utcEpochNs"]) - int(session_start)
+            try:
+                offset = int(values["utcEpochNs"]) - int(session_start)
+            except (TypeError, ValueError):
+                offset = None
+            if offset is not None and abs(offset) <= MAX_CLOCK_NS:
+                return offset
+            notes.append(f"session start time {values['utcEpochNs']!r} is not a clock in range: ignored")
+            return 0
     notes.append("no session start time: this report's clock cannot be aligned with other reports")
     return 0
 

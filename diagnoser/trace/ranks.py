@@ -32,6 +32,6 @@ def align_on_first_collective(traces: list[RankTrace], ops: list[DeviceOps]) -> 
         shift = anchor - ends[trace.rank] - trace.clock_offset_ns
         trace.clock_offset_ns += shift
         notes.append(
-            f"rank {trace.rank} shifted by {shift / 1000:.1f} us to end its first collective with rank {reference.rank}"
+            f"rank {trace.rank} shifted by {shift / 1000:.1f} µs to end its first collective with rank {reference.rank}"
         )
     return notes

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from diagnoser.models.hardware import Hardware
 from diagnoser.models.precision import BYTES_PER_ELEMENT, DType
 
+_MAX_DIM = 2**40  # larger than any tensor dimension; past it a shape is corrupt, not a matmul to price
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear"})
 
 _TYPES = {
@@ -46,7 +47,7 @@ def matmul_cost(name: str, dims: list, types: list) -> tuple[float, float, DType
         dtype = _TYPES.get(types[1] if name in ("aten::addmm", "aten::baddbmm") else types[0])
     except (IndexError, TypeError, ValueError):
         return None
-    if dtype is None or min(m, k, n, batch) <= 0:
+    if dtype is None or not all(type(v) is int and 0 < v <= _MAX_DIM for v in (m, k, n, batch)):
         return None
     flops = 2.0 * batch * m * n * k
     elements = batch * (m * k + m * n) + (k * n if name == "aten::linear" else batch * k * n)
