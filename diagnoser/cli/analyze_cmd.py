@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from diagnoser.cli.report_output import emit, output_option, wrote
 from diagnoser.cli.step_options import step_options
 
 _PART_LABELS = {
@@ -33,36 +34,68 @@ _PART_LABELS = {
 @click.option("--json", "as_json", is_flag=True, help="print the analysis and the facts as JSON")
 @click.option(
     "--case",
-    "case_out",
+    "case_in",
     type=click.Path(path_type=Path),
-    help="write the facts into this case file (created or updated)",
+    metavar="CASE",
+    help="add the facts to this case file: it is read, never rewritten; the result goes to --case-out",
 )
 @click.option(
-    "--perfetto", "perfetto_out", type=click.Path(path_type=Path), help="write a Chrome/Perfetto trace of the budget"
+    "--case-out",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="where the case with the facts goes (default: CASE when it does not exist yet, else CASE.analyzed.yaml "
+    "beside it)",
 )
+@click.option(
+    "--perfetto",
+    "perfetto_out",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="write a Chrome/Perfetto trace of the budget to FILE",
+)
+@output_option
 def analyze(
     traces: tuple[Path, ...],
     step_range: str | None,
     steps_from: str,
     align: str,
     as_json: bool,
+    case_in: Path | None,
     case_out: Path | None,
     perfetto_out: Path | None,
+    output: Path | None,
 ) -> None:
-    """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget."""
-    from diagnoser.fileio import write_atomic
+    """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget.
+
+    No input is ever written: the facts go into a new case file, the budget trace and the
+    report into the files named.
+    """
+    from diagnoser.fileio import check_outputs, merged_case_path, write_atomic
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.load import load_traces
 
+    if case_in is not None:
+        case_out = merged_case_path(case_in, "analyzed", case_out)
+    inputs = [*traces, *([case_in] if case_in is not None and case_in.exists() else [])]
+    check_outputs([("--perfetto", perfetto_out), ("-o", output), ("--case-out", case_out)], inputs)
+    case = _base_case(case_in, case_out)
+
     analysis = analyze_traces(load_traces(list(traces)), step_range, align, steps_from)
     observations = to_observations(analysis)
-    if case_out is not None:
-        write_atomic(case_out, _case_text(case_out, observations))
-    if perfetto_out is not None:
-        from diagnoser.trace.perfetto import perfetto_trace
+    written = [path for path in (case_out, perfetto_out) if path is not None]
+    if written and analysis.budget() is None:
+        click.echo(f"diagnoser: no step budget in these traces: nothing written to {', '.join(map(str, written))}", err=True)
+    elif written:
+        if case_out is not None:
+            write_atomic(case_out, _case_text(case, case_out, observations))
+            kept = f" ({case_in} is unchanged)" if case_in is not None and case_in.exists() else ""
+            wrote(case_out, "the case with the trace facts", kept)
+        if perfetto_out is not None:
+            from diagnoser.trace.perfetto import perfetto_trace
 
-        write_atomic(perfetto_out, perfetto_trace(analysis))
+            write_atomic(perfetto_out, perfetto_trace(analysis))
+            wrote(perfetto_out, "the budget trace")
     if as_json:
         import orjson
 
@@ -70,16 +103,37 @@ def analyze(
             "analysis": analysis.model_dump(mode="json"),
             "observations": observations.model_dump(mode="json", exclude_none=True),
         }
-        click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
+        emit(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode(), output)
         return
-    _print_report(analysis, observations)
+    if output is None:
+        from diagnoser.report.console import stdout_console
+
+        _print_report(stdout_console(), analysis, observations)
+        return
+    from io import StringIO
+
+    from rich.console import Console
+
+    from diagnoser.report.console import PIPE_WIDTH
+
+    console = Console(file=StringIO(), width=PIPE_WIDTH, highlight=False)
+    _print_report(console, analysis, observations)
+    emit(console.file.getvalue(), output)
 
 
-def _case_text(path: Path, observations) -> str:
-    """The case file with the trace-derived facts replaced and everything else kept."""
+def _base_case(case_in: Path | None, case_out: Path | None):
+    """The case the facts are added to: CASE as it is, or a new one (read before any trace, so a
+    broken case fails fast)."""
     from diagnoser.models.case import Case, load_case
 
-    case = load_case(path) if path.exists() else Case(title=f"analyze {path.stem}")
+    if case_in is not None and case_in.exists():
+        return load_case(case_in)
+    named = case_in or case_out
+    return Case(title=f"analyze {named.stem}") if named is not None else None
+
+
+def _case_text(case, path: Path, observations) -> str:
+    """The case with the trace-derived facts replaced and everything else kept, in ``path``'s format."""
     trace_fields = (
         "budget",
         "rank_budgets",
@@ -89,7 +143,9 @@ def _case_text(path: Path, observations) -> str:
         "host",
         "kernel_sum_across_ranks_ms",
     )
-    case.observations = case.observations.model_copy(update={f: getattr(observations, f) for f in trace_fields})
+    case = case.model_copy(
+        update={"observations": case.observations.model_copy(update={f: getattr(observations, f) for f in trace_fields})}
+    )
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
@@ -97,12 +153,9 @@ def _case_text(path: Path, observations) -> str:
     return case.model_dump_json(indent=2, exclude_none=True)
 
 
-def _print_report(analysis, observations) -> None:
+def _print_report(console, analysis, observations) -> None:
     from rich.table import Table
 
-    from diagnoser.report.console import stdout_console
-
-    console = stdout_console()
     row = analysis.budget()
     if row is None:
         console.print("no step launched any device work: nothing to budget")
@@ -143,7 +196,7 @@ def _print_report(analysis, observations) -> None:
         "class",
         "count/step",
         "total ms",
-        "median us",
+        "median µs",
         "CTAs",
         "SMs",
         "under-filled",
