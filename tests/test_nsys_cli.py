@@ -133,3 +133,16 @@ def test_one_export_per_rank_loads_as_consecutive_ranks(shared_dir):
     traces = load_traces([folder / "healthy_judged_1pct.sqlite", folder / "healthy_1pct.sqlite"])
     assert [t.rank for t in traces] == [0, 1]
     assert [Path(t.source).name.split(" ")[0] for t in traces] == ["healthy_1pct.sqlite", "healthy_judged_1pct.sqlite"]
+
+
+@pytest.mark.parametrize("argv", [["show", "{a}"], ["compare", "{a}", "{b}"]])
+def test_reports_go_to_output_and_never_over_an_input(exports, tmp_path, capsys, argv):
+    a, b = exports / "healthy_1pct.sqlite", exports / "healthy_judged_1pct.sqlite"
+    args = [x.format(a=a, b=b) for x in argv]
+    out = tmp_path / "report.txt"
+    assert main(["nsys", *args, "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"diagnoser: wrote the report to {out}\n"
+    assert out.read_text().strip()
+    assert main(["nsys", *args, "--json", "-o", str(a)]) == 2
+    assert "is an input" in capsys.readouterr().err
