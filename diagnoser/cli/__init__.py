@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("diagnoser.cli.analyze_cmd:analyze", "Turn profiler traces into a per-step critical-path budget."),
     "diagnose": ("diagnoser.cli.diagnose_cmd:diagnose", "Run the rule base over a case file and rank hypotheses."),
     "whatif": ("diagnoser.cli.whatif_cmd:whatif", "Amdahl, speculation and batching calculators."),
+    "tui": ("diagnoser.cli.tui_cmd:tui", "The guided session: from the pin to a decision, in the terminal."),
     "rules": ("diagnoser.cli.rules_cmd:rules", "List, show and test the rules."),
     "nsys": ("diagnoser.cli.nsys_cmd:nsys", "Drive Nsight Systems: profile, export, recipes."),
     "schema": ("diagnoser.cli.schema_cmd:schema", "Print the JSON Schema of an input or output document."),

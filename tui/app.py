@@ -1,0 +1,110 @@
+"""The guided session's application: seven stage screens around one workspace.
+
+The app owns the workspace (session, diagnosis, bound) and the jobs it may start; screens
+ask it to ``commit`` a new session, which re-runs the engine when the case changed and saves
+the session at once. Each stage is a mode, so each keeps its own state while the engineer
+moves between them; the command palette offers the current screen's commands first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from diagnoser.errors import InputError
+from diagnoser.models.session import Session
+from diagnoser.tui.jobs import Jobs
+from diagnoser.tui.screens.bound import BoundScreen
+from diagnoser.tui.screens.decision import DecisionScreen
+from diagnoser.tui.screens.dialogs import HelpScreen
+from diagnoser.tui.screens.evidence import EvidenceScreen
+from diagnoser.tui.screens.hypotheses import HypothesesScreen
+from diagnoser.tui.screens.interview import InterviewScreen
+from diagnoser.tui.screens.pin import PinScreen
+from diagnoser.tui.screens.whatif import WhatIfScreen
+from diagnoser.tui.widgets import STAGES
+from diagnoser.tui.workspace import Workspace
+
+SCREENS = {
+    "pin": PinScreen,
+    "bound": BoundScreen,
+    "evidence": EvidenceScreen,
+    "interview": InterviewScreen,
+    "hypotheses": HypothesesScreen,
+    "whatif": WhatIfScreen,
+    "decision": DecisionScreen,
+}
+EXPORT_SUFFIX = {"markdown": ".report.md", "html": ".report.html", "json": ".report.json"}
+
+
+class DiagnoserApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "diagnoser"
+    MODES = SCREENS
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    BINDINGS = [
+        *(Binding(str(i), f"go('{stage}')", title, show=False) for i, (stage, title) in enumerate(STAGES, 1)),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("q", "quit", "Quit", show=False),
+    ]
+
+    def __init__(self, workspace: Workspace, start: str = "pin", jobs: Jobs | None = None) -> None:
+        super().__init__()
+        self.workspace = workspace
+        self.start = start
+        self.jobs = jobs or Jobs()
+
+    def on_mount(self) -> None:
+        self._subtitle()
+        self.switch_mode(self.start)
+
+    def _subtitle(self) -> None:
+        self.sub_title = f"session {self.workspace.path.name}" if self.workspace.path else "session not saved"
+
+    def go(self, stage: str) -> None:
+        self.switch_mode(stage)
+
+    def action_go(self, stage: str) -> None:
+        self.go(stage)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def commit(self, session: Session) -> None:
+        """Adopt a new session (raises InputError, changing nothing, when the engine rejects it)."""
+        self.workspace.update(session)
+        if hasattr(self.screen, "refresh_if_stale"):
+            self.screen.refresh_if_stale()
+
+    def export(self, fmt: str) -> Path:
+        """Write the session report beside the session file; the path written comes back."""
+        from diagnoser.fileio import check_outputs, write_atomic
+        from diagnoser.session_report import render_session_html, render_session_json, render_session_markdown
+
+        w = self.workspace
+        base = w.path if w.path is not None else Path("diagnoser.session.json")
+        path = base.with_name(base.name.removesuffix(".json").removesuffix(".session") + EXPORT_SUFFIX[fmt])
+        check_outputs([("export", path)], [base])
+        render = {"markdown": render_session_markdown, "html": render_session_html, "json": render_session_json}[fmt]
+        return write_atomic(path, render(w.session, w.diagnosis))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        if hasattr(screen, "commands"):
+            yield from screen.commands()
+        for i, (stage, title) in enumerate(STAGES, 1):
+            yield SystemCommand(f"Go to {title}", f"stage {i}", lambda stage=stage: self.go(stage))
+        for fmt, title in (("markdown", "Markdown"), ("html", "HTML"), ("json", "JSON")):
+            yield SystemCommand(f"Export report as {title}", "the decision, the marks and the diagnosis", lambda fmt=fmt: self._export_from_palette(fmt))
+        yield SystemCommand("Help", "keys and stages", self.action_help)
+        yield from super().get_system_commands(screen)
+
+    def _export_from_palette(self, fmt: str) -> None:
+        try:
+            self.notify(f"wrote {self.export(fmt).name}")
+        except InputError as err:
+            self.notify(str(err), severity="error")

@@ -1,0 +1,129 @@
+"""What a form asks for, read from the pydantic models, and how typed text becomes a value.
+
+A question names a case input; its model says which fields it has, which are a choice (a
+flag, an enum) and which take typed text. Text is read as YAML, as ``--option`` values are,
+so ``16``, ``[1, 2, 4]`` and ``nvlink`` arrive typed; pydantic then judges them. Nothing here
+imports Textual, and nothing here computes a figure.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel
+
+from diagnoser.session_ops import answer_annotation
+
+Kind = Literal["text", "flag", "choice"]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    key: str
+    help: str
+    kind: Kind = "text"
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AnswerForm:
+    """Fields to fill for a section or one field; or, for a list input, a YAML document to write."""
+
+    fields: tuple[FieldSpec, ...] = ()
+    template: str | None = None
+
+
+def _plain(annotation: Any) -> list[Any]:
+    """The alternatives of an annotation, None left out."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [a for a in get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def field_spec(key: str, annotation: Any, help: str = "") -> FieldSpec:
+    alternatives = _plain(annotation)
+    if alternatives == [bool]:
+        return FieldSpec(key, help, "flag")
+    enums = [a for a in alternatives if isinstance(a, type) and issubclass(a, Enum)]
+    if enums and len(alternatives) == 1:
+        return FieldSpec(key, help, "choice", tuple(e.value for e in enums[0]))
+    return FieldSpec(key, help)
+
+
+def model_fields(model: type[BaseModel], prefix: str = "") -> tuple[FieldSpec, ...]:
+    return tuple(field_spec(prefix + name, f.annotation, f.description or "") for name, f in model.model_fields.items())
+
+
+def _list_item(annotation: Any) -> type[BaseModel] | None:
+    for alternative in _plain(annotation):
+        if get_origin(alternative) is list:
+            (item,) = get_args(alternative)
+            if isinstance(item, type) and issubclass(item, BaseModel):
+                return item
+    return None
+
+
+def _model(annotation: Any) -> type[BaseModel] | None:
+    return next((a for a in _plain(annotation) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+
+
+def answer_form(name: str) -> AnswerForm:
+    """The form that answers the question for input ``name``."""
+    annotation = answer_annotation(name)
+    item = _list_item(annotation)
+    if item is not None:
+        required = [k for k, f in item.model_fields.items() if f.is_required()] or list(item.model_fields)[:3]
+        row = ", ".join(f"{k}: " for k in required)
+        return AnswerForm(template=f"# one entry per line; fields: {', '.join(item.model_fields)}\n- {{{row}}}\n")
+    model = _model(annotation)
+    if model is not None:
+        return AnswerForm(fields=model_fields(model))
+    leaf = name.rpartition(".")[2]
+    return AnswerForm(fields=(field_spec(leaf, annotation),))
+
+
+def parse_text(text: str) -> Any:
+    """Typed text as a value: YAML scalars and lists; text that is not YAML stays text; blank is None."""
+    if not text.strip():
+        return None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_document(text: str) -> Any:
+    """A YAML document typed into the answer box; comments only read as nothing given."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise ValueError(f"not valid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
+
+
+def nested(values: dict[str, Any]) -> dict[str, Any]:
+    """{'layout.tp': 2} -> {'layout': {'tp': 2}}, values of None left out."""
+    doc: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        node = doc
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return doc
+
+
+def error_for(key: str, errors: dict[str, str], keys: list[str]) -> str | None:
+    """The message a field shows: its own, or one on a section whose first field it is."""
+    if key in errors:
+        return errors[key]
+    for loc, msg in errors.items():
+        if loc and key.startswith(loc + ".") and next(k for k in keys if k.startswith(loc + ".")) == key:
+            return msg
+    return None

@@ -1,0 +1,1 @@
+"""One screen per stage of the guided session, plus the dialogs they open."""
