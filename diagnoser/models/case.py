@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from diagnoser.models.observations import Observations
 from diagnoser.models.documents import load_model
+from diagnoser.models.observations import Observations
+from diagnoser.models.units import BandwidthGBs, Positive, StepBytes
 from diagnoser.models.workload import Boundary, Workload
 
 CASE_SCHEMA_VERSION = 2
@@ -38,11 +38,11 @@ class BoundInputs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    bytes_per_step: float | None = Field(default=None, gt=0, description="bytes per step the quoted bound used")
+    bytes_per_step: StepBytes | None = Field(default=None, description="bytes per step the quoted bound used")
     bytes_basis: BytesBasis | None = Field(default=None, description="how those bytes were obtained")
-    bandwidth_gbs: float | None = Field(default=None, gt=0, description="bandwidth the quoted bound used")
+    bandwidth_gbs: BandwidthGBs | None = Field(default=None, description="bandwidth the quoted bound used, GB/s")
     bandwidth_is_summed_over_ranks: bool | None = Field(default=None, description="the bandwidth adds up several GPUs")
-    predicted_tokens_per_s: float | None = Field(default=None, gt=0, description="the rate the quoted bound promised")
+    predicted_tokens_per_s: Positive | None = Field(default=None, description="the rate the quoted bound promised")
     boundary: Boundary = Field(default=Boundary.device_step, description="where the quoted bound applies")
 
 

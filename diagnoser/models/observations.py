@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diagnoser.models.runtime import HostCost, MemoryObs, PlatformObs, RoutingObs, StreamObs
 from diagnoser.models.serving import Expected, Run, ServingMetrics
+from diagnoser.models.units import BandwidthGBs, Positive
 from diagnoser.models.workload import Boundary
 
 
@@ -25,7 +26,7 @@ class StepBudget(_Obs):
     """Critical-path budget of one representative step on one rank, in non-overlapping parts."""
 
     rank: int | None = Field(default=None, description="the rank whose step this is (the critical one)")
-    step_ms: float = Field(gt=0, description="measured wall time of the step")
+    step_ms: Positive = Field(description="measured wall time of the step")
     device_ms: float = Field(default=0, ge=0, description="compute/memory kernels on the critical path")
     exposed_comm_ms: float = Field(default=0, ge=0, description="communication not overlapped by compute")
     launch_ms: float = Field(default=0, ge=0, description="GPU idle because the next launch was not yet issued")
@@ -128,8 +129,8 @@ class GraphReplayObs(_Obs):
     )
     replayed_at_live_batch: bool | None = Field(default=None, description="a trace or log shows graph replay at the live batch")
     launch_cost_us: float | None = Field(default=None, ge=0, description="measured host cost per kernel launch")
-    eager_step_ms: float | None = Field(default=None, gt=0, description="probe: eager step time")
-    graph_step_ms: float | None = Field(default=None, gt=0, description="probe: graph-replay step time")
+    eager_step_ms: Positive | None = Field(default=None, description="probe: eager step time")
+    graph_step_ms: Positive | None = Field(default=None, description="probe: graph-replay step time")
 
 
 class CollectiveObs(_Obs):
@@ -157,13 +158,13 @@ class CollectiveObs(_Obs):
 class BoundaryTimings(_Obs):
     """The same steps seen at the three clocks; the differences locate host and transport costs."""
 
-    device_step_ms: float | None = Field(default=None, gt=0, description="GPU time of one decode step")
-    server_emission_ms: float | None = Field(default=None, gt=0, description="median interval between server emissions")
-    client_receipt_ms: float | None = Field(default=None, gt=0, description="median inter-chunk interval at the client")
-    client_p99_ms: float | None = Field(default=None, gt=0, description="p99 inter-chunk interval at the client")
-    client_p50_ms: float | None = Field(default=None, gt=0, description="median inter-chunk interval at the client")
-    tokens_per_chunk: float | None = Field(default=None, gt=0, description="tokens per streamed chunk")
-    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token")
+    device_step_ms: Positive | None = Field(default=None, description="GPU time of one decode step")
+    server_emission_ms: Positive | None = Field(default=None, description="median interval between server emissions")
+    client_receipt_ms: Positive | None = Field(default=None, description="median inter-chunk interval at the client")
+    client_p99_ms: Positive | None = Field(default=None, description="p99 inter-chunk interval at the client")
+    client_p50_ms: Positive | None = Field(default=None, description="median inter-chunk interval at the client")
+    tokens_per_chunk: Positive | None = Field(default=None, description="tokens per streamed chunk")
+    ttft_ms: Positive | None = Field(default=None, description="time to first token")
     itl_growth_ms_per_1k_output: float | None = Field(
         default=None, description="slope of inter-token interval against tokens already generated"
     )
@@ -179,21 +180,21 @@ class GemmPoint(_Obs):
     shape: str = Field(description="which expert GEMM, e.g. 'deepseek-v3 expert gate_up'")
     dtype: str = Field(description="weight dtype of the GEMM")
     m: int = Field(ge=1, description="rows (tokens routed to the expert)")
-    time_us: float = Field(gt=0, description="measured time of one GEMM")
+    time_us: Positive = Field(description="measured time of one GEMM")
     bw_fraction: float = Field(ge=0, description="achieved / peak memory bandwidth")
 
 
 class ContextPoint(_Obs):
     context: int = Field(ge=0, description="tokens already in the context at this point")
-    step_ms: float = Field(gt=0, description="step time at that context")
+    step_ms: Positive = Field(description="step time at that context")
 
 
 class ProbeFacts(_Obs):
     """Machine facts from ``diagnoser probe``."""
 
     gpu_name: str | None = Field(default=None, description="the device name the driver reports")
-    measured_bandwidth_gbs: float | None = Field(default=None, gt=0, description="device-to-device copy bandwidth measured by the probe")
-    theoretical_bandwidth_gbs: float | None = Field(default=None, gt=0, description="datasheet memory bandwidth")
+    measured_bandwidth_gbs: BandwidthGBs | None = Field(default=None, description="device-to-device copy bandwidth measured by the probe")
+    theoretical_bandwidth_gbs: BandwidthGBs | None = Field(default=None, description="datasheet memory bandwidth")
     sm_clock_mhz: float | None = Field(default=None, ge=0, description="SM clock during the run")
     max_sm_clock_mhz: float | None = Field(default=None, ge=0, description="highest SM clock the GPU supports")
     mem_clock_mhz: float | None = Field(default=None, ge=0, description="memory clock during the run")
@@ -214,8 +215,8 @@ class SpeculationObs(_Obs):
     draft_ms: float | None = Field(default=None, ge=0, description="time to draft k tokens per cycle")
     verify_ms: float | None = Field(default=None, ge=0, description="target-model verification time per cycle")
     other_ms: float | None = Field(default=None, ge=0, description="other per-cycle work (sampling, bookkeeping)")
-    ordinary_step_ms: float | None = Field(default=None, gt=0, description="an ordinary one-token decode step, same workload")
-    claimed_speedup: float | None = Field(default=None, gt=0, description="speed-up someone quoted, to be checked")
+    ordinary_step_ms: Positive | None = Field(default=None, description="an ordinary one-token decode step, same workload")
+    claimed_speedup: Positive | None = Field(default=None, description="speed-up someone quoted, to be checked")
     context: int | None = Field(default=None, ge=0, description="context the speculation figures were measured at")
 
 
@@ -287,8 +288,8 @@ class Observations(_Obs):
     kernel_sum_across_ranks_ms: float | None = Field(
         default=None, ge=0, description="sum of kernel time over all ranks; NOT elapsed time"
     )
-    claimed_step_ms: float | None = Field(
-        default=None, gt=0, description="a step time someone built by adding parts (checked against the measured step)"
+    claimed_step_ms: Positive | None = Field(
+        default=None, description="a step time someone built by adding parts (checked against the measured step)"
     )
     bound_boundary: Boundary | None = Field(default=None, description="boundary the compared bound refers to")
     claims: list[Claim | str] = Field(

@@ -12,6 +12,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diagnoser.models.units import Positive
+
 
 class _Obs(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -96,7 +98,7 @@ class PlatformObs(_Obs):
     device_api: str | None = Field(default=None, description="cuda, rocm, vulkan, metal, cpu, npu")
     os: str | None = Field(default=None, description="operating system and any scheduling setting of note")
     cpu_threads: int | None = Field(default=None, ge=1, description="threads the engine runs its CPU work on")
-    cpu_cores_available: float | None = Field(default=None, gt=0, description="cores the process may use (cgroup quota or cpuset)")
+    cpu_cores_available: Positive | None = Field(default=None, description="cores the process may use (cgroup quota or cpuset)")
     cpu_throttled_fraction: float | None = Field(default=None, ge=0, le=1, description="share of CFS periods throttled")
     host_bound_reported: bool | None = Field(default=None, description="a profile or the maintainers found the loop CPU-bound")
 
@@ -104,6 +106,6 @@ class PlatformObs(_Obs):
 class StreamObs(_Obs):
     """How tokens reach the client, beyond the median interval."""
 
-    worst_stall_ms: float | None = Field(default=None, gt=0, description="the longest gap a stream saw")
+    worst_stall_ms: Positive | None = Field(default=None, description="the longest gap a stream saw")
     bursty: bool | None = Field(default=None, description="tokens arrive in bursts rather than one per step")
-    tokens_per_burst: float | None = Field(default=None, gt=0, description="tokens that arrive together in one burst")
+    tokens_per_burst: Positive | None = Field(default=None, description="tokens that arrive together in one burst")

@@ -13,6 +13,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diagnoser.models.runtime import Growth
+from diagnoser.models.units import Positive
 
 
 class _Obs(BaseModel):
@@ -40,10 +41,10 @@ class RateKind(str, Enum):
 class Percentiles(_Obs):
     """One latency figure at the percentiles that were reported, in ms."""
 
-    mean: float | None = Field(default=None, gt=0, description="mean, ms")
-    p50: float | None = Field(default=None, gt=0, description="median, ms")
-    p90: float | None = Field(default=None, gt=0, description="90th percentile, ms")
-    p99: float | None = Field(default=None, gt=0, description="99th percentile, ms")
+    mean: Positive | None = Field(default=None, description="mean, ms")
+    p50: Positive | None = Field(default=None, description="median, ms")
+    p90: Positive | None = Field(default=None, description="90th percentile, ms")
+    p99: Positive | None = Field(default=None, description="99th percentile, ms")
 
     @property
     def typical(self) -> float | None:
@@ -55,19 +56,19 @@ class ServingMetrics(_Obs):
     """What the benchmark or the server reported for the slow configuration."""
 
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the figures were read")
-    output_tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate output tokens/s over all streams")
-    per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="output tokens/s of one stream")
+    output_tokens_per_s: Positive | None = Field(default=None, description="aggregate output tokens/s over all streams")
+    per_user_tokens_per_s: Positive | None = Field(default=None, description="output tokens/s of one stream")
     tpot_ms: Percentiles | None = Field(default=None, description="time per output token after the first, per request")
     itl_ms: Percentiles | None = Field(default=None, description="gap between consecutive chunks a client received")
     ttft_ms: Percentiles | None = Field(default=None, description="time to first token")
     request_latency_ms: Percentiles | None = Field(default=None, description="end-to-end request latency")
-    concurrency: float | None = Field(default=None, gt=0, description="requests in flight (client side)")
-    running_sequences: float | None = Field(default=None, gt=0, description="sequences the engine decoded together")
-    requests_per_s: float | None = Field(default=None, gt=0, description="completed requests per second")
-    duration_s: float | None = Field(default=None, gt=0, description="wall time of a fixed job (a drain, a benchmark)")
+    concurrency: Positive | None = Field(default=None, description="requests in flight (client side)")
+    running_sequences: Positive | None = Field(default=None, description="sequences the engine decoded together")
+    requests_per_s: Positive | None = Field(default=None, description="completed requests per second")
+    duration_s: Positive | None = Field(default=None, description="wall time of a fixed job (a drain, a benchmark)")
     input_tokens: float | None = Field(default=None, ge=0, description="prompt tokens per request")
     output_tokens: float | None = Field(default=None, ge=1, description="generated tokens per request")
-    tokens_per_chunk: float | None = Field(default=None, gt=0, description="tokens per streamed chunk (speculation emits several)")
+    tokens_per_chunk: Positive | None = Field(default=None, description="tokens per streamed chunk (speculation emits several)")
     rate_includes_prefill: bool | None = Field(
         default=None, description="the tokens/s divides total time, prompt processing (TTFT) included"
     )
@@ -103,13 +104,13 @@ class Expected(_Obs):
     """The figure the slow run was held against, with what it measures."""
 
     kind: ExpectedKind = Field(description="what kind of reference the figure is; each supports different conclusions")
-    output_tokens_per_s: float | None = Field(default=None, gt=0, description="expected aggregate tokens/s")
-    per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="expected tokens/s of one stream")
-    per_token_ms: float | None = Field(default=None, gt=0, description="expected TPOT or step time per token")
-    duration_s: float | None = Field(default=None, gt=0, description="expected wall time of the same fixed job")
+    output_tokens_per_s: Positive | None = Field(default=None, description="expected aggregate tokens/s")
+    per_user_tokens_per_s: Positive | None = Field(default=None, description="expected tokens/s of one stream")
+    per_token_ms: Positive | None = Field(default=None, description="expected TPOT or step time per token")
+    duration_s: Positive | None = Field(default=None, description="expected wall time of the same fixed job")
     rate: RateKind = Field(default=RateKind.unknown, description="whether the expected tokens/s is aggregate or per stream")
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the expected figure was read")
-    concurrency: float | None = Field(default=None, gt=0, description="streams the expected figure was measured at")
+    concurrency: Positive | None = Field(default=None, description="streams the expected figure was measured at")
     note: str = Field(default="", description="where the figure comes from")
 
 
@@ -170,11 +171,11 @@ WORKLOAD_SETTINGS = ("context", "input_tokens", "output_tokens", "concurrency", 
 class RunFigures(_Obs):
     """What one operating point measured. Give the figures you have; one is enough."""
 
-    per_token_ms: float | None = Field(default=None, gt=0, description="TPOT/ITL or step time per token of one stream")
-    output_tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate output tokens/s")
-    per_user_tokens_per_s: float | None = Field(default=None, gt=0, description="tokens/s of one stream")
-    duration_s: float | None = Field(default=None, gt=0, description="wall time of a fixed job (a drain, a benchmark)")
-    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token (not compared: prefill)")
+    per_token_ms: Positive | None = Field(default=None, description="TPOT/ITL or step time per token of one stream")
+    output_tokens_per_s: Positive | None = Field(default=None, description="aggregate output tokens/s")
+    per_user_tokens_per_s: Positive | None = Field(default=None, description="tokens/s of one stream")
+    duration_s: Positive | None = Field(default=None, description="wall time of a fixed job (a drain, a benchmark)")
+    ttft_ms: Positive | None = Field(default=None, description="time to first token (not compared: prefill)")
     host_ms_per_step: float | None = Field(default=None, ge=0, description="host time per step, where instrumented")
 
     @model_validator(mode="after")

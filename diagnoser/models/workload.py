@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, field_validator, model_validator
 
 from diagnoser.models.precision import DType
+from diagnoser.models.units import BandwidthGBs
 
 
 MAX_RANKS = 2**20
@@ -102,8 +103,10 @@ class Observed(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    step_ms: float | None = Field(default=None, gt=0, description="time per decode step")
-    tokens_per_s: float | None = Field(default=None, gt=0, description="aggregate emitted tokens/s over the group")
+    # Beyond these no real decode step goes: a figure outside them is a unit slip, and a
+    # denormal one would divide the ceiling by zero.
+    step_ms: float | None = Field(default=None, ge=1e-3, le=1e7, description="time per decode step, ms (1 µs to ~3 h)")
+    tokens_per_s: float | None = Field(default=None, ge=1e-6, le=1e9, description="aggregate emitted tokens/s over the group")
     boundary: Boundary = Field(default=Boundary.device_step, description="where the observation was read")
 
     @model_validator(mode="after")
@@ -126,11 +129,11 @@ class Workload(BaseModel):
         description="hardware preset, or the GPU name a tool prints ('NVIDIA H100 80GB HBM3'); a name no preset matches "
         "is kept as unknown and gives no bound. In a case file a missing hardware is unknown, not this default",
     )
-    measured_bandwidth_gbs: float | None = Field(default=None, gt=0, description="replaces the datasheet figure")
+    measured_bandwidth_gbs: BandwidthGBs | None = Field(default=None, description="replaces the datasheet figure, GB/s")
     precision: Precision = Field(default_factory=Precision, description="storage format per component")
     context: Context = Field(default_factory=lambda: Context(mean=0), description="context length: a mean, or one value per sequence")
     batch: int = Field(default=1, ge=1, description="sequences decoding together across the whole group")
-    tokens_per_step: float = Field(default=1.0, gt=0, description="tokens emitted per sequence per step")
+    tokens_per_step: float = Field(default=1.0, ge=1e-3, le=1024, description="tokens emitted per sequence per step (above 1 with speculation)")
     query_tokens_per_step: int = Field(default=1, ge=1, description="tokens each sequence feeds the model per step (k+1 when verifying k drafts)")
     layout: Layout = Field(default_factory=Layout, description="parallel layout of the serving group")
     expert_token_histogram: list[int] | list[list[int]] | None = Field(
