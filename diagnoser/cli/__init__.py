@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("diagnoser.cli.rules_cmd:rules", "List, show and test the rules."),
     "nsys": ("diagnoser.cli.nsys_cmd:nsys", "Drive Nsight Systems: profile, export, recipes."),
     "schema": ("diagnoser.cli.schema_cmd:schema", "Print the JSON Schema of an input or output document."),
+    "walkthrough": ("diagnoser.cli.walkthrough_cmd:walkthrough", "Scored interview and training walkthroughs; interviewer sheets."),
 }
 
 

@@ -14,6 +14,7 @@ DOCUMENTS = {
     "bound": "diagnoser.bound.estimate:BoundReport",
     "probe": "diagnoser.probes.report:ProbeReport",
     "diagnosis": "diagnoser.models.hypothesis:Diagnosis",
+    "walkthrough": "diagnoser.walkthroughs.model:Walkthrough",
 }
 
 

@@ -1,0 +1,82 @@
+"""The words shown about a step: its expected answer, why a trap or a choice is wrong, its working.
+
+One source for the trainee's verdicts and the interviewer's sheet, so both say the same
+thing about the same answer.
+"""
+
+from __future__ import annotations
+
+from diagnoser.walkthroughs import engine_view
+from diagnoser.walkthroughs.answers import letters
+from diagnoser.walkthroughs.model import Choice, ChoiceStep, NumberStep, OrderStep
+from diagnoser.walkthroughs.prepare import Prepared, TrapFigure, tolerance_text
+
+
+def number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def with_unit(value: float, unit: str) -> str:
+    return f"{number(value)}{'' if unit in ('%', 'x') else ' '}{unit}"
+
+
+def choice_text(prepared: Prepared, choice: Choice) -> str:
+    return choice.text or prepared.rule_title(choice.rule)  # type: ignore[arg-type]
+
+
+def options(prepared: Prepared, step) -> list[tuple[str, str, str]]:
+    """(letter, id, text) for each option of a choice or order step, in the order shown."""
+    if isinstance(step, ChoiceStep):
+        shown = [(c.key, choice_text(prepared, c)) for c in step.choices]
+    elif isinstance(step, OrderStep):
+        shown = [(i.id, i.text) for i in step.items]
+    else:
+        return []
+    return [(letter, key, text) for letter, (key, text) in zip(letters(len(shown)), shown)]
+
+
+def expected_text(prepared: Prepared, step) -> str:
+    if isinstance(step, NumberStep):
+        return f"{with_unit(prepared.figures[step.id].value, step.unit)} ({tolerance_text(step.tolerance, step.unit)})"
+    lettered = {key: f"{letter}) {text}" for letter, key, text in options(prepared, step)}
+    if isinstance(step, ChoiceStep):
+        return " or ".join(lettered[a] for a in step.answers)
+    letter_of = {key: letter for letter, key, _ in options(prepared, step)}
+    return " > ".join(f"{letter_of[i]}) {i}" for i in step.answer)
+
+
+def trap_lines(prepared: Prepared, step: NumberStep, trapped: TrapFigure) -> list[str]:
+    trap = trapped.trap
+    out = [f"{with_unit(trapped.figure.value, step.unit)} is the figure of a known mistake, {trap.name}: {trap.why}"]
+    return out + _rule_and_engine(prepared, trap.rule, trap.engine, trapped.figure, prepared.figures[step.id])
+
+
+def choice_lines(prepared: Prepared, choice: Choice) -> list[str]:
+    return [choice.why, *_rule_and_engine(prepared, choice.rule, choice.engine)]
+
+
+def _rule_and_engine(prepared: Prepared, rule: str | None, view, trap=None, expected=None) -> list[str]:
+    """The rule in its own words, unless the engine view shows it concluding (which says the same, and more)."""
+    out = []
+    if rule and not (view and rule in view.fires):
+        out.append(engine_view.rule_line(prepared, rule))
+    if view:
+        out += engine_view.lines(prepared, view, trap, expected)
+    return out
+
+
+def is_mistake(prepared: Prepared, choice: Choice) -> bool:
+    """A wrong choice the rule base names as a mistake (a guard or a lesson), not merely another cause."""
+    if choice.rule is None:
+        return False
+    return prepared.book.specs[prepared.book.resolve(choice.rule)].kind.value != "cause"
+
+
+def worked(prepared: Prepared, step) -> list[str]:
+    return prepared.figures[step.id].worked if isinstance(step, NumberStep) else []
+
+
+def engine_lines(prepared: Prepared, step) -> list[str]:
+    if step.engine is None:
+        return []
+    return engine_view.lines(prepared, step.engine, expected=prepared.figures.get(step.id))

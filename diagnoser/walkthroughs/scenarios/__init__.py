@@ -1,0 +1,1 @@
+"""The bundled walkthroughs: one YAML file each (`diagnoser walkthrough` lists them)."""
