@@ -16,7 +16,6 @@ httpx) besides torch and nvidia-ml-py.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -25,41 +24,36 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.fileio import write_atomic
+from diagnoser.models.probe_report import ProbeReport
 from diagnoser.probes.base import ProbeContext
 from diagnoser.probes.registry import run_probes
-from diagnoser.probes.report import ProbeReport
 from diagnoser.report.probe import render_markdown
 
 BANDWIDTH_GOAL = 0.95
 
 
 def card_name(report: ProbeReport) -> str:
-    device = ok_facts(report, "device")
-    if device and device.get("devices"):
-        return device["devices"][0]["name"]
-    gemm = ok_facts(report, "gemm")
-    return (gemm or {}).get("device_name") or "cpu"
+    device = report.ok_facts("device")
+    if device and device.devices and device.devices[0].name:
+        return device.devices[0].name
+    gemm = report.ok_facts("gemm")
+    return (gemm.device_name if gemm else None) or "cpu"
 
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def ok_facts(report: ProbeReport, name: str) -> dict[str, Any] | None:
-    result = report.result(name)
-    return result.facts if result is not None and result.status == "ok" else None
-
-
 def goal_line(report: ProbeReport) -> str:
     """The acceptance figure: the probe's bandwidth against the best plain torch copy of this run."""
-    f = ok_facts(report, "bandwidth")
+    f = report.ok_facts("bandwidth")
     if f is None:
         result = report.result("bandwidth")
         return f"bandwidth probe: {result.status} ({result.reason})" if result else "bandwidth probe: not run"
-    verdict = "PASS" if f["fraction_of_best_torch_copy"] >= BANDWIDTH_GOAL else "FAIL"
+    verdict = "PASS" if f.fraction_of_best_torch_copy >= BANDWIDTH_GOAL else "FAIL"
     return (
-        f"bandwidth {f['measured_bandwidth_gbs']:.1f} GB/s = {100 * f['fraction_of_best_torch_copy']:.1f}% of the best torch copy "
-        f"({f['best_torch_copy_gbs']:.1f} GB/s): {verdict} (goal >= {BANDWIDTH_GOAL:.0%})"
+        f"bandwidth {f.measured_bandwidth_gbs:.1f} GB/s = {100 * f.fraction_of_best_torch_copy:.1f}% of the best torch copy "
+        f"({f.best_torch_copy_gbs:.1f} GB/s): {verdict} (goal >= {BANDWIDTH_GOAL:.0%})"
     )
 
 
@@ -86,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     goal = goal_line(report)
     print(goal)
     stem = Path(args.out) / f"{date.today().isoformat()}-{slug(card)}"
-    write_atomic(stem.with_suffix(".json"), json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
+    write_atomic(stem.with_suffix(".json"), report.model_dump_json(indent=2) + "\n")
     notes = (f"all probes in {wall:.0f} s (`python bench/gpu_probes.py`)", goal)
     write_atomic(stem.with_suffix(".md"), render_markdown(report, f"GPU probes on {card}, {report.created[:10]}", notes))
     print(f"wrote {stem}.md and {stem}.json")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.models.observations import ProbeFacts
+from diagnoser.models.probe_results import BandwidthFacts, BandwidthTiming, LiveReadings
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
 from diagnoser.probes.timing import median_s, require_device
 
@@ -67,19 +68,19 @@ def theoretical_gbs(ctx: ProbeContext) -> tuple[float | None, str]:
         return float(given), "option"
     if ctx.device != "cuda":
         return None, "no theoretical figure for host memory (pass theoretical_bandwidth_gbs)"
-    from diagnoser.probes.device import collect, primary_device, torch_cuda_devices
+    from diagnoser.probes.device import collect, torch_cuda_devices
 
     try:
         import pynvml
     except ImportError:
         return None, "nvidia-ml-py is not installed"
-    dev = primary_device(collect(pynvml, torch_cuda_devices()))
-    if dev is None or dev["theoretical_bandwidth_gbs"] is None:
+    dev = collect(pynvml, torch_cuda_devices()).primary_device()
+    if dev is None or dev.theoretical_bandwidth_gbs is None:
         return None, "NVML gave no bus width or memory clock"
-    return dev["theoretical_bandwidth_gbs"], "nvml"
+    return dev.theoretical_bandwidth_gbs, "nvml"
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> BandwidthFacts:
     import torch
 
     require_device(ctx)
@@ -98,28 +99,28 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     under_load = readings_under_load(lambda: dst.copy_(src)) if ctx.device == "cuda" else None
     measured = max(read_gbs, copy_gbs)
     theory, theory_source = theoretical_gbs(ctx)
-    return {
-        "device": ctx.device,
-        "buffer_bytes": size,
-        "cache_bytes": cache,
-        "buffer_over_cache": size / cache if cache else None,
-        "dtype": "float32",
-        "timing": timing,
-        "read_gbs": read_gbs,
-        "copy_gbs": copy_gbs,
-        "copy_bytes_counted": "read + write (2 x buffer)",
-        "measured_bandwidth_gbs": measured,
-        "best_torch_copy_gbs": best_gbs,
-        "best_torch_copy_variant": best_name,
-        "fraction_of_best_torch_copy": measured / best_gbs,
-        "theoretical_bandwidth_gbs": theory,
-        "theoretical_source": theory_source,
-        "fraction_of_theoretical": measured / theory if theory else None,
-        "under_load": under_load,
-    }
+    return BandwidthFacts(
+        device=ctx.device,
+        buffer_bytes=size,
+        cache_bytes=cache,
+        buffer_over_cache=size / cache if cache else None,
+        dtype="float32",
+        timing=BandwidthTiming(**timing),
+        read_gbs=read_gbs,
+        copy_gbs=copy_gbs,
+        copy_bytes_counted="read + write (2 x buffer)",
+        measured_bandwidth_gbs=measured,
+        best_torch_copy_gbs=best_gbs,
+        best_torch_copy_variant=best_name,
+        fraction_of_best_torch_copy=measured / best_gbs,
+        theoretical_bandwidth_gbs=theory,
+        theoretical_source=theory_source,
+        fraction_of_theoretical=measured / theory if theory else None,
+        under_load=under_load,
+    )
 
 
-def readings_under_load(copy: Any) -> dict[str, Any]:
+def readings_under_load(copy: Any) -> LiveReadings:
     """NVML clocks, clock-event reasons and power sampled while queued copies keep the GPU busy."""
     import torch
 
@@ -128,7 +129,7 @@ def readings_under_load(copy: Any) -> dict[str, Any]:
     try:
         import pynvml
     except ImportError:
-        return {"missing": {"all": "nvidia-ml-py is not installed"}}
+        return LiveReadings.unread({"all": "nvidia-ml-py is not installed"})
 
     uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
     for _ in range(LOAD_COPIES):
@@ -154,16 +155,16 @@ def best_torch_copy(ctx: ProbeContext, src: Any, dst: Any, timing: dict[str, int
     return name, results[name]
 
 
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+def to_observations(facts: BandwidthFacts) -> dict[str, Any]:
     """Bandwidth figures, plus the clocks read under load, which supersede the device probe's idle ones."""
-    load = facts.get("under_load") or {}
+    load = facts.under_load or LiveReadings.unread({})
     return {
         "probe": ProbeFacts(
-            measured_bandwidth_gbs=facts["measured_bandwidth_gbs"],
-            theoretical_bandwidth_gbs=facts["theoretical_bandwidth_gbs"],
-            sm_clock_mhz=load.get("sm_clock_mhz"),
-            mem_clock_mhz=load.get("mem_clock_mhz"),
-            power_w=load.get("power_w"),
-            **({"throttle_reasons": load["clock_event_reasons"]} if load.get("clock_event_reasons") is not None else {}),
+            measured_bandwidth_gbs=facts.measured_bandwidth_gbs,
+            theoretical_bandwidth_gbs=facts.theoretical_bandwidth_gbs,
+            sm_clock_mhz=load.sm_clock_mhz,
+            mem_clock_mhz=load.mem_clock_mhz,
+            power_w=load.power_w,
+            **({"throttle_reasons": load.clock_event_reasons} if load.clock_event_reasons is not None else {}),
         )
     }

@@ -7,7 +7,6 @@ probe has a deadline, and nothing here changes device state.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -16,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from diagnoser.probes.report import ProbeResult
+from pydantic import BaseModel, ValidationError
+
+from diagnoser.models.probe_results import ProbeResult, probe_result
 
 DEFAULT_MEMORY_FRACTION = 0.25
 DEFAULT_TIMEOUT_S = 60.0
@@ -87,12 +88,20 @@ def one_line(err: BaseException) -> str:
 GPU_EXTRA_MODULES = frozenset({"torch", "pynvml"})
 
 
-def run_probe(name: str, func: Callable[["ProbeContext"], dict[str, Any]], ctx: ProbeContext) -> ProbeResult:
+def invalid_figure(name: str, err: ValidationError) -> str:
+    """The reason a probe whose figures do not fit its model (a NaN, a negative time) failed."""
+    from diagnoser.models.documents import validation_message
+
+    return validation_message(err, f"{name} measured an invalid figure")
+
+
+def run_probe(name: str, func: Callable[["ProbeContext"], BaseModel], ctx: ProbeContext) -> ProbeResult:
     """Run one probe under its deadline and turn every outcome into a ProbeResult.
 
     The probe runs in a daemon thread: a native call that hangs (a driver, a collective) cannot
     be interrupted from Python, so after the timeout the runner reports failure and moves on
-    rather than hanging the whole report.
+    rather than hanging the whole report. A probe builds its own facts model, so a figure that
+    came out NaN or negative fails the probe, with the field named, instead of reaching a case.
     """
     probe_ctx = replace(ctx, deadline=time.monotonic() + ctx.timeout_s)
     outcome: dict[str, Any] = {}
@@ -109,20 +118,20 @@ def run_probe(name: str, func: Callable[["ProbeContext"], dict[str, Any]], ctx: 
     worker.join(ctx.timeout_s + 1.0)
     duration = time.perf_counter() - start
     if worker.is_alive():
-        return ProbeResult(name=name, status="failed", reason=f"timed out after {ctx.timeout_s:g} s", duration_s=duration)
+        return probe_result(name=name, status="failed", reason=f"timed out after {ctx.timeout_s:g} s", duration_s=duration)
     error = outcome.get("error")
     if isinstance(error, ProbeSkipped):
-        return ProbeResult(name=name, status="skipped", reason=one_line(error), duration_s=duration)
+        return probe_result(name=name, status="skipped", reason=one_line(error), duration_s=duration)
     if isinstance(error, ModuleNotFoundError) and error.name in GPU_EXTRA_MODULES:
         # torch and nvidia-ml-py are an optional extra: a missing one is a reason, not a fault
         reason = f"{error.name} is not installed (pip install 'diagnoser[gpu]')"
-        return ProbeResult(name=name, status="skipped", reason=reason, duration_s=duration)
+        return probe_result(name=name, status="skipped", reason=reason, duration_s=duration)
+    if isinstance(error, ValidationError):
+        return probe_result(name=name, status="failed", reason=invalid_figure(name, error), duration_s=duration)
     if error is not None:
         ctx.log.debug("probe %s failed", name, exc_info=error)
-        return ProbeResult(name=name, status="failed", reason=one_line(error), duration_s=duration)
-    facts = outcome.get("facts") or {}
+        return probe_result(name=name, status="failed", reason=one_line(error), duration_s=duration)
     try:
-        json.dumps(facts, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        return ProbeResult(name=name, status="failed", reason=f"facts are not plain JSON: {one_line(err)}", duration_s=duration)
-    return ProbeResult(name=name, status="ok", duration_s=duration, facts=facts)
+        return probe_result(name=name, status="ok", duration_s=duration, facts=outcome.get("facts"))
+    except ValidationError as err:  # facts of another probe's form, or none
+        return probe_result(name=name, status="failed", reason=invalid_figure(name, err), duration_s=duration)

@@ -28,6 +28,7 @@ import httpx
 
 from diagnoser.errors import InputError
 from diagnoser.models.observations import BoundaryTimings, HostObs
+from diagnoser.models.probe_results import ClientFacts, LatencyStats
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.sse_client import StreamedResponse, api_url, request_body, served_model, stream
@@ -80,7 +81,7 @@ def mean_tokens_per_chunk(responses: list[StreamedResponse]) -> tuple[float | No
     return None, "unknown: the server sent no usage"
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> ClientFacts:
     api = str(ctx.options.get("api", "completions"))
     requests = bounded_int(ctx.options, "requests", 3, 1, MAX_REQUESTS)
     max_tokens = bounded_int(ctx.options, "max_tokens", 128, 2, MAX_TOKENS)
@@ -91,51 +92,51 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     metrics = [sm.request_metrics(r) for r in responses]
     per_chunk, source = mean_tokens_per_chunk(responses)
     tpot = sm.summary([m.tpot_ms for m in metrics if m.tpot_ms is not None])
-    return {
-        "endpoint": url,
-        "api": api,
-        "model": model,
-        "requests": requests,
-        "concurrency": concurrency,
-        "max_tokens": max_tokens,
-        "definitions": "vLLM bench serve: TTFT/E2EL to first/last choice event, ITL per chunk, TPOT=(E2EL-TTFT)/(tokens-1)",
-        "output_tokens": [m.output_tokens for m in metrics],
-        "ttft_ms": sm.summary([m.ttft_ms for m in metrics]),
-        "tpot_ms": tpot,
-        "itl_ms": sm.summary([gap for m in metrics for gap in m.itl_ms]),
-        "e2el_ms": sm.summary([m.e2el_ms for m in metrics]),
-        "output_throughput_tok_s": sm.output_throughput(responses),
-        "per_user_tok_s": 1e3 / tpot["mean"] if tpot else None,
-        "tokens_per_chunk": per_chunk,
-        "tokens_per_chunk_source": source,
-        "bunching": sm.bunching(responses),
-        "itl_growth_ms_per_1k_output": sm.itl_growth_per_1k_output(responses),
-        "server_timing": sm.server_reconciliation(responses),
-    }
+    return ClientFacts(
+        endpoint=url,
+        api=api,
+        model=model,
+        requests=requests,
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        definitions="vLLM bench serve: TTFT/E2EL to first/last choice event, ITL per chunk, TPOT=(E2EL-TTFT)/(tokens-1)",
+        output_tokens=[m.output_tokens for m in metrics],
+        ttft_ms=sm.summary([m.ttft_ms for m in metrics]),
+        tpot_ms=tpot,
+        itl_ms=sm.summary([gap for m in metrics for gap in m.itl_ms]),
+        e2el_ms=sm.summary([m.e2el_ms for m in metrics]),
+        output_throughput_tok_s=sm.output_throughput(responses),
+        per_user_tok_s=1e3 / tpot.mean if tpot else None,
+        tokens_per_chunk=per_chunk,
+        tokens_per_chunk_source=source,
+        bunching=sm.bunching(responses),
+        itl_growth_ms_per_1k_output=sm.itl_growth_per_1k_output(responses),
+        server_timing=sm.server_reconciliation(responses),
+    )
 
 
 def _positive(value: float | None) -> float | None:
     return value if value is not None and value > 0 else None
 
 
-def _stat(facts: dict[str, Any], metric: str, key: str) -> float | None:
-    return _positive((facts.get(metric) or {}).get(key))
+def _p50(stats: LatencyStats | None) -> float | None:
+    return _positive(stats.p50) if stats else None
 
 
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+def to_observations(facts: ClientFacts) -> dict[str, Any]:
     """Boundary timings for the device/server/client comparison, and the ITL spike ratio."""
-    server = facts.get("server_timing") or {}
-    itl_p50, itl_p99 = _stat(facts, "itl_ms", "p50"), _stat(facts, "itl_ms", "p99")
+    server = facts.server_timing
+    itl_p50, itl_p99 = _p50(facts.itl_ms), _positive(facts.itl_ms.p99) if facts.itl_ms else None
     updates: dict[str, Any] = {
         "boundaries": BoundaryTimings(
-            device_step_ms=_positive(server.get("device_step_ms")),
-            server_emission_ms=_positive(server.get("server_emission_ms")),
-            client_receipt_ms=_positive(server.get("client_receipt_ms")) or itl_p50,
+            device_step_ms=_positive(server.device_step_ms) if server else None,
+            server_emission_ms=_positive(server.server_emission_ms) if server else None,
+            client_receipt_ms=(_positive(server.client_receipt_ms) if server else None) or itl_p50,
             client_p50_ms=itl_p50,
             client_p99_ms=itl_p99,
-            tokens_per_chunk=_positive(facts.get("tokens_per_chunk")),
-            ttft_ms=_stat(facts, "ttft_ms", "p50"),
-            itl_growth_ms_per_1k_output=facts.get("itl_growth_ms_per_1k_output"),
+            tokens_per_chunk=_positive(facts.tokens_per_chunk),
+            ttft_ms=_p50(facts.ttft_ms),
+            itl_growth_ms_per_1k_output=facts.itl_growth_ms_per_1k_output,
         )
     }
     if itl_p50 and itl_p99:

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diagnoser.models.probe_results import CollectiveSummary
+
 # Bytes each rank moves per byte of message, relative to the message size (the nccl-tests
 # "bus bandwidth" convention), so figures are comparable with link speeds across group sizes.
 BUS_FACTOR = {
@@ -37,28 +39,6 @@ class CallRecord(BaseModel):
     arrival_ns: int = Field(description="host clock just before entering the collective")
     departure_ns: int = Field(description="host clock once the result is complete on this rank")
     compute_ns: int = Field(ge=0, description="time since this rank's previous departure (its work before arriving)")
-
-
-class CollectiveSummary(BaseModel):
-    """One collective at one message size, medians over iterations."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    op: str
-    message_bytes: int
-    group_size: int
-    iterations: int
-    interval_ms: float = Field(description="first arrival to last departure")
-    transfer_ms: float = Field(description="last arrival to departure (median over ranks)")
-    wait_ms: float = Field(description="last arrival minus first arrival")
-    late_rank: int = Field(description="the rank most often last to arrive")
-    late_fraction: float = Field(description="share of iterations in which late_rank was last")
-    late_by_ms: float = Field(description="how long late_rank alone held the call up (median over iterations)")
-    hold_up_ms: list[float] = Field(description="per rank: mean time the call waited for that rank alone")
-    mean_wait_ms: list[float] = Field(description="per rank: mean time spent waiting for others")
-    preceding_compute_ms: float = Field(description="work on late_rank before it arrived (median)")
-    extra_compute_ms: float = Field(description="late_rank's preceding work minus the other ranks' median")
-    bus_bandwidth_gbs: float | None = Field(default=None, description="bus bandwidth over transfer time only")
 
 
 def _ms(ns: float) -> float:

@@ -28,6 +28,7 @@ from typing import Any
 from diagnoser.errors import InputError
 from diagnoser.models.model_spec import resolve_model
 from diagnoser.models.observations import CollectiveObs
+from diagnoser.models.probe_results import CollectivesFacts, CollectiveSummary, InjectedDelay
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout, host_available_bytes
 from diagnoser.probes.collective_timeline import CallRecord, summarise
 
@@ -172,7 +173,7 @@ def read_records(out_dir: Path, ranks: int) -> tuple[list[CallRecord], set[str],
     return records, hosts, dtype
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> CollectivesFacts:
     if importlib.util.find_spec("torch") is None:
         raise ProbeSkipped("torch is not installed")
     ranks = int(ctx.options.get("ranks", 2))
@@ -192,44 +193,42 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     # Name a rank only where waiting, not moving bytes, dominated the interval.
     late = {s.late_rank for s in summaries if s.wait_ms > s.transfer_ms}
     delay_ms = float(ctx.options.get("delay_ms", 0.0))
-    injected = {"rank": int(ctx.options["delay_rank"]), "ms": delay_ms} if ctx.options.get("delay_rank") is not None and delay_ms > 0 else None
-    return {
-        "backend": backend,
-        "backend_note": note,
-        "dtype": dtype,
-        "world_size": ranks,
-        "clock": CLOCK,
-        "injected_delay": injected,
-        "late_rank": late.pop() if len(late) == 1 else None,
-        "collectives": [s.model_dump() for s in summaries],
-    }
+    delay_rank = ctx.options.get("delay_rank")
+    return CollectivesFacts(
+        backend=backend,
+        backend_note=note,
+        dtype=dtype,
+        world_size=ranks,
+        clock=CLOCK,
+        injected_delay=InjectedDelay(rank=int(delay_rank), ms=delay_ms) if delay_rank is not None and delay_ms > 0 else None,
+        late_rank=late.pop() if len(late) == 1 else None,
+        collectives=summaries,
+    )
 
 
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+def to_observations(facts: CollectivesFacts) -> dict[str, Any]:
     """One CollectiveObs per op, at the largest message measured (where transfer cost shows most).
 
     Rules key their findings by op, so several sizes of one op would compete; every size
     stays in the probe report itself.
     """
-    largest: dict[str, dict[str, Any]] = {}
-    for item in facts.get("collectives", []):
-        if item["message_bytes"] >= largest.get(item["op"], {}).get("message_bytes", -1):
-            largest[item["op"]] = item
+    largest: dict[str, CollectiveSummary] = {}
+    for item in facts.collectives:
+        if item.op not in largest or item.message_bytes >= largest[item.op].message_bytes:
+            largest[item.op] = item
     observations = [
         CollectiveObs(
-            op=item["op"],
-            implementation=facts["backend"],
-            interval_ms=item["interval_ms"],
-            transfer_ms=max(0.0, item["transfer_ms"]),
-            wait_ms=item["wait_ms"],
-            late_rank=item["late_rank"],
-            message_bytes=item["message_bytes"],
+            op=item.op,
+            implementation=facts.backend,
+            interval_ms=item.interval_ms,
+            transfer_ms=item.transfer_ms,
+            wait_ms=item.wait_ms,
+            late_rank=item.late_rank,
+            message_bytes=item.message_bytes,
             # the case holds algorithm bandwidth, as trace ingest computes it; bus bandwidth stays in the report
-            effective_bandwidth_gbs=(
-                item["message_bytes"] / (item["transfer_ms"] / 1e3) / 1e9 if item["transfer_ms"] > 0 else None
-            ),
-            group_size=item["group_size"],
-            preceding_compute_ms=item["preceding_compute_ms"],
+            effective_bandwidth_gbs=item.message_bytes / (item.transfer_ms / 1e3) / 1e9 if item.transfer_ms > 0 else None,
+            group_size=item.group_size,
+            preceding_compute_ms=item.preceding_compute_ms,
         )
         for item in largest.values()
     ]

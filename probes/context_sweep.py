@@ -23,6 +23,7 @@ from typing import Any
 
 from diagnoser.errors import InputError
 from diagnoser.models.observations import ContextPoint
+from diagnoser.models.probe_results import ContextSweepFacts, ContextSweepPoint
 from diagnoser.probes.base import ProbeContext
 from diagnoser.probes.client import bounded_int, open_session, stream_bounded
 from diagnoser.probes.serving_metrics import linear_fit, request_metrics
@@ -50,7 +51,7 @@ def prompt_lengths(options: dict[str, Any]) -> list[int]:
     return lengths
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> ContextSweepFacts:
     lengths = prompt_lengths(ctx.options)
     output = bounded_int(ctx.options, "sweep_output_tokens", 64, 2, 4096)
     repeats = bounded_int(ctx.options, "sweep_repeats", 2, 1, 20)
@@ -68,28 +69,28 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
             prompt = responses[0].prompt_tokens or length
             produced = statistics.median(m.output_tokens for m in metrics if m.output_tokens)
             points.append(
-                {
-                    "prompt_tokens": prompt,
-                    "output_tokens": produced,
-                    "context": mean_decode_context(prompt, produced),
-                    "step_ms": statistics.median(tpots),
-                    "ttft_ms": statistics.median(m.ttft_ms for m in metrics),
-                }
+                ContextSweepPoint(
+                    prompt_tokens=prompt,
+                    output_tokens=produced,
+                    context=mean_decode_context(prompt, produced),
+                    step_ms=statistics.median(tpots),
+                    ttft_ms=statistics.median(m.ttft_ms for m in metrics),
+                )
             )
-    step = linear_fit([p["context"] / 1e3 for p in points], [p["step_ms"] for p in points])
-    prefill = linear_fit([p["prompt_tokens"] / 1e3 for p in points], [p["ttft_ms"] for p in points])
-    return {
-        "endpoint": url,
-        "model": model,
-        "repeats": repeats,
-        "points": points,
-        "step_ms_per_1k_context": step["slope"] if step else None,
-        "step_intercept_ms": step["intercept"] if step else None,
-        "step_fit_r2": step["r2"] if step else None,
-        "ttft_ms_per_1k_prompt": prefill["slope"] if prefill else None,
-    }
+    step = linear_fit([p.context / 1e3 for p in points], [p.step_ms for p in points])
+    prefill = linear_fit([p.prompt_tokens / 1e3 for p in points], [p.ttft_ms for p in points])
+    return ContextSweepFacts(
+        endpoint=url,
+        model=model,
+        repeats=repeats,
+        points=points,
+        step_ms_per_1k_context=step["slope"] if step else None,
+        step_intercept_ms=step["intercept"] if step else None,
+        step_fit_r2=step["r2"] if step else None,
+        ttft_ms_per_1k_prompt=prefill["slope"] if prefill else None,
+    )
 
 
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
-    points = [ContextPoint(context=round(p["context"]), step_ms=p["step_ms"]) for p in facts.get("points", [])]
+def to_observations(facts: ContextSweepFacts) -> dict[str, Any]:
+    points = [ContextPoint(context=round(p.context), step_ms=p.step_ms) for p in facts.points]
     return {"context_sweep": points} if points else {}

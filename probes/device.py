@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from diagnoser.models.observations import ProbeFacts
+from diagnoser.models.probe_results import DeviceFacts, GpuDevice, LiveReadings, NvLinkState, NvmlFacts
 from diagnoser.probes.base import ProbeContext
 
 NO_DRIVER = "no NVIDIA driver"
@@ -30,9 +31,6 @@ CLOCK_EVENT_BITS: dict[int, str] = {
     0x200: "BoardLimit",
     0x400: "Reliability",
 }
-
-SYSTEM_FIELDS = ("driver_version", "cuda_driver_version", "device_count")
-
 
 def theoretical_bandwidth_gbs(bus_width_bits: int, max_mem_clock_mhz: float) -> float:
     """DRAM bandwidth from the bus width and memory clock; HBM and GDDR move data on both edges."""
@@ -98,7 +96,7 @@ def _temperature(nvml: Any, handle: Any) -> int:
     return _newer_or_older(nvml, "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
 
 
-def _nvlink(nvml: Any, handle: Any, r: "_Reader") -> dict[str, int]:
+def _nvlink(nvml: Any, handle: Any, r: "_Reader") -> NvLinkState:
     """Active links; NotSupported or InvalidArgument mark the end of the links a board has.
     Any other error (a VM that hides the links, say) stops the count and is recorded."""
     active = checked = 0
@@ -112,7 +110,7 @@ def _nvlink(nvml: Any, handle: Any, r: "_Reader") -> dict[str, int]:
             break
         checked += 1
         active += int(state == nvml.NVML_FEATURE_ENABLED)
-    return {"active_links": active, "links_checked": checked}
+    return NvLinkState(active_links=active, links_checked=checked)
 
 
 def live_readings(nvml: Any, handle: Any, r: "_Reader") -> dict[str, Any]:
@@ -127,24 +125,24 @@ def live_readings(nvml: Any, handle: Any, r: "_Reader") -> dict[str, Any]:
     }
 
 
-def sample_live(nvml: Any, uuid: str) -> dict[str, Any]:
+def sample_live(nvml: Any, uuid: str) -> LiveReadings:
     """Live readings of one device, for sampling while a probe keeps it busy (idle clocks mislead)."""
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
-        return {"missing": {"all": no_driver_reason(nvml, err)}}
+        return LiveReadings.unread({"all": no_driver_reason(nvml, err)})
     try:
         r = _Reader(nvml)
         prefixed = uuid if uuid.upper().startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
         handle = r.read("all", lambda: nvml.nvmlDeviceGetHandleByUUID(prefixed))
         if handle is None:
-            return {"missing": r.missing}
-        return {**live_readings(nvml, handle, r), "missing": r.missing}
+            return LiveReadings.unread(r.missing)
+        return LiveReadings(**live_readings(nvml, handle, r), missing=r.missing)
     finally:
         nvml.nvmlShutdown()
 
 
-def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]]) -> GpuDevice:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     r = _Reader(nvml)
     mem = r.read("memory_total_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
@@ -177,14 +175,16 @@ def _device_facts(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]
     torch_dev = torch_by_uuid.get(normalise_uuid(uuid)) if uuid else None
     if torch_dev is None:
         r.missing["sm_count"] = "no torch CUDA device with this UUID (CUDA_VISIBLE_DEVICES or CPU-only torch)"
-    facts["torch_index"] = torch_dev["index"] if torch_dev else None
-    facts["sm_count"] = torch_dev["sm_count"] if torch_dev else None
-    facts["l2_cache_bytes"] = torch_dev["l2_cache_bytes"] if torch_dev else None
-    facts["missing"] = r.missing
-    return facts
+    return GpuDevice(
+        **facts,
+        torch_index=torch_dev["index"] if torch_dev else None,
+        sm_count=torch_dev["sm_count"] if torch_dev else None,
+        l2_cache_bytes=torch_dev["l2_cache_bytes"] if torch_dev else None,
+        missing=r.missing,
+    )
 
 
-def _device_or_reason(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]], r: _Reader) -> dict[str, Any] | None:
+def _device_or_reason(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, Any]], r: _Reader) -> GpuDevice | None:
     """One device's facts, or None with the reason recorded (a GPU the container may not open)."""
     try:
         return _device_facts(nvml, index, torch_by_uuid)
@@ -193,25 +193,24 @@ def _device_or_reason(nvml: Any, index: int, torch_by_uuid: dict[str, dict[str, 
         return None
 
 
-def collect(nvml: Any, torch_devices: list[dict[str, Any]]) -> dict[str, Any]:
+def collect(nvml: Any, torch_devices: list[dict[str, Any]]) -> NvmlFacts:
     """All NVML facts; ``nvml`` is the pynvml module (a seam tests fill with recorded readings)."""
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
-        reason = no_driver_reason(nvml, err)
-        return {"nvml": reason, "devices": [], "missing": {field: reason for field in SYSTEM_FIELDS}}
+        return NvmlFacts.unavailable(no_driver_reason(nvml, err))
     try:
         r = _Reader(nvml)
         count = r.read("device_count", nvml.nvmlDeviceGetCount)
         torch_by_uuid = {normalise_uuid(d["uuid"]): d for d in torch_devices}
-        return {
-            "nvml": "ok",
-            "driver_version": r.read("driver_version", nvml.nvmlSystemGetDriverVersion),
-            "cuda_driver_version": _cuda_version(r.read("cuda_driver_version", nvml.nvmlSystemGetCudaDriverVersion)),
-            "device_count": count,
-            "devices": [d for i in range(count or 0) if (d := _device_or_reason(nvml, i, torch_by_uuid, r)) is not None],
-            "missing": r.missing,
-        }
+        return NvmlFacts(
+            nvml="ok",
+            driver_version=r.read("driver_version", nvml.nvmlSystemGetDriverVersion),
+            cuda_driver_version=_cuda_version(r.read("cuda_driver_version", nvml.nvmlSystemGetCudaDriverVersion)),
+            device_count=count,
+            devices=[d for i in range(count or 0) if (d := _device_or_reason(nvml, i, torch_by_uuid, r)) is not None],
+            missing=r.missing,
+        )
     finally:
         nvml.nvmlShutdown()
 
@@ -240,44 +239,37 @@ def torch_cuda_devices() -> list[dict[str, Any]]:
     return devices
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> DeviceFacts:
     import torch
 
     try:
         import pynvml
     except ImportError:
-        facts: dict[str, Any] = {"nvml": "nvidia-ml-py is not installed", "devices": []}
+        nvml = NvmlFacts.unavailable("nvidia-ml-py is not installed")
     else:
-        facts = collect(pynvml, torch_cuda_devices())
-    facts["torch_cuda"] = torch.version.cuda if torch.cuda.is_available() else "not available"
-    return facts
+        nvml = collect(pynvml, torch_cuda_devices())
+    return DeviceFacts(**dict(nvml), torch_cuda=torch.version.cuda if torch.cuda.is_available() else "not available")
 
 
-def primary_device(facts: dict[str, Any]) -> dict[str, Any] | None:
-    """The device torch uses by default (index 0), else the first NVML device."""
-    devices = facts.get("devices") or []
-    return next((d for d in devices if d.get("torch_index") == 0), devices[0] if devices else None)
-
-
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
-    dev = primary_device(facts)
+def to_observations(facts: DeviceFacts) -> dict[str, Any]:
+    dev = facts.primary_device()
     if dev is None:
         return {}
-    reasons = dev["clock_event_reasons"]
+    reasons = dev.clock_event_reasons
     return {
         "probe": ProbeFacts(
             # an unreadable reason mask is not "no throttling"
             **({"throttle_reasons": reasons} if reasons is not None else {}),
-            gpu_name=dev["name"],
-            theoretical_bandwidth_gbs=dev["theoretical_bandwidth_gbs"],
-            sm_clock_mhz=dev["sm_clock_mhz"],
-            max_sm_clock_mhz=dev["max_sm_clock_mhz"],
-            mem_clock_mhz=dev["mem_clock_mhz"],
-            max_mem_clock_mhz=dev["max_mem_clock_mhz"],
-            power_w=dev["power_w"],
-            power_limit_w=dev["power_limit_w"],
-            temperature_c=dev["temperature_c"],
-            nvlink_active_links=dev["nvlink"]["active_links"],
-            pcie_generation=dev["pcie_generation"],
+            gpu_name=dev.name,
+            theoretical_bandwidth_gbs=dev.theoretical_bandwidth_gbs,
+            sm_clock_mhz=dev.sm_clock_mhz,
+            max_sm_clock_mhz=dev.max_sm_clock_mhz,
+            mem_clock_mhz=dev.mem_clock_mhz,
+            max_mem_clock_mhz=dev.max_mem_clock_mhz,
+            power_w=dev.power_w,
+            power_limit_w=dev.power_limit_w,
+            temperature_c=dev.temperature_c,
+            nvlink_active_links=dev.nvlink.active_links,
+            pcie_generation=dev.pcie_generation,
         )
     }

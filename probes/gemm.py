@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import ValidationError
 
 from diagnoser.errors import InputError
 from diagnoser.models.hardware import Hardware, hardware_preset, match_hardware
 from diagnoser.models.model_spec import resolve_model
 from diagnoser.models.observations import GemmPoint
+from diagnoser.models.probe_results import GemmFacts, GemmShapeSweep, GemmSkip, GemmSweepPoint, SweepDtype
 from diagnoser.probes.bandwidth import cache_bytes
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
 from diagnoser.probes.timing import median_s, require_device
@@ -27,7 +30,7 @@ M_VALUES = tuple(2**i for i in range(9))  # 1 .. 256 tokens per expert
 CPU_MAX_DIM = 512  # keeps a CPU sweep to seconds; the shapes are scaled and marked as such
 MAX_WEIGHT_COPIES = 16
 CACHE_MULTIPLE = 4
-SWEEP_DTYPES = ("fp32", "bf16", "fp8")
+SWEEP_DTYPES = get_args(SweepDtype)
 IN_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}  # operands as stored
 OUT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # an fp8 GEMM writes bf16
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper are the first with fp8 tensor cores
@@ -113,7 +116,7 @@ def sweep_dtypes(ctx: ProbeContext) -> tuple[list[str], dict[str, str]]:
     return [d for d in wanted if d not in skipped], skipped
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> GemmFacts:
     import torch
 
     require_device(ctx)
@@ -135,22 +138,24 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
         for shape in shapes:
             try:
                 table.append(_sweep_shape(ctx, shape, m_values, dtype, cache, peak_flops, peak_bw))
+            except ValidationError:
+                raise  # a NaN or negative figure fails the probe; it is not a kernel the card refused
             except (RuntimeError, ValueError) as err:  # a kernel this torch or card refuses: say so, go on
-                skipped.append({"name": shape["name"], "dtype": dtype, "reason": " ".join(str(err).split())[:300]})
-    return {
-        "device": ctx.device,
-        "device_name": device_name,
-        "dtypes": dtypes,
-        "dtypes_skipped": dtypes_skipped,
-        "shapes_source": source,
-        "scaled_for_cpu": scaled,
-        "hardware": hw.name if hw else None,
-        "peak_tflops": {d: hw.peak_flops(d) / 1e12 for d in dtypes} if hw and ctx.device == "cuda" else None,
-        "peak_bandwidth_gbs": peak_bw,
-        "m_values": m_values,
-        "shapes": table,
-        "skipped": skipped,
-    }
+                skipped.append(GemmSkip(name=shape["name"], dtype=dtype, reason=" ".join(str(err).split())[:300]))
+    return GemmFacts(
+        device=ctx.device,
+        device_name=device_name,
+        dtypes=dtypes,
+        dtypes_skipped=dtypes_skipped,
+        shapes_source=source,
+        scaled_for_cpu=scaled,
+        hardware=hw.name if hw else None,
+        peak_tflops={d: hw.peak_flops(d) / 1e12 for d in dtypes} if hw and ctx.device == "cuda" else None,
+        peak_bandwidth_gbs=peak_bw,
+        m_values=m_values,
+        shapes=table,
+        skipped=skipped,
+    )
 
 
 def _matmul(dtype: str, x: Any, weights: list[Any]) -> Callable[[], Any]:
@@ -182,7 +187,7 @@ def _sweep_shape(
     cache: int,
     peak_flops: float | None,
     peak_bw: float | None,
-) -> dict[str, Any]:
+) -> GemmShapeSweep:
     n, k = shape["n"], shape["k"]
     if dtype == "fp8" and (n % 16 or k % 16):
         raise ValueError(f"fp8 GEMMs need N and K divisible by 16, got {n}x{k}")
@@ -198,37 +203,41 @@ def _sweep_shape(
     weights = [_operand(dtype, n, k, ctx.device).t() if dtype == "fp8" else _operand(dtype, k, n, ctx.device) for _ in range(copies)]
     # A GPU call lasts microseconds, so each repeat cycles the copies several times.
     timing = {"repeats": 5, "inner": 4 * copies} if ctx.device == "cuda" else {"repeats": 3, "inner": copies}
+    peaked = bool(peak_flops and peak_bw)
     points = []
     for m in m_values:
         seconds = median_s(ctx, _matmul(dtype, _operand(dtype, m, k, ctx.device), weights), warmup=2, **timing)
-        point: dict[str, Any] = {
-            "m": m,
-            "time_us": seconds * 1e6,
-            "tflops": gemm_flops(m, n, k) / seconds / 1e12,
-            "gbs": gemm_bytes(m, n, k, elem, out_elem) / seconds / 1e9,
-        }
-        if peak_flops and peak_bw:
-            point["fraction_of_peak_flops"] = gemm_flops(m, n, k) / seconds / peak_flops
-            point["fraction_of_peak_bandwidth"] = point["gbs"] / peak_bw
-            point["fraction_of_roofline"] = roofline_s(m, n, k, elem, peak_flops, peak_bw, out_elem) / seconds
-        points.append(point)
+        achieved_gbs = gemm_bytes(m, n, k, elem, out_elem) / seconds / 1e9
+        points.append(
+            GemmSweepPoint(
+                m=m,
+                time_us=seconds * 1e6,
+                tflops=gemm_flops(m, n, k) / seconds / 1e12,
+                gbs=achieved_gbs,
+                fraction_of_peak_flops=gemm_flops(m, n, k) / seconds / peak_flops if peaked else None,
+                fraction_of_peak_bandwidth=achieved_gbs / peak_bw if peaked else None,
+                fraction_of_roofline=roofline_s(m, n, k, elem, peak_flops, peak_bw, out_elem) / seconds if peaked else None,
+            )
+        )
     del weights
-    return {**shape, "dtype": dtype, "weight_copies": copies, "points": points, "m_doubling_time_at": doubling_m(points)}
+    return GemmShapeSweep(
+        name=shape["name"], n=n, k=k, dtype=dtype, weight_copies=copies, points=points, m_doubling_time_at=doubling_m(points)
+    )
 
 
-def doubling_m(points: list[dict[str, Any]]) -> int | None:
+def doubling_m(points: list[GemmSweepPoint]) -> int | None:
     """The first M whose time is twice that at the smallest M: below it, extra tokens were almost free."""
-    base = points[0]["time_us"]
-    return next((p["m"] for p in points if p["time_us"] >= 2 * base), None)
+    base = points[0].time_us
+    return next((p.m for p in points if p.time_us >= 2 * base), None)
 
 
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+def to_observations(facts: GemmFacts) -> dict[str, Any]:
     """The points whose bandwidth fraction is known (a GPU with a peak figure): the yardstick the
     rule base holds the served MoE kernel against at the same rows per expert."""
     points = [
-        GemmPoint(shape=shape["name"], dtype=shape["dtype"], m=p["m"], time_us=p["time_us"], bw_fraction=p["fraction_of_peak_bandwidth"])
-        for shape in facts.get("shapes", [])
-        for p in shape["points"]
-        if p.get("fraction_of_peak_bandwidth") is not None
+        GemmPoint(shape=shape.name, dtype=shape.dtype, m=p.m, time_us=p.time_us, bw_fraction=p.fraction_of_peak_bandwidth)
+        for shape in facts.shapes
+        for p in shape.points
+        if p.fraction_of_peak_bandwidth is not None
     ]
     return {"gemm_sweep": points} if points else {}

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from diagnoser.models.observations import GraphReplayObs
+from diagnoser.models.probe_results import GraphBatch, GraphsFacts
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, bounded_bytes
 from diagnoser.probes.timing import median_s, require_device
 
@@ -88,33 +89,37 @@ def graph_replay(ctx: ProbeContext, step: Callable[[Any], Any], x: Any, eager_ou
     return {"captured": True, "replay_matches_eager": matches, "graph_step_ms": graph_s * 1e3}
 
 
-def measure_batch(ctx: ProbeContext, step: Callable[[Any], Any], batch: int) -> dict[str, Any]:
+# the graph figures of a batch that was not replayed: a CPU run, or a capture the GPU refused
+NOT_REPLAYED = {"captured": None, "capture_error": None, "replay_matches_eager": None, "graph_step_ms": None}
+
+
+def measure_batch(ctx: ProbeContext, step: Callable[[Any], Any], batch: int) -> GraphBatch:
     import torch
 
     x = torch.randn(batch, HIDDEN, device=ctx.device)
     eager_out = step(x)
     eager_s = median_s(ctx, lambda: step(x), repeats=7, warmup=2, inner=5 if ctx.device == "cuda" else 1)
     launches = count_launches(step, x)
-    point: dict[str, Any] = {
-        "batch": batch,
-        "eager_step_ms": eager_s * 1e3,
-        "launches_per_step": launches,
-        "launches_counted_as": "torch operations per step",
-        "eager_us_per_launch": eager_s * 1e6 / launches,
-    }
-    if ctx.device != "cuda":
-        return point
-    try:
-        point.update(graph_replay(ctx, step, x, eager_out))
-    except RuntimeError as err:  # capture refused for this shape: a finding, not a probe failure
-        point.update({"captured": False, "capture_error": " ".join(str(err).split())[:300]})
-        return point
-    point["graph_gain"] = point["eager_step_ms"] / point["graph_step_ms"]
-    point["launch_cost_us"] = max(0.0, (point["eager_step_ms"] - point["graph_step_ms"]) * 1e3 / launches)
-    return point
+    replay: dict[str, Any] = dict(NOT_REPLAYED)
+    if ctx.device == "cuda":
+        try:
+            replay.update(graph_replay(ctx, step, x, eager_out))
+        except RuntimeError as err:  # capture refused for this shape: a finding, not a probe failure
+            replay.update(captured=False, capture_error=" ".join(str(err).split())[:300])
+    eager_ms, graph_ms = eager_s * 1e3, replay["graph_step_ms"]
+    return GraphBatch(
+        batch=batch,
+        eager_step_ms=eager_ms,
+        launches_per_step=launches,
+        launches_counted_as="torch operations per step",
+        eager_us_per_launch=eager_s * 1e6 / launches,
+        **replay,
+        graph_gain=eager_ms / graph_ms if graph_ms is not None else None,
+        launch_cost_us=max(0.0, (eager_ms - graph_ms) * 1e3 / launches) if graph_ms is not None else None,
+    )
 
 
-def run(ctx: ProbeContext) -> dict[str, Any]:
+def run(ctx: ProbeContext) -> GraphsFacts:
     import torch
 
     require_device(ctx)
@@ -127,29 +132,32 @@ def run(ctx: ProbeContext) -> dict[str, Any]:
     step = make_step(layers, HIDDEN, ctx.device)
     with torch.inference_mode(False), torch.no_grad():
         points = [measure_batch(ctx, step, b) for b in batches]
-    facts: dict[str, Any] = {"device": ctx.device, "layers": layers, "hidden": HIDDEN, "dtype": "float32", "batches": points}
-    if ctx.device == "cuda":
-        facts["mode"] = "eager and CUDA graph"
-    else:
-        facts["mode"] = "eager only"
-        facts["graph_skipped_reason"] = "CUDA graphs need a GPU; only the eager path was measured"
-    return facts
+    on_gpu = ctx.device == "cuda"
+    return GraphsFacts(
+        device=ctx.device,
+        layers=layers,
+        hidden=HIDDEN,
+        dtype="float32",
+        mode="eager and CUDA graph" if on_gpu else "eager only",
+        graph_skipped_reason=None if on_gpu else "CUDA graphs need a GPU; only the eager path was measured",
+        batches=points,
+    )
 
 
-def to_observations(facts: dict[str, Any]) -> dict[str, Any]:
+def to_observations(facts: GraphsFacts) -> dict[str, Any]:
     """The measured launch cost and step times.
 
     The probe says nothing about whether the *server* uses graphs, so ``status`` stays unknown;
     the case merge keeps a status a trace already established.
     """
-    replayed = [p for p in facts.get("batches", []) if p.get("captured")]
+    replayed = [p for p in facts.batches if p.captured]
     if not replayed:
         return {}
     first = replayed[0]
     return {
         "graph": GraphReplayObs(
-            launch_cost_us=first["launch_cost_us"],
-            eager_step_ms=first["eager_step_ms"],
-            graph_step_ms=first["graph_step_ms"],
+            launch_cost_us=first.launch_cost_us,
+            eager_step_ms=first.eager_step_ms,
+            graph_step_ms=first.graph_step_ms,
         )
     }

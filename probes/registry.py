@@ -14,9 +14,12 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import BaseModel
+
 from diagnoser.errors import InputError
+from diagnoser.models.probe_report import ProbeReport
+from diagnoser.models.probe_results import ProbeResult, probe_result
 from diagnoser.probes.base import ProbeContext, one_line, run_probe
-from diagnoser.probes.report import ProbeReport, ProbeResult
 
 PROBES: dict[str, str] = {
     "device": "diagnoser.probes.device:run",
@@ -46,7 +49,7 @@ def probe_module(name: str) -> Any:
     return importlib.import_module(PROBES[name].split(":")[0])
 
 
-def load_probe(name: str) -> Callable[[ProbeContext], dict[str, Any]]:
+def load_probe(name: str) -> Callable[[ProbeContext], BaseModel]:
     module_name, attr = PROBES[name].split(":")
     return getattr(importlib.import_module(module_name), attr)
 
@@ -78,7 +81,7 @@ def run_probes(
         try:
             func = load_probe(name)
         except Exception as err:  # noqa: BLE001 - a missing or broken module fails only its probe
-            result = ProbeResult(
+            result = probe_result(
                 name=name, status="failed", reason=f"cannot load probe: {one_line(err)}", duration_s=time.perf_counter() - start
             )
         else:

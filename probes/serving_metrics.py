@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from diagnoser.models.probe_results import Bunching, LatencyStats, ServerTiming
 from diagnoser.probes.sse_client import Chunk, StreamedResponse
 
 BUNCH_FRACTION = 0.25  # a gap under a quarter of the request's mean chunk interval is "together"
@@ -64,12 +65,12 @@ def output_throughput(responses: list[StreamedResponse]) -> float | None:
     return sum(tokens) / duration if duration > 0 else None
 
 
-def summary(values: list[float]) -> dict[str, float] | None:
-    """Mean and p50/p90/p99 in the units given; None for no values (JSON has no NaN)."""
+def summary(values: list[float]) -> LatencyStats | None:
+    """Mean and p50/p90/p99 of latencies in ms; None for no values (JSON has no NaN)."""
     if not values:
         return None
     p50, p90, p99 = np.percentile(np.asarray(values, dtype=float), [50, 90, 99])
-    return {"n": len(values), "mean": float(np.mean(values)), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    return LatencyStats(n=len(values), mean=float(np.mean(values)), p50=float(p50), p90=float(p90), p99=float(p99))
 
 
 def content_chunks(response: StreamedResponse) -> list[Chunk]:
@@ -104,7 +105,7 @@ def burst_sizes(gaps: list[float]) -> tuple[list[int], int]:
     return sizes, bunched
 
 
-def bunching(responses: list[StreamedResponse]) -> dict[str, float] | None:
+def bunching(responses: list[StreamedResponse]) -> Bunching | None:
     sizes: list[int] = []
     bunched = total = 0
     for response in responses:
@@ -115,12 +116,12 @@ def bunching(responses: list[StreamedResponse]) -> dict[str, float] | None:
         total += len(gaps)
     if not total:
         return None
-    return {
-        "bunched_fraction": bunched / total,
-        "mean_burst_chunks": statistics.fmean(sizes),
-        "max_burst_chunks": max(sizes),
-        "threshold_fraction_of_mean_gap": BUNCH_FRACTION,
-    }
+    return Bunching(
+        bunched_fraction=bunched / total,
+        mean_burst_chunks=statistics.fmean(sizes),
+        max_burst_chunks=max(sizes),
+        threshold_fraction_of_mean_gap=BUNCH_FRACTION,
+    )
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:
@@ -151,7 +152,7 @@ def itl_growth_per_1k_output(responses: list[StreamedResponse]) -> float | None:
     return fit["slope"] * 1e3 if fit else None
 
 
-def server_reconciliation(responses: list[StreamedResponse]) -> dict[str, float | None] | None:
+def server_reconciliation(responses: list[StreamedResponse]) -> ServerTiming | None:
     """Engine step vs server emission vs client receipt, when the server stamps its chunks.
 
     The receipt-minus-emission lag includes any clock offset, so only its excess over the
@@ -171,10 +172,10 @@ def server_reconciliation(responses: list[StreamedResponse]) -> dict[str, float 
     if not emissions:
         return None
     p50, p99 = np.percentile(excess, [50, 99])
-    return {
-        "device_step_ms": statistics.median(steps) if steps else None,
-        "server_emission_ms": statistics.median(emissions),
-        "client_receipt_ms": statistics.median(receipts),
-        "buffered_p50_ms": float(p50),
-        "buffered_p99_ms": float(p99),
-    }
+    return ServerTiming(
+        device_step_ms=statistics.median(steps) if steps else None,
+        server_emission_ms=statistics.median(emissions),
+        client_receipt_ms=statistics.median(receipts),
+        buffered_p50_ms=float(p50),
+        buffered_p99_ms=float(p99),
+    )

@@ -1,4 +1,4 @@
-"""Fold a probe report into a case file, so ``diagnose`` reasons over what was measured.
+"""Fold a probe report into a case, so ``diagnose`` reasons over what was measured.
 
 Each probe module knows how its own facts map to observations (``to_observations``); this
 module only merges: a model already in the case is updated field by field (so the device
@@ -7,6 +7,9 @@ a fresh measurement supersedes an old one of the same kind, except the collectiv
 served step, which a probe's synthetic ones never replace. A figure a probe could not read
 (None) never erases one already known: the graph probe, for one, cannot know whether the
 server uses graphs, so it leaves a status from a trace in place.
+
+The case the user named is only read; the merged case is written to a path of its own
+(``diagnoser.fileio.merged_case_path``), and only when something in the report maps to it.
 """
 
 from __future__ import annotations
@@ -21,9 +24,8 @@ from diagnoser.errors import InputError
 from diagnoser.fileio import write_atomic
 from diagnoser.models.case import Case, load_case
 from diagnoser.models.observations import Observations
-from diagnoser.probes.registry import PROBES, probe_module
-from diagnoser.probes.report import ProbeReport
-
+from diagnoser.models.probe_report import ProbeReport
+from diagnoser.probes.registry import probe_module
 
 
 def _merge_value(old: Any, new: Any) -> Any:
@@ -51,15 +53,12 @@ def merge_observations(obs: Observations, updates: dict[str, Any]) -> Observatio
 
 
 def observation_updates(report: ProbeReport) -> dict[str, Any]:
-    """Observation updates from every successful probe whose module can translate its facts."""
+    """Observation updates from every successful probe, each translated by its own module."""
     updates: dict[str, Any] = {}
     for result in report.results:
-        if result.status != "ok" or result.name not in PROBES:
+        if result.facts is None:  # skipped or failed
             continue
-        translate = getattr(probe_module(result.name), "to_observations", None)
-        if translate is None:
-            continue
-        for key, value in translate(result.facts).items():
+        for key, value in probe_module(result.name).to_observations(result.facts).items():
             updates[key] = _merge_value(updates.get(key), value)
     return updates
 
@@ -69,19 +68,25 @@ def merge_report(case: Case, report: ProbeReport) -> Case:
     return case.model_copy(update={"observations": observations})
 
 
-def update_case_file(path: str | Path, report: ProbeReport) -> Case:
-    """Merge into the case at ``path`` (created when missing) and write it back atomically."""
-    path = Path(path)
+def merged_case(case_path: str | Path, report: ProbeReport) -> Case | None:
+    """The case at ``case_path`` (a new one when there is none) with the report folded in;
+    None when no successful probe measured anything a case holds."""
+    if not observation_updates(report):
+        return None
+    path = Path(case_path)
     case = load_case(path) if path.exists() else Case(title="probed")
     try:
-        merged = Case.model_validate(merge_report(case, report).model_dump(mode="json"))
+        return Case.model_validate(merge_report(case, report).model_dump(mode="json"))
     except ValidationError as err:
         raise InputError(f"{path}: probe facts do not fit the case: {err.errors()[0]['msg']}") from None
-    data = merged.model_dump(mode="json", exclude_none=True)
-    if path.suffix.lower() == ".json":
+
+
+def write_case(path: str | Path, case: Case) -> None:
+    """The case as YAML, or JSON for a ``.json`` path, written atomically."""
+    data = case.model_dump(mode="json", exclude_none=True)
+    if Path(path).suffix.lower() == ".json":
         import orjson
 
         write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         write_atomic(path, yaml.safe_dump(data, sort_keys=False))
-    return merged

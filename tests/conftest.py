@@ -1,5 +1,4 @@
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -28,11 +27,9 @@ def shared_dir() -> Path:
 
 def bandwidth_report(tmp_path: Path, device: str, gbs: float) -> Path:
     """A saved `probe --json` report holding one bandwidth measurement."""
-    report = {"created": "2026-11-29T12:00:00", "host": "h", "results": [
-        {"name": "bandwidth", "status": "ok", "duration_s": 1.0, "facts": {"device": device, "measured_bandwidth_gbs": gbs}}]}
-    path = tmp_path / "probe.json"
-    path.write_text(json.dumps(report))
-    return path
+    from probe_examples import bandwidth_facts, report_of, save
+
+    return save(report_of(bandwidth=bandwidth_facts(device, gbs)), tmp_path / "probe.json")
 
 
 # torch is in the optional gpu extra: tests that run torch probes skip without it

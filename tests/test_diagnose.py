@@ -33,15 +33,15 @@ def test_the_first_question_is_the_input_that_would_split_a_concluded_cause():
 
 def test_a_gemm_sweep_from_the_gpu_box_splits_the_expert_loss_into_kernel_and_shape(tmp_path):
     """The probe's sweep travels by file: measured on the GPU, merged into the case here."""
-    points = [{"m": m, "time_us": 8.0, "tflops": 1.0, "gbs": 1.0, "fraction_of_peak_bandwidth": f} for m, f in ((1, 0.45), (2, 0.5), (4, 0.6))]
-    gemm = {"shapes": [{"name": "qwen3-30b-a3b expert gate_up", "dtype": "fp8", "n": 1536, "k": 2048, "points": points}]}
-    report = tmp_path / "h100.json"
-    report.write_text(json.dumps({"schema_version": 1, "created": "t", "host": "gpu", "results": [
-        {"name": "gemm", "status": "ok", "duration_s": 1.0, "facts": gemm}]}))
+    from probe_examples import gemm_facts, gemm_shape, report_of, save, sweep_point
+
+    points = [sweep_point(m, 8.0, f) for m, f in ((1, 0.45), (2, 0.5), (4, 0.6))]
+    gemm = gemm_facts([gemm_shape("qwen3-30b-a3b expert gate_up", "fp8", 1536, 2048, points)])
+    report = save(report_of(gemm=gemm), tmp_path / "h100.json")
     case = tmp_path / "case.yaml"
     case.write_text(MOE.read_text())
-    assert run_cli("probe", "--from-report", str(report), "--case", str(case), "--json").returncode == 0
-    d = json.loads(run_cli("diagnose", str(case), "--json").stdout)
+    assert run_cli("probe", "--probe-report", str(report), "--case", str(case), "--json").returncode == 0
+    d = json.loads(run_cli("diagnose", str(tmp_path / "case.probed.yaml"), "--json").stdout)
     gains = {h["rule"]: h["gain"]["removable_ms"] for h in d["hypotheses"] if h["kind"] == "cause"}
     # 1 row per expert: the plain fp8 GEMM reaches 0.45 of peak, the served kernel 0.25.
     # The MoE class (13.6 x 0.6 = 8.16 ms) loses 8.16 x 0.75 = 6.12 ms: matching the plain GEMM

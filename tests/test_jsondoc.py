@@ -41,6 +41,7 @@ def test_invalid_json_names_line_and_column(tmp_path):
 @pytest.mark.parametrize(
     "content, problem",
     [(b"", "file is empty"), (b"  \n", "file is empty"), (b"\xff\xfe{}", "not UTF-8 text"), (b"[" * 100_000, "nested too deeply")],
+    ids=["empty", "blank", "not-utf8", "deep"],
 )
 def test_unreadable_content_is_one_line(tmp_path, content, problem):
     path = tmp_path / "r.json"

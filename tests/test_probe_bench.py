@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.probes.report import ProbeReport, ProbeResult
+from probe_examples import H200_DEVICE, bandwidth_facts
+
+from diagnoser.models.probe_report import ProbeReport
+from diagnoser.models.probe_results import probe_result
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu_probes.py"
 
@@ -21,10 +24,10 @@ def bench():
 
 
 def report(fraction: float | None) -> ProbeReport:
-    bandwidth = {"measured_bandwidth_gbs": 4400.0, "best_torch_copy_gbs": 4300.0, "fraction_of_best_torch_copy": fraction}
-    results = [ProbeResult(name="device", status="ok", duration_s=1.0, facts={"devices": [{"name": "NVIDIA H200"}]})]
+    results = [probe_result(name="device", status="ok", duration_s=1.0, facts=H200_DEVICE)]
     if fraction is not None:
-        results.append(ProbeResult(name="bandwidth", status="ok", duration_s=1.0, facts=bandwidth))
+        facts = bandwidth_facts(gbs=4400.0).model_copy(update={"best_torch_copy_gbs": 4300.0, "fraction_of_best_torch_copy": fraction})
+        results.append(probe_result(name="bandwidth", status="ok", duration_s=1.0, facts=facts))
     return ProbeReport(created="2026-11-29T12:00:00+00:00", host="gpu-box", results=results)
 
 

@@ -13,13 +13,14 @@ from diagnoser.models.case import load_case
 
 from diagnoser.errors import InputError
 from diagnoser.models.observations import BoundaryTimings
+from diagnoser.models.probe_results import ClientFacts
 from diagnoser.probes import client
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.sse_client import Chunk, StreamedResponse, api_url, request_body
 
 
-def probe(url: str, **options) -> dict:
+def probe(url: str, **options) -> ClientFacts:
     return client.run(ProbeContext(timeout_s=60, options={"endpoint": url, **options}))
 
 
@@ -43,7 +44,7 @@ def test_vllm_definitions_by_hand():
 def test_summary_uses_linear_percentiles():
     s = sm.summary([1.0, 2.0, 3.0, 4.0])
     # linear interpolation: p50 at rank 1.5 -> 2.5; p90 at 2.7 -> 3.7; p99 at 2.97 -> 3.97
-    assert (s["mean"], s["p50"], s["p90"], s["p99"]) == pytest.approx((2.5, 2.5, 3.7, 3.97))
+    assert (s.mean, s.p50, s.p90, s.p99) == pytest.approx((2.5, 2.5, 3.7, 3.97)) and s.n == 4
     assert sm.summary([]) is None
 
 
@@ -79,18 +80,18 @@ def test_vllm_extensions_can_be_turned_off_for_strict_servers():
 def test_steady_stream_recovers_inter_token_delay():
     with StreamingServer(DecodeConfig(step_ms=20, prefill_ms=40)) as url:
         facts = probe(url, max_tokens=25, requests=2)
-    assert facts["model"] == "toy-decoder"  # discovered from /v1/models
-    assert facts["output_tokens"] == [25, 25]
-    assert facts["tpot_ms"]["p50"] == pytest.approx(20.0, rel=0.1)
-    assert facts["itl_ms"]["p50"] == pytest.approx(20.0, rel=0.15)
-    assert facts["itl_ms"]["n"] == 2 * 24
-    assert facts["ttft_ms"]["p50"] >= 40.0
+    assert facts.model == "toy-decoder"  # discovered from /v1/models
+    assert facts.output_tokens == [25, 25]
+    assert facts.tpot_ms.p50 == pytest.approx(20.0, rel=0.1)
+    assert facts.itl_ms.p50 == pytest.approx(20.0, rel=0.15)
+    assert facts.itl_ms.n == 2 * 24
+    assert facts.ttft_ms.p50 >= 40.0
     # one stream: 25 tokens in about 40 + 24 * 20 = 520 ms -> about 48 tokens/s; 1/TPOT = 50
-    assert facts["output_throughput_tok_s"] == pytest.approx(25 / 0.52, rel=0.15)
-    assert facts["per_user_tok_s"] == pytest.approx(50.0, rel=0.1)
-    assert facts["tokens_per_chunk"] == 1.0 and facts["tokens_per_chunk_source"] == "per-chunk usage"
-    assert facts["bunching"]["bunched_fraction"] < 0.25  # the fault below gives 0.75
-    assert facts["server_timing"] is None
+    assert facts.output_throughput_tok_s == pytest.approx(25 / 0.52, rel=0.15)
+    assert facts.per_user_tok_s == pytest.approx(50.0, rel=0.1)
+    assert facts.tokens_per_chunk == 1.0 and facts.tokens_per_chunk_source == "per-chunk usage"
+    assert facts.bunching.bunched_fraction < 0.25  # the fault below gives 0.75
+    assert facts.server_timing is None
     b = client.to_observations(facts)["boundaries"]
     assert isinstance(b, BoundaryTimings) and b.device_step_ms is None
     assert b.client_receipt_ms == pytest.approx(20.0, rel=0.15)
@@ -102,18 +103,18 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
         facts = probe(url, max_tokens=33, requests=2)
     # Tokens 1-4, 5-8, ... leave together: within a burst chunks arrive ~0 ms apart, between
     # bursts 4 steps apart. Per request 32 gaps, 24 of them inside a burst.
-    bunching = facts["bunching"]
-    assert bunching["bunched_fraction"] == pytest.approx(24 / 32, abs=0.1)
+    bunching = facts.bunching
+    assert bunching.bunched_fraction == pytest.approx(24 / 32, abs=0.1)
     # bursts of 4, 4, ..., 4, 1 (mean 3.56); a stalled client may merge two, never split one
-    assert bunching["max_burst_chunks"] >= 4 and 3 <= bunching["mean_burst_chunks"] <= 6
-    assert facts["itl_ms"]["p50"] < 0.25 * step
-    assert facts["itl_ms"]["p90"] == pytest.approx(4 * step, rel=0.25)
+    assert bunching.max_burst_chunks >= 4 and 3 <= bunching.mean_burst_chunks <= 6
+    assert facts.itl_ms.p50 < 0.25 * step
+    assert facts.itl_ms.p90 == pytest.approx(4 * step, rel=0.25)
     # the engine and the server's emission kept the true pace; only receipt is bunched
-    server = facts["server_timing"]
-    assert server["device_step_ms"] == pytest.approx(step)
-    assert server["server_emission_ms"] == pytest.approx(step, rel=0.15)
-    assert server["client_receipt_ms"] < 0.25 * step
-    assert server["buffered_p99_ms"] >= 2 * step
+    server = facts.server_timing
+    assert server.device_step_ms == pytest.approx(step)
+    assert server.server_emission_ms == pytest.approx(step, rel=0.15)
+    assert server.client_receipt_ms < 0.25 * step
+    assert server.buffered_p99_ms >= 2 * step
     updates = client.to_observations(facts)
     assert updates["boundaries"].device_step_ms == pytest.approx(step)
     assert updates["host"].itl_spike_ratio > 10
@@ -133,19 +134,19 @@ def test_chat_stream_with_coalesced_tokens():
     config = DecodeConfig(step_ms=step, prefill_ms=5, stream_interval=3, reasoning_tokens=9)
     with StreamingServer(config) as url:
         facts = probe(url, api="chat", model_name="toy-decoder", max_tokens=30, requests=2)
-    assert facts["endpoint"].endswith("/v1/chat/completions")
-    assert facts["tokens_per_chunk"] == 3.0
+    assert facts.endpoint.endswith("/v1/chat/completions")
+    assert facts.tokens_per_chunk == 3.0
     # 10 content chunks (3 of reasoning) plus the role announcement: 10 gaps per request, one ~0
-    assert facts["itl_ms"]["n"] == 2 * 10
-    assert facts["tpot_ms"]["p50"] == pytest.approx(step, rel=0.15)
-    assert facts["itl_ms"]["p50"] == pytest.approx(3 * step, rel=0.2)
+    assert facts.itl_ms.n == 2 * 10
+    assert facts.tpot_ms.p50 == pytest.approx(step, rel=0.15)
+    assert facts.itl_ms.p50 == pytest.approx(3 * step, rel=0.2)
 
 
 def test_tokens_per_chunk_falls_back_to_final_usage():
     with StreamingServer(DecodeConfig(step_ms=2, prefill_ms=1, stream_interval=2, per_chunk_usage=False)) as url:
         facts = probe(url, max_tokens=10, requests=1)
-    assert facts["output_tokens"] == [10]
-    assert (facts["tokens_per_chunk"], facts["tokens_per_chunk_source"]) == (2.0, "final usage / content chunks")
+    assert facts.output_tokens == [10]
+    assert (facts.tokens_per_chunk, facts.tokens_per_chunk_source) == (2.0, "final usage / content chunks")
 
 
 def test_concurrent_streams_multiply_throughput_not_per_user_rate():
@@ -153,10 +154,10 @@ def test_concurrent_streams_multiply_throughput_not_per_user_rate():
     # requests two at a time run two rounds, so close to twice that (205 tokens/s) and never more.
     with StreamingServer(DecodeConfig(step_ms=10, prefill_ms=5)) as url:
         facts = probe(url, max_tokens=20, requests=4, concurrency=2)
-    assert facts["output_tokens"] == [20] * 4
+    assert facts.output_tokens == [20] * 4
     single_stream = 20 / 0.195
-    assert 1.4 * single_stream < facts["output_throughput_tok_s"] <= 2 * single_stream
-    assert facts["per_user_tok_s"] == pytest.approx(100.0, rel=0.15)
+    assert 1.4 * single_stream < facts.output_throughput_tok_s <= 2 * single_stream
+    assert facts.per_user_tok_s == pytest.approx(100.0, rel=0.15)
 
 
 def test_itl_growth_with_tokens_already_generated():
@@ -165,8 +166,8 @@ def test_itl_growth_with_tokens_already_generated():
     with StreamingServer(DecodeConfig(step_ms=2, step_ms_per_1k_context=50, prefill_ms=1)) as url:
         facts = probe(url, prompt="short", max_tokens=120, requests=1)
         short = probe(url, prompt="short", max_tokens=60, requests=1)
-    assert facts["itl_growth_ms_per_1k_output"] == pytest.approx(50.0, rel=0.2)
-    assert short["itl_growth_ms_per_1k_output"] is None
+    assert facts.itl_growth_ms_per_1k_output == pytest.approx(50.0, rel=0.2)
+    assert short.itl_growth_ms_per_1k_output is None
 
 
 def test_api_key_from_the_environment(monkeypatch):
@@ -175,7 +176,7 @@ def test_api_key_from_the_environment(monkeypatch):
         with pytest.raises(InputError, match="HTTP 401: invalid API key"):
             probe(url, model_name="m", max_tokens=4, requests=1)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        assert probe(url, model_name="m", max_tokens=4, requests=1)["output_tokens"] == [4]
+        assert probe(url, model_name="m", max_tokens=4, requests=1).output_tokens == [4]
 
 
 def test_bad_option_values_are_input_errors():
@@ -211,7 +212,7 @@ def test_http_errors_and_truncated_streams_are_input_errors():
 
 
 def test_cli_probe_feeds_the_case_file(tmp_path):
-    case = tmp_path / "case.yaml"
+    case = tmp_path / "case.yaml"  # none yet: created where named
     options = ["max_tokens=6", "requests=1", "context_lengths=[16, 64]", "sweep_output_tokens=4", "sweep_repeats=1"]
     with StreamingServer(DecodeConfig(step_ms=5, prefill_ms=1, server_timing=True)) as url:
         done = run_cli(
@@ -219,6 +220,7 @@ def test_cli_probe_feeds_the_case_file(tmp_path):
             *[arg for option in options for arg in ("--option", option)],
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith(f"wrote the probe results to a new case {case}")
     report = json.loads(done.stdout)
     assert [(r["name"], r["status"]) for r in report["results"]] == [("client", "ok"), ("context_sweep", "ok")]
     observations = load_case(case).observations

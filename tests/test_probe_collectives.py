@@ -14,6 +14,9 @@ from diagnoser.probes import collectives
 from diagnoser.probes.base import ProbeContext, ProbeSkipped, ProbeTimeout
 from diagnoser.probes.collective_timeline import CallRecord, bus_bandwidth_gbs, summarise
 from conftest import needs_torch
+from probe_examples import collective, collectives_facts
+
+from diagnoser.models.probe_results import InjectedDelay
 
 MS = 1_000_000  # ns
 
@@ -87,28 +90,19 @@ def test_bad_options_are_input_errors(tmp_path):
 
 
 def test_observations_keep_one_entry_per_op_at_the_largest_message():
-    def item(op, size, wait):
-        return {
-            "op": op, "message_bytes": size, "group_size": 2, "interval_ms": wait + 1, "transfer_ms": 1.0,
-            "wait_ms": wait, "late_rank": 1, "bus_bandwidth_gbs": None, "preceding_compute_ms": wait,
-        }  # fmt: skip
-
-    facts = {"backend": "gloo", "collectives": [item("all_reduce", 1024, 5.0), item("all_reduce", 65536, 7.0), item("all_to_all", 1024, 3.0)]}
-    obs = collectives.to_observations(facts)["collectives"]
+    items = [collective("all_reduce", 1024, 5.0), collective("all_reduce", 65536, 7.0), collective("all_to_all", 1024, 3.0)]
+    obs = collectives.to_observations(collectives_facts(items, backend="gloo"))["collectives"]
     assert [(o.op, o.message_bytes, o.wait_ms) for o in obs] == [("all_reduce", 65536, 7.0), ("all_to_all", 1024, 3.0)]
     # algorithm bandwidth, as trace ingest reports it: 65,536 B over a 1 ms transfer = 0.065536 GB/s
     assert obs[0].effective_bandwidth_gbs == pytest.approx(65536 / 1e-3 / 1e9)
-    assert collectives.to_observations({"backend": "gloo", "collectives": []}) == {}
+    assert collectives.to_observations(collectives_facts([])) == {}
 
 
 def test_probe_collectives_fill_a_case_without_any_but_never_replace_the_served_steps():
     from diagnoser.models.observations import CollectiveObs, Observations
     from diagnoser.probes.to_case import merge_observations
 
-    probe = {"backend": "gloo", "collectives": [{
-        "op": "all_reduce", "message_bytes": 65536, "group_size": 2, "interval_ms": 8.0, "transfer_ms": 1.0,
-        "wait_ms": 7.0, "late_rank": 1, "bus_bandwidth_gbs": None, "preceding_compute_ms": 7.0}]}  # fmt: skip
-    updates = collectives.to_observations(probe)
+    updates = collectives.to_observations(collectives_facts([collective("all_reduce", 65536, 7.0)], backend="gloo"))
     assert merge_observations(Observations(), updates).collectives[0].implementation == "gloo"
     traced = Observations(collectives=[CollectiveObs(op="all_reduce", implementation="nccl", interval_ms=0.4, wait_ms=0.1)])
     assert merge_observations(traced, updates).collectives == traced.collectives
@@ -172,19 +166,19 @@ def test_gloo_ranks_attribute_injected_delay_to_rank_1():
         options={"ranks": 2, "delay_rank": 1, "delay_ms": 20, "collective_iterations": 8, "batch_sizes": [8], "hidden": 4096},
     )
     facts = collectives.run(ctx)
-    assert facts["backend"] == "gloo" and facts["world_size"] == 2 and facts["dtype"] == "float32"
-    assert facts["injected_delay"] == {"rank": 1, "ms": 20.0}
-    assert facts["late_rank"] == 1
-    assert {c["op"] for c in facts["collectives"]} == {"all_reduce", "all_to_all"}
-    for item in facts["collectives"]:
-        assert item["message_bytes"] == 8 * 4096 * 2
-        assert item["late_rank"] == 1
-        assert item["late_by_ms"] == pytest.approx(20.0, rel=0.2)
-        assert item["hold_up_ms"][1] == pytest.approx(20.0, rel=0.2)
-        assert item["hold_up_ms"][0] < 2.0
-        assert item["mean_wait_ms"][0] == pytest.approx(20.0, rel=0.2)
-        assert item["extra_compute_ms"] == pytest.approx(20.0, rel=0.2)
-        assert item["interval_ms"] >= item["wait_ms"] + item["transfer_ms"] * 0.5
+    assert facts.backend == "gloo" and facts.world_size == 2 and facts.dtype == "float32"
+    assert facts.injected_delay == InjectedDelay(rank=1, ms=20.0)
+    assert facts.late_rank == 1
+    assert {c.op for c in facts.collectives} == {"all_reduce", "all_to_all"}
+    for item in facts.collectives:
+        assert item.message_bytes == 8 * 4096 * 2
+        assert item.late_rank == 1
+        assert item.late_by_ms == pytest.approx(20.0, rel=0.2)
+        assert item.hold_up_ms[1] == pytest.approx(20.0, rel=0.2)
+        assert item.hold_up_ms[0] < 2.0
+        assert item.mean_wait_ms[0] == pytest.approx(20.0, rel=0.2)
+        assert item.extra_compute_ms == pytest.approx(20.0, rel=0.2)
+        assert item.interval_ms >= item.wait_ms + item.transfer_ms * 0.5
     obs = {o.op: o for o in collectives.to_observations(facts)["collectives"]}["all_reduce"]
     assert isinstance(obs, CollectiveObs) and obs.late_rank == 1 and obs.implementation == "gloo"
     assert obs.wait_ms == pytest.approx(20.0, rel=0.2)

@@ -36,14 +36,14 @@ def test_sweep_recovers_injected_slope():
                 options={"endpoint": url, "context_lengths": [200, 2000, 4000, 6000], "sweep_output_tokens": 12, "sweep_repeats": 1},
             )
         )
-    assert [p["prompt_tokens"] for p in facts["points"]] == [200, 2000, 4000, 6000]
-    assert [p["context"] for p in facts["points"]] == [206, 2006, 4006, 6006]
+    assert [p.prompt_tokens for p in facts.points] == [200, 2000, 4000, 6000]
+    assert [p.context for p in facts.points] == [206, 2006, 4006, 6006]
     # hand-worked: at prompt 6000 the mean step is 8 + 3 * 6.006 = 26.02 ms
-    assert facts["points"][-1]["step_ms"] == pytest.approx(26.02, rel=0.1)
-    assert facts["step_ms_per_1k_context"] == pytest.approx(3.0, rel=0.1)
-    assert facts["step_intercept_ms"] == pytest.approx(8.0, rel=0.2)
-    assert facts["step_fit_r2"] > 0.95
+    assert facts.points[-1].step_ms == pytest.approx(26.02, rel=0.1)
+    assert facts.step_ms_per_1k_context == pytest.approx(3.0, rel=0.1)
+    assert facts.step_intercept_ms == pytest.approx(8.0, rel=0.2)
+    assert facts.step_fit_r2 > 0.95
     # TTFT also pays for sending and parsing the longer prompt, so its slope is at least prefill's
-    assert facts["ttft_ms_per_1k_prompt"] >= 20.0 * 0.9
+    assert facts.ttft_ms_per_1k_prompt >= 20.0 * 0.9
     points = context_sweep.to_observations(facts)["context_sweep"]
-    assert points[0] == ContextPoint(context=206, step_ms=facts["points"][0]["step_ms"])
+    assert points[0] == ContextPoint(context=206, step_ms=facts.points[0].step_ms)

@@ -8,6 +8,7 @@ import pytest
 
 pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py (the gpu extra) is not installed")
 
+from diagnoser.models.probe_results import DeviceFacts, LiveReadings
 from diagnoser.probes import device
 from diagnoser.probes.base import ProbeContext
 from diagnoser.probes.device import (
@@ -47,10 +48,10 @@ def test_no_driver_here_is_a_normal_result():
         pynvml.nvmlShutdown()
         pytest.skip("this machine has an NVIDIA driver")
     facts = device.run(ProbeContext())
-    assert facts["nvml"].startswith("no NVIDIA driver")
-    assert facts["devices"] == []
-    assert set(facts["missing"]) == {"driver_version", "cuda_driver_version", "device_count"}
-    assert all(reason.startswith("no NVIDIA driver") for reason in facts["missing"].values())
+    assert facts.nvml.startswith("no NVIDIA driver")
+    assert facts.devices == [] and facts.driver_version is None
+    assert set(facts.missing) == {"driver_version", "cuda_driver_version", "device_count"}
+    assert all(reason.startswith("no NVIDIA driver") for reason in facts.missing.values())
     assert to_observations(facts) == {}
 
 
@@ -148,31 +149,31 @@ def test_recorded_h200_readings_become_facts_with_reasons_for_gaps():
     nvml = RecordedNVML()
     facts = collect(nvml, TORCH_DEVICES)
     assert nvml.shutdowns == 1
-    assert facts["nvml"] == "ok" and facts["driver_version"] == "570.86.15" and facts["cuda_driver_version"] == "12.8"
-    (dev,) = facts["devices"]
-    assert dev["name"] == "NVIDIA H200" and dev["torch_index"] == 0 and dev["sm_count"] == 132
-    assert dev["theoretical_bandwidth_gbs"] == pytest.approx(4916.736)
-    assert dev["sm_clock_mhz"] == 345 and dev["max_sm_clock_mhz"] == 1980
-    assert dev["clock_event_reasons"] == ["GpuIdle"]
-    assert dev["power_w"] == pytest.approx(113.25) and dev["power_limit_w"] == pytest.approx(700.0)
-    assert dev["nvlink"] == {"active_links": 17, "links_checked": 18}
-    assert dev["pcie_generation"] == 5 and dev["pcie_width"] == 16
-    assert dev["temperature_c"] is None and dev["missing"]["temperature_c"] == "NVML NotSupported"
-    assert dev["mig_enabled"] is None and dev["missing"]["mig_mode"] == "NVML NotSupported"
-    obs = to_observations(facts)["probe"]
+    assert facts.nvml == "ok" and facts.driver_version == "570.86.15" and facts.cuda_driver_version == "12.8"
+    (dev,) = facts.devices
+    assert dev.name == "NVIDIA H200" and dev.torch_index == 0 and dev.sm_count == 132
+    assert dev.theoretical_bandwidth_gbs == pytest.approx(4916.736)
+    assert dev.sm_clock_mhz == 345 and dev.max_sm_clock_mhz == 1980
+    assert dev.clock_event_reasons == ["GpuIdle"]
+    assert dev.power_w == pytest.approx(113.25) and dev.power_limit_w == pytest.approx(700.0)
+    assert (dev.nvlink.active_links, dev.nvlink.links_checked) == (17, 18)
+    assert dev.pcie_generation == 5 and dev.pcie_width == 16
+    assert dev.temperature_c is None and dev.missing["temperature_c"] == "NVML NotSupported"
+    assert dev.mig_enabled is None and dev.missing["mig_mode"] == "NVML NotSupported"
+    obs = to_observations(DeviceFacts(**dict(facts), torch_cuda="12.8"))["probe"]
     assert obs.gpu_name == "NVIDIA H200" and obs.nvlink_active_links == 17 and obs.throttle_reasons == ["GpuIdle"]
     assert obs.theoretical_bandwidth_gbs == pytest.approx(4916.736) and obs.temperature_c is None
 
 
 def test_old_driver_falls_back_to_the_older_calls():
-    (dev,) = collect(RecordedNVML(event_call_missing=True, old_temperature_call=True), TORCH_DEVICES)["devices"]
-    assert dev["clock_event_reasons"] == ["GpuIdle", "SwPowerCap"]
-    assert dev["temperature_c"] == 36 and "temperature_c" not in dev["missing"]
+    (dev,) = collect(RecordedNVML(event_call_missing=True, old_temperature_call=True), TORCH_DEVICES).devices
+    assert dev.clock_event_reasons == ["GpuIdle", "SwPowerCap"]
+    assert dev.temperature_c == 36 and "temperature_c" not in dev.missing
 
 
 def test_device_hidden_from_torch_is_not_matched():
-    (dev,) = collect(RecordedNVML(), [{**TORCH_DEVICES[0], "uuid": "ffffffff-0000"}])["devices"]
-    assert dev["torch_index"] is None and dev["sm_count"] is None and "UUID" in dev["missing"]["sm_count"]
+    (dev,) = collect(RecordedNVML(), [{**TORCH_DEVICES[0], "uuid": "ffffffff-0000"}]).devices
+    assert dev.torch_index is None and dev.sm_count is None and "UUID" in dev.missing["sm_count"]
 
 
 def test_live_sample_by_uuid():
@@ -182,8 +183,8 @@ def test_live_sample_by_uuid():
             return SimpleNamespace(index=0)
 
     sample = device.sample_live(ByUUID(), UUID.removeprefix("GPU-"))
-    assert sample["sm_clock_mhz"] == 345 and sample["power_w"] == pytest.approx(113.25)
-    assert sample["clock_event_reasons"] == ["GpuIdle"] and sample["missing"] == {}
+    assert sample.sm_clock_mhz == 345 and sample.power_w == pytest.approx(113.25)
+    assert sample.clock_event_reasons == ["GpuIdle"] and sample.missing == {}
 
 
 def test_live_sample_of_an_unknown_uuid_says_why():
@@ -191,7 +192,7 @@ def test_live_sample_of_an_unknown_uuid_says_why():
         def nvmlDeviceGetHandleByUUID(self, uuid):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
 
-    assert device.sample_live(NotFound(), "ffff") == {"missing": {"all": "NVML NotFound"}}
+    assert device.sample_live(NotFound(), "ffff") == LiveReadings.unread({"all": "NVML NotFound"})
 
 
 def test_older_binding_without_the_newer_calls_uses_the_older_ones():
@@ -199,8 +200,8 @@ def test_older_binding_without_the_newer_calls_uses_the_older_ones():
         nvmlDeviceGetCurrentClocksEventReasons = None
         nvmlDeviceGetTemperatureV = None
 
-    (dev,) = collect(OldBinding(), TORCH_DEVICES)["devices"]
-    assert dev["clock_event_reasons"] == ["GpuIdle", "SwPowerCap"] and dev["temperature_c"] == 36
+    (dev,) = collect(OldBinding(), TORCH_DEVICES).devices
+    assert dev.clock_event_reasons == ["GpuIdle", "SwPowerCap"] and dev.temperature_c == 36
 
 
 def test_hidden_nvlinks_and_unopenable_devices_are_recorded_not_fatal():
@@ -219,7 +220,7 @@ def test_hidden_nvlinks_and_unopenable_devices_are_recorded_not_fatal():
             return pynvml.NVML_FEATURE_ENABLED
 
     facts = collect(Guarded(), TORCH_DEVICES)
-    (dev,) = facts["devices"]
-    assert dev["nvlink"] == {"active_links": 2, "links_checked": 2}
-    assert dev["missing"]["nvlink"] == "NVML Unknown at link 2"
-    assert facts["missing"]["device 1"] == "NVML NoPermission"
+    (dev,) = facts.devices
+    assert (dev.nvlink.active_links, dev.nvlink.links_checked) == (2, 2)
+    assert dev.missing["nvlink"] == "NVML Unknown at link 2"
+    assert facts.missing["device 1"] == "NVML NoPermission"

@@ -9,6 +9,9 @@ from diagnoser.probes import gemm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.gemm import doubling_m, expert_shapes, gemm_bytes, hardware_for, roofline_s, run
 from conftest import needs_torch
+from probe_examples import gemm_facts, gemm_shape, sweep_point
+
+from diagnoser.models.probe_results import GemmFacts, GemmSkip
 
 
 def test_deepseek_expert_shapes_and_expert_tp():
@@ -50,7 +53,7 @@ def test_hardware_matched_from_device_name_or_named():
 
 
 def test_doubling_point():
-    points = [{"m": m, "time_us": t} for m, t in [(1, 10), (2, 10.5), (4, 12), (8, 21), (16, 40)]]
+    points = [sweep_point(m, t, None) for m, t in [(1, 10), (2, 10.5), (4, 12), (8, 21), (16, 40)]]
     assert doubling_m(points) == 8
     assert doubling_m(points[:3]) is None
 
@@ -59,41 +62,41 @@ def test_doubling_point():
 def test_cpu_sweep_over_given_shapes():
     ctx = ProbeContext(options={"gemm_shapes": [{"name": "tiny", "n": 256, "k": 128}], "gemm_max_m": 16})
     facts = run(ctx)
-    assert facts["shapes_source"] == "option" and facts["dtypes"] == ["fp32"] and facts["m_values"] == [1, 2, 4, 8, 16]
-    (shape,) = facts["shapes"]
-    assert shape["weight_copies"] >= 1 and shape["dtype"] == "fp32"
-    for point in shape["points"]:
-        seconds = point["time_us"] / 1e6
-        assert point["tflops"] == pytest.approx(2 * point["m"] * 256 * 128 / seconds / 1e12)
-        assert point["gbs"] == pytest.approx((point["m"] * 128 + 128 * 256 + point["m"] * 256) * 4 / seconds / 1e9)
-        assert "fraction_of_roofline" not in point  # no peak figures for a CPU
+    assert facts.shapes_source == "option" and facts.dtypes == ["fp32"] and facts.m_values == [1, 2, 4, 8, 16]
+    (shape,) = facts.shapes
+    assert shape.weight_copies >= 1 and shape.dtype == "fp32"
+    for point in shape.points:
+        seconds = point.time_us / 1e6
+        assert point.tflops == pytest.approx(2 * point.m * 256 * 128 / seconds / 1e12)
+        assert point.gbs == pytest.approx((point.m * 128 + 128 * 256 + point.m * 256) * 4 / seconds / 1e9)
+        assert point.fraction_of_roofline is None  # no peak figures for a CPU
 
 
 @needs_torch
 def test_cpu_scales_model_shapes_down_and_says_so():
     facts = run(ProbeContext(options={"model": "qwen3-30b-a3b", "gemm_max_m": 2}))
-    assert facts["scaled_for_cpu"] is True and facts["shapes_source"] == "workload model"
-    assert [(s["n"], s["k"]) for s in facts["shapes"]] == [(512, 512), (512, 512)]
+    assert facts.scaled_for_cpu is True and facts.shapes_source == "workload model"
+    assert [(s.n, s.k) for s in facts.shapes] == [(512, 512), (512, 512)]
 
 
 @needs_torch
 def test_fp8_path_runs_on_the_cpu_and_counts_one_byte_operands():
     ctx = ProbeContext(options={"gemm_shapes": [{"name": "tiny", "n": 256, "k": 128}], "gemm_max_m": 4, "gemm_dtypes": ["fp32", "fp8"]})
     facts = run(ctx)
-    assert facts["dtypes"] == ["fp32", "fp8"] and facts["skipped"] == []
-    fp32, fp8 = facts["shapes"]
-    assert (fp32["dtype"], fp8["dtype"]) == ("fp32", "fp8")
-    for point in fp8["points"]:
-        seconds = point["time_us"] / 1e6
-        assert point["gbs"] == pytest.approx(((point["m"] * 128 + 128 * 256) * 1 + point["m"] * 256 * 2) / seconds / 1e9)
+    assert facts.dtypes == ["fp32", "fp8"] and facts.skipped == []
+    fp32, fp8 = facts.shapes
+    assert (fp32.dtype, fp8.dtype) == ("fp32", "fp8")
+    for point in fp8.points:
+        seconds = point.time_us / 1e6
+        assert point.gbs == pytest.approx(((point.m * 128 + 128 * 256) * 1 + point.m * 256 * 2) / seconds / 1e9)
 
 
 @needs_torch
 def test_fp8_refuses_unaligned_shapes_and_says_so():
     ctx = ProbeContext(options={"gemm_shapes": [{"name": "odd", "n": 250, "k": 128}], "gemm_max_m": 2, "gemm_dtypes": ["fp32", "fp8"]})
     facts = run(ctx)
-    assert [s["dtype"] for s in facts["shapes"]] == ["fp32"]
-    assert facts["skipped"] == [{"name": "odd", "dtype": "fp8", "reason": "fp8 GEMMs need N and K divisible by 16, got 250x128"}]
+    assert [s.dtype for s in facts.shapes] == ["fp32"]
+    assert facts.skipped == [GemmSkip(name="odd", dtype="fp8", reason="fp8 GEMMs need N and K divisible by 16, got 250x128")]
 
 
 def test_dtype_choice_per_device(monkeypatch):
@@ -122,13 +125,10 @@ def test_only_impossible_dtypes_skip_the_probe(monkeypatch):
         run(ProbeContext(options={"gemm_dtypes": ["fp8"]}))
 
 
-def sweep_facts(fractions: dict[int, float] | None) -> dict:
-    """GPU-shaped facts of one shape; ``None`` drops the fractions, as a run without a peak figure does."""
-    points = [{"m": m, "time_us": 10.0 + m, "tflops": 1.0, "gbs": 1.0} for m in (1, 2, 4)]
-    for p in points:
-        if fractions is not None:
-            p["fraction_of_peak_bandwidth"] = fractions[p["m"]]
-    return {"shapes": [{"name": "qwen3-30b-a3b expert gate_up", "dtype": "fp8", "n": 1536, "k": 2048, "points": points}]}
+def sweep_facts(fractions: dict[int, float] | None) -> GemmFacts:
+    """GPU-shaped facts of one shape; ``None`` nulls the fractions, as a run without a peak figure does."""
+    points = [sweep_point(m, 10.0 + m, fractions[m] if fractions else None) for m in (1, 2, 4)]
+    return gemm_facts([gemm_shape("qwen3-30b-a3b expert gate_up", "fp8", 1536, 2048, points)])
 
 
 def test_sweep_points_with_a_bandwidth_fraction_feed_the_case():

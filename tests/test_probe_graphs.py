@@ -6,6 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch (the gpu extra) is not installed")
 
+from probe_examples import GPU_GRAPHS
+
 from diagnoser.probes.base import ProbeContext
 from diagnoser.probes.graphs import EPS, count_launches, make_step, run, to_observations
 
@@ -29,24 +31,20 @@ def test_launches_counted_per_layer():
 
 def test_cpu_runs_eager_only_and_says_so():
     facts = run(ProbeContext(options={"graph_batch_sizes": [1, 4], "graph_layers": 2}))
-    assert facts["mode"] == "eager only" and "GPU" in facts["graph_skipped_reason"]
-    assert [p["batch"] for p in facts["batches"]] == [1, 4]
-    for point in facts["batches"]:
-        assert point["launches_per_step"] == 20 and "graph_step_ms" not in point
-        assert point["eager_us_per_launch"] == pytest.approx(point["eager_step_ms"] * 1e3 / 20)
+    assert facts.mode == "eager only" and "GPU" in facts.graph_skipped_reason
+    assert [p.batch for p in facts.batches] == [1, 4]
+    for point in facts.batches:
+        assert point.launches_per_step == 20 and point.captured is None and point.graph_step_ms is None
+        assert point.eager_us_per_launch == pytest.approx(point.eager_step_ms * 1e3 / 20)
     assert to_observations(facts) == {}
 
 
 def test_gpu_facts_become_graph_facts_with_unknown_status():
-    facts = {
-        "batches": [
-            {"batch": 1, "captured": False, "capture_error": "x"},
-            {"batch": 8, "captured": True, "eager_step_ms": 1.6, "graph_step_ms": 0.4, "launch_cost_us": 3.75},
-        ]
-    }
-    graph = to_observations(facts)["graph"]
+    # the first batch refused capture; the second replayed
+    refused, replayed = GPU_GRAPHS.batches[1], GPU_GRAPHS.batches[0]
+    graph = to_observations(GPU_GRAPHS.model_copy(update={"batches": [refused, replayed]}))["graph"]
     assert graph.status is None
-    assert (graph.launch_cost_us, graph.eager_step_ms, graph.graph_step_ms) == (3.75, 1.6, 0.4)
+    assert (graph.launch_cost_us, graph.eager_step_ms, graph.graph_step_ms) == (4.6875, 2.0, 0.5)
 
 
 def test_memory_guard_refuses_before_allocating():

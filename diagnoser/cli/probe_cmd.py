@@ -8,13 +8,26 @@ and the progress display go to stderr, and only when a person is watching.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
+from diagnoser.cli.params import Number
 from diagnoser.errors import InputError
+
+
+def _refuse_odd_numbers(flag: str, value: Any) -> None:
+    """No NaN, infinity or negative number anywhere in an option value: no probe option takes one."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)) and not (math.isfinite(value) and value >= 0):
+        raise InputError(f"{flag}: {value!r} is not a finite, non-negative number")
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        _refuse_odd_numbers(flag, item)
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -25,15 +38,15 @@ def parse_option(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise InputError(f"--option: expected KEY=VALUE, got {text!r}")
     try:
-        return key.strip(), yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
     except yaml.YAMLError:
         raise InputError(f"--option {key.strip()}: cannot read value {value!r}") from None
+    _refuse_odd_numbers(f"--option {key.strip()}", parsed)
+    return key.strip(), parsed
 
 
 def workload_options(case_path: str) -> dict[str, Any]:
     """Probe options implied by the case's workload: model, expert sharding, hardware, local batch."""
-    from pathlib import Path
-
     from diagnoser.models.case import load_case
 
     if not Path(case_path).exists():
@@ -89,27 +102,41 @@ def _logger(console: Any | None) -> logging.Logger:
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON document on stdout")
 @click.option("--markdown", is_flag=True, help="print the report as Markdown (status, then each probe's figures)")
 @click.option("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
-@click.option("--case", "case_path", type=click.Path(dir_okay=False), help="read the workload from this case and merge the results into it (created if missing)")
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds allowed per probe")
-@click.option("--max-memory-fraction", type=click.FloatRange(0.01, 0.9), default=0.25, show_default=True, help="largest share of free memory a probe may take")
+@click.option(
+    "--case", "case_path", metavar="FILE",
+    help="read the workload from this case and merge the results into a copy of it (NAME.probed.yaml; the case itself is never rewritten)",
+)  # fmt: skip
+@click.option(
+    "--case-out", metavar="FILE",
+    help="where the merged case goes (default: NAME.probed.yaml beside --case, or --case itself when it does not exist yet)",
+)  # fmt: skip
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True, help="where the torch probes run")
+@click.option("--timeout", "timeout_s", type=Number(float, 1), default=60.0, show_default=True, help="seconds allowed per probe")
+@click.option(
+    "--max-memory-fraction", type=Number(float, 0.01, 0.9), default=0.25, show_default=True,
+    help="largest share of free memory a probe may take",
+)  # fmt: skip
 @click.option("--endpoint", help="OpenAI-compatible server for the client and context probes, e.g. http://127.0.0.1:8000")
 @click.option("--model-name", help="model name to send to the endpoint")
 @click.option("--model", help="model whose expert shapes the GEMM sweep uses (preset or config.json); default: the case's")
 @click.option("--hardware", help="hardware preset for peak figures (default: the case's, else matched from the device name)")
-@click.option("--expert-tp", type=int, help="shards per expert, for the GEMM shapes")
-@click.option("--ranks", type=click.IntRange(min=2), help="processes for the collectives probe")
-@click.option("--delay-rank", type=int, help="collectives: rank that sleeps before each collective")
-@click.option("--delay-ms", type=float, help="collectives: how long that rank sleeps")
+@click.option("--expert-tp", type=Number(int, 1), help="shards per expert, for the GEMM shapes")
+@click.option("--ranks", type=Number(int, 2), help="processes for the collectives probe")
+@click.option("--delay-rank", type=Number(int, 0), help="collectives: rank that sleeps before each collective")
+@click.option("--delay-ms", type=Number(float, 0), help="collectives: how long that rank sleeps, ms")
 @click.option("--option", "extra", multiple=True, metavar="KEY=VALUE", help="any other probe option, repeatable (value read as YAML)")
-@click.option("--from-report", type=click.Path(dir_okay=False), help="run nothing: read a saved probe --json report (to print it, or merge it into --case)")
+@click.option(
+    "--probe-report", metavar="FILE",
+    help="run nothing: read a saved probe --json report (to print it, or merge it into --case)",
+)  # fmt: skip
 def probe(
     only: str | None,
     as_json: bool,
     markdown: bool,
     output: str | None,
     case_path: str | None,
-    from_report: str | None,
+    case_out: str | None,
+    probe_report: str | None,
     device: str,
     timeout_s: float,
     max_memory_fraction: float,
@@ -121,25 +148,46 @@ def probe(
     Every probe reports ok, skipped (with the reason) or failed (with the reason); one that
     fails never stops the others, and a machine without a GPU is a normal result.
     """
+    from diagnoser.fileio import check_outputs, merged_case_path
+
     if as_json and markdown:
         raise InputError("--json and --markdown: choose one output format")
-    if from_report:
-        from diagnoser.probes.report import load_report
+    if case_out and not case_path:
+        raise InputError("--case-out: give --case too (the case the results are merged into)")
+    given = dict(parse_option(item) for item in extra)
+    merged_path = merged_case_path(case_path, "probed", case_out) if case_path else None
+    # a case that does not exist yet is an output only; a --model that names a file is an input
+    inputs = [p for p in (case_path, flags["model"]) if p and Path(p).exists()] + ([probe_report] if probe_report else [])
+    check_outputs([("-o", output), ("--case-out" if case_out else "--case", merged_path)], inputs)
+    if probe_report:
+        from diagnoser.models.probe_report import load_report
 
-        report = load_report(from_report)
+        report = load_report(probe_report)
     else:
-        report = _measure(only, case_path, device, timeout_s, max_memory_fraction, extra, flags)
+        report = _measure(only, case_path, device, timeout_s, max_memory_fraction, given, flags)
     if case_path:
-        from diagnoser.probes.to_case import update_case_file
-
-        update_case_file(case_path, report)
-        logging.getLogger("diagnoser.probes").info("merged into %s", case_path)
+        _write_merged(case_path, merged_path, report)
     _emit(report, as_json, markdown, output)
+
+
+def _write_merged(case_path: str, merged_path: Path, report: Any) -> None:
+    """The merged case to its own file, and one line on stderr saying where (or why nowhere)."""
+    from diagnoser.probes.to_case import merged_case, write_case
+
+    merged = merged_case(case_path, report)
+    if merged is None:
+        click.echo(f"diagnoser: no successful probe measured anything a case holds; {merged_path} not written", err=True)
+        return
+    write_case(merged_path, merged)
+    if merged_path == Path(case_path):  # merged_case_path names the case itself only when there was none
+        click.echo(f"diagnoser: wrote the probe results to a new case {merged_path}", err=True)
+    else:
+        click.echo(f"diagnoser: merged the probe results into {merged_path} ({case_path} unchanged)", err=True)
 
 
 def _measure(
     only: str | None, case_path: str | None, device: str, timeout_s: float, max_memory_fraction: float,
-    extra: tuple[str, ...], flags: dict[str, Any],
+    given: dict[str, Any], flags: dict[str, Any],
 ) -> Any:
     """Run the chosen probes with the options the case, the flags and --option give (in that order)."""
     from rich.console import Console
@@ -150,7 +198,7 @@ def _measure(
     names = select(only.split(",") if only else None)
     options: dict[str, Any] = workload_options(case_path) if case_path else {}
     options.update({key: value for key, value in flags.items() if value is not None})
-    options.update(dict(parse_option(item) for item in extra))
+    options.update(given)
     # one console for logs and progress, so log lines print above the live spinner
     console = Console(stderr=True) if sys.stderr.isatty() else None
     ctx = ProbeContext(

@@ -12,7 +12,7 @@ DOCUMENTS = {
     "workload": "diagnoser.models.workload:Workload",
     "case": "diagnoser.models.case:Case",
     "bound": "diagnoser.bound.estimate:BoundReport",
-    "probe": "diagnoser.probes.report:ProbeReport",
+    "probe": "diagnoser.models.probe_report:ProbeReport",
     "diagnosis": "diagnoser.models.hypothesis:Diagnosis",
     "walkthrough": "diagnoser.walkthroughs.model:Walkthrough",
 }
