@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from diagnoser.cli.params import Number
+from diagnoser.cli.report_output import emit, output_option
 from diagnoser.errors import InputError
 
 _SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
@@ -57,9 +61,10 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 @click.option("--observed-tokens-per-s", type=Number(float, 0), help="measured aggregate tokens/s over the group")
 @click.option("--boundary", type=click.Choice(["device_step", "server_emission", "client_receipt"]), help="where the observation was read")
 @click.option("--json", "as_json", is_flag=True, help="print the full report as JSON")
+@output_option
 def bound(
     workload_file: str | None, as_json: bool, bytes_per_step: str | None, bandwidth: str | None,
-    probe_file: str | None, **flags: Any,
+    probe_file: str | None, output: Path | None, **flags: Any,
 ) -> None:
     """Bytes each rank moves per decode step, the floor they imply, and what it leaves out.
 
@@ -67,17 +72,32 @@ def bound(
     and/or flags; flags override the file. With
     --bytes-per-step and --bandwidth, compute the single-rank floor from those figures alone.
     """
-    from diagnoser.report.console import stdout_console
+    from diagnoser.fileio import check_outputs
 
-    console = stdout_console()
+    check_outputs([("-o", output)], [p for p in (workload_file, probe_file, flags["model"]) if p])
     observed = {"step_ms": flags["observed_step_ms"], "tokens_per_s": flags["observed_tokens_per_s"]}
     if probe_file is not None:
         if bandwidth is not None:
             raise InputError("give --bandwidth or --probe-report, not both")
         bandwidth = f"{measured_gpu_bandwidth_gbs(probe_file)}GB/s"
     if bytes_per_step is not None:
-        _synthetic(bytes_per_step, bandwidth, flags, observed, as_json, console)
+        result, render = _synthetic(bytes_per_step, bandwidth, flags, observed)
+    else:
+        result, render = _pinned(workload_file, flags, observed, bandwidth)
+    if as_json:
+        emit(result.model_dump_json(indent=2), output)
         return
+    from diagnoser.report.console import stdout_console, text_console
+
+    if output is None:
+        render(stdout_console())
+    else:
+        console = text_console()
+        render(console)
+        emit(console.file.getvalue(), output)
+
+
+def _pinned(workload_file: str | None, flags: dict[str, Any], observed: dict[str, Any], bandwidth: str | None) -> tuple[Any, Callable]:
     doc = _workload_document(workload_file, flags, observed, bandwidth)
     from pydantic import ValidationError
 
@@ -90,12 +110,9 @@ def bound(
     except ValidationError as err:
         raise InputError(validation_message(err, workload_file or "workload")) from None
     report = compute_bound(workload)
-    if as_json:
-        click.echo(report.model_dump_json(indent=2))
-        return
     from diagnoser.report.bound import render_bound
 
-    render_bound(report, console)
+    return report, functools.partial(render_bound, report)
 
 
 def measured_gpu_bandwidth_gbs(path: str) -> float:
@@ -144,7 +161,7 @@ def _workload_document(path: str | None, flags: dict[str, Any], observed: dict[s
     return doc
 
 
-def _synthetic(bytes_text: str, bandwidth: str | None, flags: dict[str, Any], observed: dict[str, Any], as_json: bool, console) -> None:
+def _synthetic(bytes_text: str, bandwidth: str | None, flags: dict[str, Any], observed: dict[str, Any]) -> tuple[Any, Callable]:
     from diagnoser.bound import floor_from_bytes
     from diagnoser.models.workload import Boundary
 
@@ -167,9 +184,6 @@ def _synthetic(bytes_text: str, bandwidth: str | None, flags: dict[str, Any], ob
         observed_step_ms=observed["step_ms"], observed_tokens_per_s=observed["tokens_per_s"],
         boundary=Boundary(flags["boundary"] or "device_step"),
     )
-    if as_json:
-        click.echo(result.model_dump_json(indent=2))
-        return
     from diagnoser.report.bound import render_floor
 
-    render_floor(result, nbytes, bw_gbs, console)
+    return result, lambda console: render_floor(result, nbytes, bw_gbs, console)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import click
 
 from diagnoser.cli.params import Number
+from diagnoser.cli.report_output import emit, output_option
 from diagnoser.errors import InputError
+from diagnoser.fileio import check_outputs
 
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
@@ -25,8 +28,8 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, float]:
     return parts
 
 
-def _emit(result, text: str, as_json: bool) -> None:
-    click.echo(result.model_dump_json(indent=2) if as_json else text)
+def _emit(result, text: str, as_json: bool, output: Path | None) -> None:
+    emit(result.model_dump_json(indent=2) if as_json else text, output)
 
 
 # No drafter proposes more tokens per cycle than this; a larger k is a typo.
@@ -54,11 +57,13 @@ def _budget_parts(path: str) -> dict[str, float]:
 @click.option("--case", "case_path", metavar="CASE", help="Take the parts from the case's step budget instead.")
 @click.option("--set", "change", required=True, metavar="NAME=MS", help="The part to change and its new time.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_json: bool) -> None:
+@output_option
+def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_json: bool, output: Path | None) -> None:
     """Recompute a serial step after changing one part: 'before / after' is the speed-up."""
     from diagnoser.report import render_amdahl
     from diagnoser.whatif import amdahl
 
+    check_outputs([("-o", output)], [case_path] if case_path else [])
     if bool(parts) == bool(case_path):
         raise InputError("amdahl: give the parts with --part NAME=MS, or --case CASE (not both)")
     (name, value), = _pairs((change,), "--set").items()
@@ -66,7 +71,7 @@ def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_js
         result = amdahl(_budget_parts(case_path) if case_path else _pairs(parts, "--part"), name, value)
     except ValueError as err:
         raise InputError(f"amdahl: {err}") from None
-    _emit(result, render_amdahl(result), as_json)
+    _emit(result, render_amdahl(result), as_json, output)
 
 
 @whatif.command("speculate")
@@ -77,16 +82,18 @@ def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_js
 @click.option("--other-ms", type=Number(float, 0), default=0.0, show_default=True, help="Other work per cycle, ms.")
 @click.option("--ordinary-ms", type=Number(float, 0), required=True, help="Ordinary one-token decode step, ms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def speculate_cmd(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms, as_json) -> None:
+@output_option
+def speculate_cmd(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms, as_json, output) -> None:
     """E[tokens/cycle] = (1 - a^(k+1)) / (1 - a); speed-up = E x ordinary / cycle cost."""
     from diagnoser.report import render_speculation
     from diagnoser.whatif import speculation
 
+    check_outputs([("-o", output)], [])
     try:
         result = speculation(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms)
     except ValueError as err:
         raise InputError(f"speculate: {err}") from None
-    _emit(result, render_speculation(result), as_json)
+    _emit(result, render_speculation(result), as_json, output)
 
 
 def _batch_inputs(path: str):
@@ -115,7 +122,8 @@ def _batch_inputs(path: str):
 @click.argument("workload_path", metavar="WORKLOAD")
 @click.option("--batch", "batches", required=True, metavar="B,B,...", help="Batch sizes to estimate, e.g. 1,8,32,64.")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
-def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
+@output_option
+def batch_cmd(workload_path: str, batches: str, as_json: bool, output: Path | None) -> None:
     """Aggregate and per-user rate at other batch sizes, the floor re-estimated by the bound.
 
     Sizes whose weights and KV cache do not fit in one rank's HBM are not estimated: the
@@ -124,6 +132,7 @@ def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
     from diagnoser.bound.batching import batch_estimate
     from diagnoser.report import render_batch
 
+    check_outputs([("-o", output)], [workload_path])
     workload = _batch_inputs(workload_path)
     try:
         sizes = sorted({int(b) for b in batches.split(",")})
@@ -132,7 +141,7 @@ def batch_cmd(workload_path: str, batches: str, as_json: bool) -> None:
     if not sizes or sizes[0] < 1 or len(sizes) > MAX_BATCH_SIZES:
         raise InputError(f"--batch {batches!r}: give 1 to {MAX_BATCH_SIZES} sizes, each at least 1")
     result = batch_estimate(workload, sizes, workload_path)
-    _emit(result, render_batch(result), as_json)
+    _emit(result, render_batch(result), as_json, output)
 
 
 # Each size is one run of the bound; a list longer than this is a typo, not a sweep.

@@ -14,3 +14,10 @@ PIPE_WIDTH = 160
 def stdout_console() -> Console:
     width = None if sys.stdout.isatty() else PIPE_WIDTH
     return Console(file=sys.stdout, width=width, highlight=False)
+
+
+def text_console() -> Console:
+    """A console that renders into a string (``console.file.getvalue()``), for reports saved with -o."""
+    import io
+
+    return Console(file=io.StringIO(), width=PIPE_WIDTH, highlight=False, color_system=None)
