@@ -19,6 +19,8 @@ import click
 from diagnoser.cli.params import Number
 from diagnoser.errors import InputError
 
+MAX_TIMEOUT_S = 86_400.0  # a day; far larger waits overflow the thread join that enforces it
+
 
 def _refuse_odd_numbers(flag: str, value: Any) -> None:
     """No NaN, infinity or negative number anywhere in an option value: no probe option takes one."""
@@ -111,7 +113,9 @@ def _logger(console: Any | None) -> logging.Logger:
     help="where the merged case goes (default: NAME.probed.yaml beside --case, or --case itself when it does not exist yet)",
 )  # fmt: skip
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True, help="where the torch probes run")
-@click.option("--timeout", "timeout_s", type=Number(float, 1), default=60.0, show_default=True, help="seconds allowed per probe")
+@click.option(
+    "--timeout", "timeout_s", type=Number(float, 1, MAX_TIMEOUT_S), default=60.0, show_default=True, help="seconds allowed per probe"
+)  # fmt: skip
 @click.option(
     "--max-memory-fraction", type=Number(float, 0.01, 0.9), default=0.25, show_default=True,
     help="largest share of free memory a probe may take",
