@@ -6,6 +6,7 @@ thing about the same answer.
 
 from __future__ import annotations
 
+from diagnoser.models.hypothesis import Kind
 from diagnoser.walkthroughs import engine_view
 from diagnoser.walkthroughs.answers import letters
 from diagnoser.walkthroughs.model import Choice, ChoiceStep, NumberStep, OrderStep
@@ -38,11 +39,10 @@ def options(prepared: Prepared, step) -> list[tuple[str, str, str]]:
 def expected_text(prepared: Prepared, step) -> str:
     if isinstance(step, NumberStep):
         return f"{with_unit(prepared.figures[step.id].value, step.unit)} ({tolerance_text(step.tolerance, step.unit)})"
-    lettered = {key: f"{letter}) {text}" for letter, key, text in options(prepared, step)}
+    shown = {key: (letter, text) for letter, key, text in options(prepared, step)}
     if isinstance(step, ChoiceStep):
-        return " or ".join(lettered[a] for a in step.answers)
-    letter_of = {key: letter for letter, key, _ in options(prepared, step)}
-    return " > ".join(f"{letter_of[i]}) {i}" for i in step.answer)
+        return " or ".join(f"{shown[a][0]}) {shown[a][1]}" for a in step.answers)
+    return " > ".join(f"{shown[i][0]}) {i}" for i in step.answer)
 
 
 def trap_lines(prepared: Prepared, step: NumberStep, trapped: TrapFigure) -> list[str]:
@@ -69,7 +69,7 @@ def is_mistake(prepared: Prepared, choice: Choice) -> bool:
     """A wrong choice the rule base names as a mistake (a guard or a lesson), not merely another cause."""
     if choice.rule is None:
         return False
-    return prepared.book.specs[prepared.book.resolve(choice.rule)].kind.value != "cause"
+    return prepared.book.specs[prepared.book.resolve(choice.rule)].kind is not Kind.cause
 
 
 def worked(prepared: Prepared, step) -> list[str]:

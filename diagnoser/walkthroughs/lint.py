@@ -16,7 +16,7 @@ from diagnoser.errors import InputError
 from diagnoser.walkthroughs import engine_view
 from diagnoser.walkthroughs.model import ChoiceStep, NumberStep
 from diagnoser.walkthroughs.prepare import Prepared
-from diagnoser.walkthroughs.sources import load_file, walkthrough_files
+from diagnoser.walkthroughs.sources import load_catalogue, walkthrough_files
 
 
 def _views(prepared: Prepared):
@@ -43,12 +43,10 @@ def check_engine(prepared: Prepared) -> None:
 
 def lint(paths: Iterable[str | Path], book: Rulebook) -> list[Prepared]:
     """The walkthroughs in ``paths``, each fully checked; the first problem is raised as one line."""
-    files = walkthrough_files(paths)
-    if not files:
+    paths = list(paths)
+    if not walkthrough_files(paths):
         raise InputError("no walkthrough files found")
-    checked = []
-    for path in files:
-        prepared = load_file(path, book)
+    checked = load_catalogue(paths, bundled=False, entry_points=False, book=book)
+    for prepared in checked.values():
         check_engine(prepared)
-        checked.append(prepared)
-    return checked
+    return list(checked.values())

@@ -56,9 +56,6 @@ class Prepared:
     traps: dict[str, list[TrapFigure]] = field(default_factory=dict)
     diagnoses: dict[str, Any] = field(default_factory=dict)  # engine runs, by canonical case JSON
 
-    def step(self, step_id: str):
-        return next(s for s in self.doc.steps if s.id == step_id)
-
     def rule_title(self, rule_id: str) -> str:
         return self.book.specs[self.book.resolve(rule_id)].title
 
