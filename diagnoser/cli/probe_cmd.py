@@ -26,9 +26,12 @@ def _refuse_odd_numbers(flag: str, value: Any) -> None:
     """No NaN, infinity or negative number anywhere in an option value: no probe option takes one."""
     if isinstance(value, bool):
         return
-    if isinstance(value, (int, float)) and not (math.isfinite(value) and value >= 0):
+    not_finite = isinstance(value, float) and not math.isfinite(value)
+    if not_finite or (isinstance(value, (int, float)) and value < 0):
         raise InputError(f"{flag}: {value!r} is not a finite, non-negative number")
-    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+    if isinstance(value, dict):
+        value = list(value.values())
+    for item in value if isinstance(value, list) else ():
         _refuse_odd_numbers(flag, item)
 
 
