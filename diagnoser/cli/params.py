@@ -35,6 +35,8 @@ class Number(click.ParamType):
             number = self.kind(value)
         except (TypeError, ValueError, OverflowError):
             raise InputError(f"{flag}: {wanted}") from None
-        if not math.isfinite(number) or (self.low is not None and number < self.low) or (self.high is not None and number > self.high):
+        if isinstance(number, float) and not math.isfinite(number):
+            raise InputError(f"{flag}: {wanted}")
+        if (self.low is not None and number < self.low) or (self.high is not None and number > self.high):
             raise InputError(f"{flag}: {wanted}")
         return number
