@@ -98,6 +98,9 @@ def test_the_walkthrough_schema_is_printed(capsys):
     assert main(["schema", "walkthrough"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["title"] == "Walkthrough" and {"NumberStep", "ChoiceStep", "OrderStep", "Trap"} <= set(schema["$defs"])
+    undocumented = [(name, field) for name, part in [("Walkthrough", schema), *schema["$defs"].items()]
+                    for field, spec in part.get("properties", {}).items() if "description" not in spec]
+    assert undocumented == []  # the schema is what authors read: every field says what it is
 
 
 def test_an_installed_pack_adds_its_walkthroughs(tmp_path):
@@ -117,3 +120,19 @@ def test_an_installed_pack_adds_its_walkthroughs(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "diagnoser", "walkthrough"], capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert "pack-prefill" in listed.stdout and "case-d08-prefill-stalls" in listed.stdout
+
+
+def test_a_walkthrough_of_ones_own_is_added_with_walkthroughs_and_may_not_take_a_bundled_name(tmp_path, capsys):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "name: mine\ntitle: Mine\nscenario: One rank.\nskills: {floor: the floor}\nsteps:\n"
+        "  - {id: floor-ms, kind: number, skill: floor, ask: Floor?, explain: Bytes over bandwidth., unit: ms,\n"
+        "     tolerance: {absolute: 0.1}, compute: {calculator: floor, inputs: {bytes_per_step: 4.0e+9, bandwidth_gbs: 2000}, field: floor_ms}}\n"
+    )
+    answers = tmp_path / "a.yaml"
+    answers.write_text("floor-ms: 2\n")
+    assert main(["walkthrough", "mine", "--walkthroughs", str(mine), "--answers", str(answers)]) == 0
+    assert "score: 1 / 1 (100 %)" in capsys.readouterr().out
+    mine.write_text(mine.read_text().replace("name: mine", "name: decode-gap"))
+    assert main(["walkthrough", "--walkthroughs", str(mine)]) == 2
+    assert "walkthrough decode-gap is already defined in" in capsys.readouterr().err

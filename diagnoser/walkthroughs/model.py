@@ -73,10 +73,10 @@ class Trap(_Doc):
     """A common wrong answer the step recognises, computed the way the mistake computes it."""
 
     name: str = Field(description="the mistake in a few words, e.g. 'active-parameter bytes as traffic'")
-    compute: Compute
+    compute: Compute = Field(description="the wrong figure, computed the way the mistake computes it")
     why: str = Field(description="why this figure is wrong, specifically")
     rule: str | None = Field(default=None, description="the guard or lesson of the rule base that names this mistake")
-    engine: EngineView | None = None
+    engine: EngineView | None = Field(default=None, description="the engine's conclusion on this mistake, shown when it is made")
 
 
 class Choice(_Doc):
@@ -84,7 +84,7 @@ class Choice(_Doc):
     text: str | None = Field(default=None, description="defaults to the rule's title")
     rule: str | None = Field(default=None, description="the rule whose title says what this choice says (a cause, a guard, a lesson)")
     why: str = Field(description="why this choice is right or wrong")
-    engine: EngineView | None = None
+    engine: EngineView | None = Field(default=None, description="the engine's conclusion, shown when this choice is picked")
 
     @model_validator(mode="after")
     def _named(self) -> "Choice":
@@ -100,32 +100,32 @@ class Choice(_Doc):
 
 
 class Item(_Doc):
-    id: str = Field(pattern=ID_PATTERN)
-    text: str
+    id: str = Field(pattern=ID_PATTERN, description="what an answer may name instead of the letter")
+    text: str = Field(description="the item as shown")
 
 
 class _Step(_Doc):
-    id: str = Field(pattern=ID_PATTERN)
+    id: str = Field(pattern=ID_PATTERN, description="what an answer file names the step by")
     skill: str = Field(description="one of the walkthrough's skills; the score is broken down by it")
     ask: str = Field(description="the question, in the project's own words")
     explain: str = Field(description="the reasoning shown after any answer")
-    points: float = Field(default=1.0, gt=0)
+    points: float = Field(default=1.0, gt=0, description="what a right answer earns")
     engine: EngineView | None = Field(default=None, description="the engine's own output shown with the explanation")
     follow_ups: list[str] = Field(default_factory=list, description="what an interviewer asks next")
 
 
 class NumberStep(_Step):
-    kind: Literal["number"]
-    compute: Compute
+    kind: Literal["number"] = Field(description="a number, checked within a tolerance")
+    compute: Compute = Field(description="how the tool computes the answer")
     unit: str = Field(description="the unit answers are read in, e.g. ms, tokens/s, %, x, tokens")
     scale: float = Field(default=1.0, gt=0, description="the calculator's figure times this is the answer in `unit` (100 for a percentage)")
-    tolerance: Tolerance
-    traps: list[Trap] = Field(default_factory=list)
+    tolerance: Tolerance = Field(description="how close an answer must be")
+    traps: list[Trap] = Field(default_factory=list, description="common wrong answers the step recognises")
 
 
 class ChoiceStep(_Step):
-    kind: Literal["choice"]
-    choices: list[Choice] = Field(min_length=2)
+    kind: Literal["choice"] = Field(description="one choice among causes, remedies or readings")
+    choices: list[Choice] = Field(min_length=2, description="in the order they are shown, lettered a, b, c, ...")
     answer: str | list[str] = Field(description="the choice id that is right, or a list of ids each of which is")
 
     @property
@@ -146,7 +146,7 @@ class ChoiceStep(_Step):
 
 
 class OrderStep(_Step):
-    kind: Literal["order"]
+    kind: Literal["order"] = Field(description="an ordering of steps")
     items: list[Item] = Field(min_length=3, description="in the order they are shown")
     answer: list[str] = Field(description="the item ids in the right order")
 
@@ -166,9 +166,9 @@ Step = Annotated[Union[NumberStep, ChoiceStep, OrderStep], Field(discriminator="
 class Walkthrough(_Doc):
     """A guided scenario: questions, each checked, explained with the tool's output, and scored by skill."""
 
-    schema_version: Literal[1] = WALKTHROUGH_SCHEMA_VERSION
+    schema_version: Literal[1] = Field(default=WALKTHROUGH_SCHEMA_VERSION, description="1")
     name: str = Field(pattern=ID_PATTERN, description="what `diagnoser walkthrough NAME` calls it")
-    title: str
+    title: str = Field(description="one line, shown in the list")
     scenario: str = Field(description="what the trainee is told before the first question")
     skills: dict[str, str] = Field(min_length=1, description="skill id -> what it covers; every step names one")
     case: str | None = Field(default=None, description="a case file beside the walkthrough: the facts the reporter had")
@@ -179,7 +179,7 @@ class Walkthrough(_Doc):
         description="facts several steps share, written once with a YAML anchor (&name) and used with an alias (*name); "
         "only the steps' use of them is read",
     )
-    steps: list[Step] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1, description="asked in this order")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Walkthrough":
