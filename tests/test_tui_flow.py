@@ -115,3 +115,44 @@ def test_the_whole_flow(tmp_path):
     assert decision.undo and all(u.revert_if in report for u in decision.undo)
     assert "- [client-gap] confirmed: receipt gaps match" in report
     assert "## Causes, ranked by evidence grade, then bounded gain" in report  # the ordinary report follows
+
+
+def test_pin_errors_show_under_their_fields_and_change_nothing(tmp_path):
+    async def scenario():
+        app = make_app(example_copy(tmp_path), start="pin")
+        async with app.run_test(size=(80, 24)) as pilot:
+            before = app.workspace.session
+            await type_into(pilot, field(app.screen, "batch"), "0")
+            await type_into(pilot, field(app.screen, "layout.tp"), "two")
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            shown = {f.spec.key: str(f.query_one(".field-error").render()) for f in app.screen.query("FormField") if f.has_class("-invalid")}
+            assert set(shown) == {"batch", "layout.tp"}
+            assert "greater than or equal to 1" in shown["batch"]
+            assert app.workspace.session == before and app.workspace.revision == 0  # refused whole, not saved
+
+    run(scenario())
+
+
+def test_the_palette_offers_the_current_screens_commands(tmp_path):
+    async def scenario():
+        app = make_app(example_copy(tmp_path), start="hypotheses")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            top = app.workspace.diagnosis.hypotheses[0]
+            assert titles[:2] == [f"Confirmed: {top.check.confirms}", f"Refuted: {top.check.refutes}"]
+            assert f"Decide: {top.remedies[0].action}" in titles and "Go to Interview" in titles
+            await pilot.press("4")
+            await pilot.pause()
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert titles[0] == f"Ask: {app.workspace.diagnosis.questions[0].label}"
+            assert not any(t.startswith("Confirmed:") for t in titles)
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "CommandPalette"
+            await pilot.press("escape", "escape", "f1")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "HelpScreen"
+
+    run(scenario())

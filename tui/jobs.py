@@ -4,13 +4,15 @@ A thread cannot be stopped in the middle of parsing 300 MB of JSON, and a parse 
 the GIL stalls the interface; a child process can be killed at once and leaves the
 interface's process free. Each job reports ``Progress`` as it goes and ends with exactly one
 ``Finished`` or ``Failed``; ``cancel`` kills the child and its own workers (it leads a
-process group of its own). Nothing here imports Textual.
+process group of its own). Children are plain subprocesses talking JSON lines on stdout, not
+``multiprocessing``: its helper process cannot start while Textual holds the standard streams,
+and a child's stray output must never reach the terminal the interface draws on. Nothing
+here imports Textual.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -20,9 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-
-POLL_S = 0.1
-
 
 @dataclass(frozen=True)
 class Progress:
@@ -51,7 +50,7 @@ class Job(Protocol):
 
 
 def _kill_group(pid: int) -> None:
-    """SIGTERM to the child's process group (it called setsid), else to the child alone."""
+    """SIGTERM to the child's process group (it was started in a session of its own): its workers go too."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -61,70 +60,73 @@ def _kill_group(pid: int) -> None:
             pass
 
 
-def _trace_child(paths: list[str], out: Any) -> None:
-    """In the child: the same three steps as ``diagnoser analyze``, each reported."""
-    os.setsid()
+def trace_main(paths: list[str]) -> int:
+    """In the child (``python -m diagnoser.tui.jobs PATH...``): ``diagnoser analyze``'s three steps, each reported.
+
+    Events go to stdout as JSON lines; nothing else is printed there.
+    """
+    import json
+
     from diagnoser.errors import InputError
 
+    def say(**event: Any) -> None:
+        print(json.dumps(event), flush=True)
+
     try:
-        out.put(Progress(0, 3, f"reading {', '.join(Path(p).name for p in paths)}"))
+        say(progress=[0, 3, f"reading {', '.join(Path(p).name for p in paths)}"])
         from diagnoser.trace.analysis import analyze_traces
         from diagnoser.trace.facts import to_observations
         from diagnoser.trace.load import load_traces
 
         traces = load_traces(paths)
-        out.put(Progress(1, 3, f"finding steps on {len(traces)} rank(s)"))
+        say(progress=[1, 3, f"finding steps on {len(traces)} rank(s)"])
         analysis = analyze_traces(traces)
-        out.put(Progress(2, 3, f"{len(analysis.steps)} steps: extracting facts"))
-        observations = to_observations(analysis)
-        out.put(Finished(observations.model_dump(mode="json", exclude_unset=True)))
+        say(progress=[2, 3, f"{len(analysis.steps)} steps: extracting facts"])
+        say(observations=to_observations(analysis).model_dump(mode="json", exclude_unset=True))
     except InputError as err:
-        out.put(Failed(str(err)))
+        say(error=str(err))
     except Exception as err:  # noqa: BLE001 - reported to the interface, which stays up
-        out.put(Failed(f"internal error: {type(err).__name__}: {err}"))
+        say(error=f"internal error: {type(err).__name__}: {err}")
+    return 0
 
 
 class TraceJob:
-    """``load_traces`` -> ``analyze_traces`` -> ``to_observations`` in a spawned child process."""
+    """``load_traces`` -> ``analyze_traces`` -> ``to_observations`` in a child process of its own."""
 
     def __init__(self, paths: list[str]) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
-        self._queue = context.Queue()
-        self._process = context.Process(target=_trace_child, args=(list(paths), self._queue))
+        argv = [sys.executable, "-m", "diagnoser.tui.jobs", *paths]
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         self._cancelled = threading.Event()
-        self._process.start()
 
     def events(self) -> Iterator[Event]:
-        try:
-            while True:
-                if self._cancelled.is_set():
-                    yield Failed("cancelled")
-                    return
-                try:
-                    event = self._queue.get(timeout=POLL_S)
-                except queue.Empty:
-                    if not self._process.is_alive():
-                        yield Failed(f"the analysis stopped (exit code {self._process.exitcode})")
-                        return
-                    continue
-                if isinstance(event, Finished):
-                    from diagnoser.models.observations import Observations
+        import json
 
-                    yield Finished(Observations.model_validate(event.result))
+        from diagnoser.models.observations import Observations
+
+        try:
+            for line in self._proc.stdout:
+                if self._cancelled.is_set():
+                    break
+                event = json.loads(line)
+                if "progress" in event:
+                    yield Progress(*event["progress"])
+                elif "observations" in event:
+                    yield Finished(Observations.model_validate(event["observations"]))
                     return
-                yield event
-                if isinstance(event, Failed):
+                else:
+                    yield Failed(event["error"])
                     return
+            self._proc.wait()
+            yield Failed("cancelled" if self._cancelled.is_set() else f"the analysis stopped (exit code {self._proc.returncode})")
         finally:
             self.cancel()
-            self._process.join(timeout=5)
+            self._proc.wait()
+            self._proc.stdout.close()
 
     def cancel(self) -> None:
         self._cancelled.set()
-        if self._process.is_alive() and self._process.pid is not None:
-            _kill_group(self._process.pid)
+        if self._proc.poll() is None:
+            _kill_group(self._proc.pid)
 
 
 class ProbeJob:
@@ -188,3 +190,7 @@ class Jobs:
 
     def probes(self, case_json: str, names: list[str], endpoint: str | None = None, model_name: str | None = None) -> Job:
         return ProbeJob(case_json, names, endpoint, model_name)
+
+
+if __name__ == "__main__":
+    sys.exit(trace_main(sys.argv[1:]))
