@@ -1,11 +1,11 @@
 """The calculators a walkthrough may name, and the lines each one shows as its working.
 
 Each entry wraps a calculator the CLI already uses (the floor, the per-rank bound, Amdahl,
-speculation, the batch curve), so a walkthrough's expected figure is the tool's figure. The
-working shown with an answer comes from the same renderers `diagnoser bound` and
-`diagnoser whatif` print with. Two small ones exist only here: several parts of a step
-changed at once (the arithmetic of a promise that a graph removes a whole gap), and the
-step of ranks that run side by side (the slowest one, not their sum).
+speculation, the batch estimate, a rate and its step), so a walkthrough's expected figure is
+the tool's figure. The working shown with an answer comes from the same renderers
+`diagnoser bound` and `diagnoser whatif` print with. Two small ones exist only here: several
+parts of a step changed at once (the arithmetic of a promise that a graph removes a whole
+gap), and the step of ranks that run side by side (the slowest one, not their sum).
 """
 
 from __future__ import annotations
@@ -15,8 +15,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError, validate_call
+from rich.console import Console
 
+from diagnoser.bound import compute_bound, floor_from_bytes
+from diagnoser.bound.batching import batch_estimate
+from diagnoser.bound.floor import compare_with_observation, step_ms_from_rate
 from diagnoser.errors import InputError
+from diagnoser.models.documents import validation_message
+from diagnoser.models.workload import Workload
+from diagnoser.report import render_amdahl, render_batch, render_speculation
+from diagnoser.report.bound import render_floor
+from diagnoser.whatif import amdahl, speculation
 
 GB = 1e9
 
@@ -43,8 +52,6 @@ def ranks_step(ranks_parts_ms: dict[str, dict[str, float]]) -> RanksStep:
 
 def amdahl_several(parts_ms: dict[str, float], set_ms: dict[str, float]):
     """Change several parts at once: they become one part, which Amdahl replaces."""
-    from diagnoser.whatif import amdahl
-
     unknown = sorted(set(set_ms) - set(parts_ms))
     if unknown or not set_ms:
         raise ValueError(f"set_ms names no part {unknown[0]!r}" if unknown else "set_ms names no part")
@@ -55,9 +62,6 @@ def amdahl_several(parts_ms: dict[str, float], set_ms: dict[str, float]):
 
 
 def _workload(data: dict[str, Any]):
-    from diagnoser.models.documents import validation_message
-    from diagnoser.models.workload import Workload
-
     try:
         return Workload.model_validate(data)
     except ValidationError as err:
@@ -66,8 +70,6 @@ def _workload(data: dict[str, Any]):
 
 def bound(**workload: Any):
     """The per-rank bound of a pinned workload, as `diagnoser bound` computes it."""
-    from diagnoser.bound import compute_bound
-
     return compute_bound(_workload(workload))
 
 
@@ -80,16 +82,12 @@ class BatchAt(BaseModel):
 
 def batch(workload: dict[str, Any], sizes: list[int]) -> BatchAt:
     """What `diagnoser whatif batch` estimates: the bound's floor at each size, the measured overhead kept."""
-    from diagnoser.bound.batching import batch_estimate
-
     estimate = batch_estimate(_workload(workload), sizes, "workload")
     return BatchAt(estimate=estimate, at={str(p.batch): p for p in estimate.points})
 
 
 def rate_at_step(step_ms: float, batch: int = 1, tokens_per_step: float = 1.0) -> dict[str, float]:
     """The rate of ``batch`` sequences decoding in one step of ``step_ms``: the ceiling formula at that step."""
-    from diagnoser.bound.floor import compare_with_observation
-
     if step_ms <= 0:
         raise ValueError("the step must be > 0")
     at = compare_with_observation(step_ms, batch=batch, tokens_per_step=tokens_per_step)
@@ -98,8 +96,6 @@ def rate_at_step(step_ms: float, batch: int = 1, tokens_per_step: float = 1.0) -
 
 def step_from_rate(tokens_per_s: float, batch: int = 1, tokens_per_step: float = 1.0) -> dict[str, float]:
     """A rate back to the interval between steps."""
-    from diagnoser.bound.floor import step_ms_from_rate
-
     if tokens_per_s <= 0:
         raise ValueError("the rate must be > 0")
     return {"step_ms": step_ms_from_rate(tokens_per_s, batch, tokens_per_step)}
@@ -107,16 +103,12 @@ def step_from_rate(tokens_per_s: float, batch: int = 1, tokens_per_step: float =
 
 def _console_text(render: Callable[..., None], *args: Any) -> list[str]:
     """What a rich renderer of the CLI prints, as plain lines."""
-    from rich.console import Console
-
     console = Console(file=io.StringIO(), width=400, color_system=None, highlight=False)
     render(*args, console)
     return console.file.getvalue().splitlines()  # type: ignore[attr-defined]
 
 
 def _floor_lines(inputs: dict[str, Any], result: Any) -> list[str]:
-    from diagnoser.report.bound import render_floor
-
     return _console_text(render_floor, result, float(inputs["bytes_per_step"]), float(inputs["bandwidth_gbs"]))
 
 
@@ -142,8 +134,6 @@ def _text_lines(render: Callable[[Any], str]) -> Callable[[dict[str, Any], Any],
 
 
 def _batch_lines(inputs: dict[str, Any], result: BatchAt) -> list[str]:
-    from diagnoser.report import render_batch
-
     return render_batch(result.estimate).splitlines()
 
 
@@ -177,28 +167,19 @@ def _rate_lines(inputs: dict[str, Any], result: dict[str, float]) -> list[str]:
 class Calculator:
     function: Callable[..., Any]
     worked: Callable[[dict[str, Any], Any], list[str]]
-    what: str
 
 
-def _calculators() -> dict[str, Calculator]:
-    from diagnoser.bound import floor_from_bytes
-    from diagnoser.report import render_amdahl, render_speculation
-    from diagnoser.whatif import amdahl, speculation
-
-    return {
-        "floor": Calculator(floor_from_bytes, _floor_lines, "memory-only floor of one rank from bytes and bandwidth"),
-        "bound": Calculator(bound, _bound_lines, "per-rank bound of a pinned workload (the inputs are a workload)"),
-        "amdahl": Calculator(amdahl, _text_lines(render_amdahl), "one part of a serial step changed"),
-        "amdahl_several": Calculator(amdahl_several, _text_lines(render_amdahl), "several parts of a serial step changed at once"),
-        "speculation": Calculator(speculation, _text_lines(render_speculation), "draft-and-verify against ordinary decode"),
-        "batch": Calculator(batch, _batch_lines, "aggregate and per-user rate at other batch sizes (`whatif batch`)"),
-        "rate_at_step": Calculator(rate_at_step, _rate_at_step_lines, "the rate of a batch decoding at a given step"),
-        "ranks_step": Calculator(ranks_step, _ranks_lines, "the step of ranks working side by side"),
-        "step_from_rate": Calculator(step_from_rate, _rate_lines, "a rate back to a step time"),
-    }
-
-
-CALCULATORS = _calculators()
+CALCULATORS: dict[str, Calculator] = {
+    "floor": Calculator(floor_from_bytes, _floor_lines),
+    "bound": Calculator(bound, _bound_lines),
+    "amdahl": Calculator(amdahl, _text_lines(render_amdahl)),
+    "amdahl_several": Calculator(amdahl_several, _text_lines(render_amdahl)),
+    "speculation": Calculator(speculation, _text_lines(render_speculation)),
+    "batch": Calculator(batch, _batch_lines),
+    "rate_at_step": Calculator(rate_at_step, _rate_at_step_lines),
+    "ranks_step": Calculator(ranks_step, _ranks_lines),
+    "step_from_rate": Calculator(step_from_rate, _rate_lines),
+}
 
 
 def calculate(name: str, inputs: dict[str, Any]) -> tuple[Any, list[str]]:
