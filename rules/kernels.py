@@ -45,7 +45,7 @@ SLOW_PATH_MARGIN = 1.5
 # A served MoE kernel this many times slower than a plain GEMM at the same rows per expert is
 # the kernel's doing; inside that margin, packing and routing overheads explain the difference.
 BELOW_REFERENCE = 1.25
-# A launch costs ~3-10 us (host submission, or a tiny kernel's GPU time); 32 extra launches per step
+# A launch costs ~3-10 µs (host submission, or a tiny kernel's GPU time); 32 extra launches per step
 # (one per layer of a small model) is already ~0.1-0.3 ms, a few percent of a 5-10 ms decode step.
 # Fewer is within step-to-step jitter and within what a model's own glue kernels add.
 EXTRA_LAUNCHES = 32
