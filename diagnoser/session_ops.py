@@ -9,9 +9,10 @@ field each error belongs to, so a form can show it beside that field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
@@ -62,26 +63,24 @@ def answer_section(name: str) -> str:
     return ".".join(path[:2] if path[0] == "observations" else path[:1])
 
 
+def alternatives(annotation: Any) -> list[Any]:
+    """The types a field may hold, None left out: ``X | None`` -> [X]."""
+    if get_origin(annotation) in (Union, UnionType):
+        return [a for a in get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, ``X | None`` unwrapped; None for a scalar or a list."""
+    return next((a for a in alternatives(annotation) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+
+
 def answer_annotation(name: str) -> Any:
     """The type an answer to ``name`` must have: a model, a list of models, or one field's type."""
-    path = answer_path(name)
-    model: Any = Case
-    annotation: Any = None
-    for key in path:
-        annotation = model.model_fields[key].annotation
-        model = _model_in(annotation)
+    annotation: Any = Case
+    for key in answer_path(name):
+        annotation = model_of(annotation).model_fields[key].annotation
     return annotation
-
-
-def _model_in(annotation: Any) -> Any:
-    from typing import get_args
-
-    from pydantic import BaseModel
-
-    for arg in (annotation, *get_args(annotation)):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
 
 
 def apply_answer(case: Case, answer: Answer) -> Case:
@@ -149,7 +148,7 @@ def merge_probe_report(case: Case, report: Any) -> tuple[Case, list[str]]:
     """The case with a probe report's facts merged as ``probe --from-report --case`` merges them."""
     from diagnoser.probes.to_case import merge_report, observation_updates
 
-    sections = sorted(observation_updates(report))
+    sections = sorted(f"observations.{name}" for name in observation_updates(report))
     try:
         merged = Case.model_validate(merge_report(case, report).model_dump(mode="json"))
     except ValidationError as err:

@@ -8,15 +8,14 @@ imports Textual, and nothing here computes a figure.
 
 from __future__ import annotations
 
-import types
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
 
-from diagnoser.session_ops import answer_annotation
+from diagnoser.session_ops import alternatives, answer_annotation, model_of
 
 Kind = Literal["text", "flag", "choice"]
 
@@ -37,19 +36,12 @@ class AnswerForm:
     template: str | None = None
 
 
-def _plain(annotation: Any) -> list[Any]:
-    """The alternatives of an annotation, None left out."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        return [a for a in get_args(annotation) if a is not type(None)]
-    return [annotation]
-
-
 def field_spec(key: str, annotation: Any, help: str = "") -> FieldSpec:
-    alternatives = _plain(annotation)
-    if alternatives == [bool]:
+    options = alternatives(annotation)
+    if options == [bool]:
         return FieldSpec(key, help, "flag")
-    enums = [a for a in alternatives if isinstance(a, type) and issubclass(a, Enum)]
-    if enums and len(alternatives) == 1:
+    enums = [a for a in options if isinstance(a, type) and issubclass(a, Enum)]
+    if enums and len(options) == 1:
         return FieldSpec(key, help, "choice", tuple(e.value for e in enums[0]))
     return FieldSpec(key, help)
 
@@ -59,16 +51,10 @@ def model_fields(model: type[BaseModel], prefix: str = "") -> tuple[FieldSpec, .
 
 
 def _list_item(annotation: Any) -> type[BaseModel] | None:
-    for alternative in _plain(annotation):
-        if get_origin(alternative) is list:
-            (item,) = get_args(alternative)
-            if isinstance(item, type) and issubclass(item, BaseModel):
-                return item
+    for option in alternatives(annotation):
+        if get_origin(option) is list:
+            return model_of(get_args(option)[0])
     return None
-
-
-def _model(annotation: Any) -> type[BaseModel] | None:
-    return next((a for a in _plain(annotation) if isinstance(a, type) and issubclass(a, BaseModel)), None)
 
 
 def answer_form(name: str) -> AnswerForm:
@@ -79,7 +65,7 @@ def answer_form(name: str) -> AnswerForm:
         required = [k for k, f in item.model_fields.items() if f.is_required()] or list(item.model_fields)[:3]
         row = ", ".join(f"{k}: " for k in required)
         return AnswerForm(template=f"# one entry per line; fields: {', '.join(item.model_fields)}\n- {{{row}}}\n")
-    model = _model(annotation)
+    model = model_of(annotation)
     if model is not None:
         return AnswerForm(fields=model_fields(model))
     leaf = name.rpartition(".")[2]

@@ -16,7 +16,6 @@ from textual.widget import Widget
 from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from diagnoser.report.diagnosis import num
 from diagnoser.tui.fields import FieldSpec, parse_text
 
 STAGES = (
@@ -102,14 +101,14 @@ def as_text(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-class BarChart(Widget):
-    """Horizontal bars, one per row: label, bar scaled to the largest value, the value as text."""
+class _Chart(Widget):
+    """Rows of (label, value, value as text), each drawn as a bar over the cells the widget has."""
 
-    DEFAULT_CSS = "BarChart { height: auto; }"
+    DEFAULT_CSS = "_Chart { height: auto; }"
 
-    def __init__(self, title: str = "", **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.title = title
+        self.title = ""
         self.rows: list[tuple[str, float, str]] = []
 
     def show(self, title: str, rows: list[tuple[str, float, str]]) -> None:
@@ -119,6 +118,10 @@ class BarChart(Widget):
     def get_content_height(self, container, viewport, width: int) -> int:
         return len(self.rows) + (1 if self.title else 0)
 
+    def spans(self, width: int) -> list[tuple[int, int]]:
+        """Where each row's bar starts and how many cells it takes."""
+        raise NotImplementedError
+
     def render(self) -> Text:
         out = Text()
         if self.title:
@@ -126,50 +129,32 @@ class BarChart(Widget):
         label_w = max((len(r[0]) for r in self.rows), default=0) + 1
         text_w = max((len(r[2]) for r in self.rows), default=0) + 1
         width = max(self.content_size.width - label_w - text_w, 4)
-        top = max((r[1] for r in self.rows), default=0) or 1
-        for i, (label, value, text) in enumerate(self.rows):
-            cells = round(width * value / top)
-            out.append(label.ljust(label_w))
-            out.append("█" * cells, style=f"{_COLOURS[i % len(_COLOURS)]}")
-            out.append(" " * (width - cells) + text.rjust(text_w) + ("\n" if i < len(self.rows) - 1 else ""))
+        for i, ((label, _, text), (begin, cells)) in enumerate(zip(self.rows, self.spans(width))):
+            out.append(label.ljust(label_w) + " " * begin)
+            out.append("█" * cells, style=_COLOURS[i % len(_COLOURS)])
+            out.append(" " * max(width - begin - cells, 0) + text.rjust(text_w) + ("\n" if i < len(self.rows) - 1 else ""))
         return out
 
 
 _COLOURS = ("#d08770", "#88c0d0", "#a3be8c", "#b48ead", "#ebcb8b", "#81a1c1", "#bf616a")
 
 
-class Waterfall(Widget):
-    """Parts of one step laid end to end: each row starts where the one before ended."""
+class BarChart(_Chart):
+    """Bars from the left edge, scaled to the largest value."""
 
-    DEFAULT_CSS = "Waterfall { height: auto; }"
+    def spans(self, width: int) -> list[tuple[int, int]]:
+        top = max((r[1] for r in self.rows), default=0) or 1
+        return [(0, round(width * value / top)) for _, value, _ in self.rows]
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.title = ""
-        self.parts: list[tuple[str, float]] = []
-        self.total = 0.0
 
-    def show(self, title: str, parts: list[tuple[str, float]], total: float) -> None:
-        self.title, self.parts, self.total = title, parts, total
-        self.refresh(layout=True)
+class Waterfall(_Chart):
+    """Parts of one step laid end to end: each bar starts where the one before ended."""
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self.parts) + (1 if self.title else 0)
-
-    def render(self) -> Text:
-        out = Text()
-        if self.title:
-            out.append(self.title + "\n", style="bold")
-        label_w = max((len(p[0]) for p in self.parts), default=0) + 1
-        values = [f"{num(ms)} ms" for _, ms in self.parts]
-        value_w = max((len(v) for v in values), default=0) + 1
-        width = max(self.content_size.width - label_w - value_w, 4)
-        start = 0.0
-        for i, ((label, ms), value) in enumerate(zip(self.parts, values)):
-            begin = round(width * start / self.total) if self.total else 0
-            start += ms
-            cells = max(round(width * start / self.total) - begin, 1 if ms else 0) if self.total else 0
-            out.append(label.ljust(label_w) + " " * begin)
-            out.append("█" * cells, style=_COLOURS[i % len(_COLOURS)])
-            out.append(" " * max(width - begin - cells, 0) + value.rjust(value_w) + ("\n" if i < len(self.parts) - 1 else ""))
+    def spans(self, width: int) -> list[tuple[int, int]]:
+        total = sum(r[1] for r in self.rows) or 1
+        out, start = [], 0.0
+        for _, value, _ in self.rows:
+            begin = round(width * start / total)
+            start += value
+            out.append((begin, max(round(width * start / total) - begin, 1 if value else 0)))
         return out

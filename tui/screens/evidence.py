@@ -19,6 +19,7 @@ from diagnoser.engine.facts import present_inputs
 from diagnoser.errors import InputError
 from diagnoser.models.case import load_case
 from diagnoser.models.session import Source, SourceKind
+from diagnoser.report.diagnosis import num
 from diagnoser.session_ops import (
     answer_section,
     load_probe_report,
@@ -39,7 +40,7 @@ CLIENT_PROBES = ["client"]
 
 class EvidenceScreen(StageScreen):
     STAGE = "evidence"
-    AUTO_FOCUS = "#observations"
+    AUTO_FOCUS = "#do-load_case"
     BINDINGS = [
         Binding("ctrl+o", "load_case", "Case", priority=True),
         Binding("ctrl+r", "load_report", "Report", priority=True),
@@ -94,8 +95,8 @@ class EvidenceScreen(StageScreen):
         waterfall = self.query_one("#waterfall", Waterfall)
         waterfall.display = budget is not None
         if budget is not None:
-            waterfall.show(f"step budget, rank {budget.rank if budget.rank is not None else '?'}: {budget.step_ms:.4g} ms ({budget.source or 'no source given'})",
-                           list(budget_parts(budget).items()), budget.step_ms)
+            title = f"step budget, rank {budget.rank if budget.rank is not None else '?'}: {num(budget.step_ms)} ms ({budget.source or 'no source given'})"
+            waterfall.show(title, [(part, ms, f"{num(ms)} ms") for part, ms in budget_parts(budget).items()])
         lines = [f"{s.kind.value}: {s.label}" + (f" -> {', '.join(s.sections)}" if s.sections else "") for s in w.session.sources]
         self.query_one("#sources", Static).update(Text("what came from where\n", style="bold") + Text("\n".join(lines) or "nothing loaded yet"))
 
@@ -118,7 +119,9 @@ class EvidenceScreen(StageScreen):
         return text
 
     def _status(self, text: str, error: bool = False) -> None:
-        self.query_one("#job-status", Static).update(Text(text, style="bold red" if error else ""))
+        status = self.query_one("#job-status", Static)
+        status.update(Text(text, style="bold red" if error else ""))
+        status.display = True
 
     def _commit(self, source: Source, **changes) -> bool:
         try:
@@ -129,25 +132,21 @@ class EvidenceScreen(StageScreen):
         self._status(f"{source.kind.value}: {source.label} merged ({', '.join(source.sections) or 'nothing new'})")
         return True
 
-    def action_load_case(self) -> None:
+    def _merge_file(self, kind: SourceKind, merge) -> None:
         if (path := self._path()) is None:
             return
         try:
-            case, sections = merge_case(self.workspace.session.case, load_case(path))
+            case, sections = merge(self.workspace.session.case, path)
         except InputError as err:
             self._status(str(err), error=True)
             return
-        self._commit(Source(kind=SourceKind.case, label=Path(path).name, sections=sections), case=case)
+        self._commit(Source(kind=kind, label=Path(path).name, sections=sections), case=case)
+
+    def action_load_case(self) -> None:
+        self._merge_file(SourceKind.case, lambda case, path: merge_case(case, load_case(path)))
 
     def action_load_report(self) -> None:
-        if (path := self._path()) is None:
-            return
-        try:
-            case, sections = merge_probe_report(self.workspace.session.case, load_probe_report(path))
-        except InputError as err:
-            self._status(str(err), error=True)
-            return
-        self._commit(Source(kind=SourceKind.probe_report, label=Path(path).name, sections=[f"observations.{s}" for s in sections]), case=case)
+        self._merge_file(SourceKind.probe_report, lambda case, path: merge_probe_report(case, load_probe_report(path)))
 
     def action_traces(self) -> None:
         if (path := self._path()) is not None:
@@ -200,7 +199,8 @@ class EvidenceScreen(StageScreen):
         case = self.workspace.session.case
         try:
             if kind is SourceKind.traces:
-                case, sections = merge_sections(case, event.result)
+                case, names = merge_sections(case, event.result)
+                sections = [f"observations.{name}" for name in names]
             else:
                 sections = []
                 for report in event.result:
@@ -209,7 +209,7 @@ class EvidenceScreen(StageScreen):
         except InputError as err:
             self._status(str(err), error=True)
             return
-        self._commit(Source(kind=kind, label=label, sections=sorted({f"observations.{s}" for s in sections})), case=case)
+        self._commit(Source(kind=kind, label=label, sections=sorted(set(sections))), case=case)
 
     def action_focus_path(self) -> None:
         self.query_one("#evidence-path", Input).focus()

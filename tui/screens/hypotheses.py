@@ -85,7 +85,6 @@ class HypothesesScreen(StageScreen):
         session = self.workspace.session
         mark = session.marks.get(h.id, HypothesisMark()).model_copy(update=changes)
         self.app.commit(session.model_copy(update={"marks": {**session.marks, h.id: mark}}))
-        self.show()
 
     def action_mark(self, status: str) -> None:
         if (h := self.selected) is not None:

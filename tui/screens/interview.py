@@ -142,7 +142,6 @@ class InterviewScreen(StageScreen):
             source = Source(kind=SourceKind.answer, label=f"interview: {q.label}", sections=[answer_section(q.input)])
             self.app.commit(with_source(session, source, case=case, answers=[*session.answers, answer]))
             self.changes = ranking_changes(before, self.workspace.diagnosis) or ["the ranking did not move"]
-            self.asked = None
             self.show()
         except FieldErrors as err:
             errors = err.fields

@@ -29,6 +29,7 @@ SPECULATION = (
     ("ordinary_step_ms", "an ordinary one-token decode step"),
 )
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+CALCULATORS = ("amdahl", "speculation", "batching")
 
 
 class WhatIfScreen(StageScreen):
@@ -68,21 +69,29 @@ class WhatIfScreen(StageScreen):
         """Prefill from the case as it now stands, then compute."""
         w = self.workspace
         budget = w.session.case.observations.budget
-        for part, ms in (budget_parts(budget) if budget is not None else {}).items():
-            self._set(f"amdahl.{part}", ms)
         known = speculation_inputs(w.session.case, w.diagnosis.reference_step_ms)
-        for key, _ in SPECULATION:
-            self._set(f"speculation.{key}", known.get(key, 0 if key == "other_ms" else None))
         pin = w.session.case.workload
         sizes = sorted(set(DEFAULT_BATCHES) | ({pin.batch} if pin is not None else set()))
-        self._set("batching.sizes", "[" + ", ".join(map(str, sizes)) + "]")
-        self.recompute()
+        with self.prevent(Input.Changed, Select.Changed):  # one computation after the refill, not one per field
+            for part, ms in (budget_parts(budget) if budget is not None else {}).items():
+                self._set(f"amdahl.{part}", ms)
+            for key, _ in SPECULATION:
+                self._set(f"speculation.{key}", known.get(key, 0 if key == "other_ms" else None))
+            self._set("batching.sizes", "[" + ", ".join(map(str, sizes)) + "]")
+        for name in CALCULATORS:
+            self.recompute(name)
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.recompute()
+        self._changed(event.control)
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        self.recompute()
+        self._changed(event.control)
+
+    def _changed(self, control) -> None:
+        """Recompute only the calculator whose field changed."""
+        owner = next((a for a in control.ancestors if isinstance(a, FormField)), None)
+        if owner is not None:
+            self.recompute(owner.spec.key.partition(".")[0])
 
     def _numbers(self, prefix: str, keys) -> dict[str, float]:
         values, missing = {}, []
@@ -96,16 +105,9 @@ class WhatIfScreen(StageScreen):
             raise ValueError(f"give a number for {', '.join(missing)}")
         return values
 
-    def recompute(self) -> None:
-        if not self.is_mounted:
-            return
-        self._result("amdahl", self._amdahl)
-        self._result("speculation", self._speculation)
-        self._result("batching", self._batching)
-
-    def _result(self, name: str, calculate) -> None:
+    def recompute(self, name: str) -> None:
         try:
-            text = calculate()
+            text = getattr(self, f"_{name}")()
         except (ValueError, InputError) as err:
             text = str(err)
         self.query_one(f"#{name}-result", Static).update(text)
@@ -132,7 +134,7 @@ class WhatIfScreen(StageScreen):
         return render_batch(batch_estimate(pin, sizes, "batching"))
 
     def commands(self):
-        for tab in ("amdahl", "speculation", "batching"):
+        for tab in CALCULATORS:
             yield SystemCommand(f"What-if: {tab}", f"open the {tab} calculator", lambda tab=tab: self._open(tab))
         yield SystemCommand("What-if: refill from the case", "put the case's figures back in every calculator", self.show)
 
