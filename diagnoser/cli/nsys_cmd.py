@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from diagnoser.cli.params import Number
 from diagnoser.cli.report_output import emit, output_option
 from diagnoser.cli.step_options import step_options
 from diagnoser.trace.nsys_export import CAPTURE_RANGES, GRAPH_TRACE_MODES
@@ -78,7 +79,7 @@ def _check_output(output: Path | None, inputs: list[Path]) -> None:
 @click.option("--capture-range-end", default="stop", show_default=True, help="stop, or repeat[:N]")
 @click.option("--nvtx-capture", metavar="RANGE[@DOMAIN]", help="the range to capture with --capture-range nvtx")
 @click.option("--fork", is_flag=True, help="also trace worker processes started by fork+exec (vLLM, SGLang)")
-@click.option("--timeout", type=float, default=None, help="seconds before the run is stopped (default: none)")
+@click.option("--timeout", type=Number(float, 1), default=None, help="seconds before the run is stopped (default: none)")
 @step_options
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -104,7 +105,7 @@ def profile(output: Path, cuda_graph_trace: str | None, capture_range: str, capt
 @nsys.command()
 @click.argument("report", type=click.Path(path_type=Path))
 @click.option("--out-dir", type=click.Path(path_type=Path), help="where the .sqlite goes (default: beside the report)")
-@click.option("--timeout", type=float, default=600, show_default=True, help="seconds `nsys export` may take")
+@click.option("--timeout", type=Number(float, 1), default=600, show_default=True, help="seconds `nsys export` may take")
 @step_options
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @output_option
@@ -136,7 +137,7 @@ def show(export_files: tuple[Path, ...], step_range: str | None, steps_from: str
 @click.argument("reports", metavar="REPORT...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out-dir", "--out", "out_dir", type=click.Path(path_type=Path),
               help="recipe output folder (default: REPORT.NAME)")
-@click.option("--timeout", type=float, default=1800, show_default=True, help="seconds `nsys recipe` may take")
+@click.option("--timeout", type=Number(float, 1), default=1800, show_default=True, help="seconds `nsys recipe` may take")
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @output_option
 def recipe(name: str, reports: tuple[Path, ...], out_dir: Path | None, timeout: float, as_json: bool,
