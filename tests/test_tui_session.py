@@ -185,3 +185,37 @@ def test_without_a_terminal_tui_prints_the_text_diagnosis(tmp_path):
     assert out.returncode == 0 and out.stdout == diagnosed.stdout
     assert not (tmp_path / "case-moe-small-experts.session.json").exists()  # nothing changed, nothing saved
     assert session_text(Session(case=load_case(source))).startswith('{\n  "document": "diagnoser-session"')
+
+
+def test_answer_forms_follow_the_case_model():
+    from diagnoser.tui.fields import answer_form, error_for, nested, parse_text
+
+    graph = {f.key: f for f in answer_form("graph").fields}
+    assert graph["status"].kind == "choice" and graph["status"].choices == ("none", "partial", "full")
+    assert {f.key: f.kind for f in answer_form("server").fields}["cuda_graphs"] == "flag"
+    assert [f.key for f in answer_form("boundaries.device_step_ms").fields] == ["device_step_ms"]
+    sweep = answer_form("gemm_sweep")
+    assert not sweep.fields and "- {shape: , dtype: , m: , time_us: , bw_fraction: }" in sweep.template
+    assert (parse_text("16"), parse_text("[1, 2]"), parse_text("nvlink"), parse_text("  ")) == (16, [1, 2], "nvlink", None)
+    assert nested({"layout.tp": 2, "batch": 8, "observed.step_ms": None}) == {"layout": {"tp": 2}, "batch": 8}
+    keys = ["observed.step_ms", "observed.tokens_per_s", "batch"]
+    assert error_for("observed.step_ms", {"observed": "give step_ms or tokens_per_s"}, keys) == "give step_ms or tokens_per_s"
+    assert error_for("observed.tokens_per_s", {"observed": "give step_ms or tokens_per_s"}, keys) is None
+
+
+def test_exports_open_with_the_decision_then_the_ordinary_report(case, tmp_path):
+    from diagnoser.models.session import SessionReport
+    from diagnoser.report import render_html
+    from diagnoser.session_report import render_session_html, render_session_json, render_session_markdown
+
+    ws = Workspace(Session(case=case), None)
+    decision = decide(ws.diagnosis, "small-expert-kernels", 0)
+    session = ws.session.model_copy(update={"decision": decision, "marks": {"launch-gaps": HypothesisMark(status=Mark.refuted)}})
+    page = render_session_html(session, ws.diagnosis)
+    assert page.index('<section id="decision">') < page.index("<h1>Diagnosis")
+    assert f'width: {100 * decision.gain.share_of_step:.1f}%' in page  # the gain bar
+    assert page.endswith(render_html(ws.diagnosis).partition("<body>\n")[2])  # the ordinary page follows
+    assert all(u.revert_if.replace("'", "&#x27;") in page for u in decision.undo)
+    exported = SessionReport.model_validate_json(render_session_json(session, ws.diagnosis))
+    assert exported.decision == decision and exported.diagnosis == ws.diagnosis
+    assert render_session_markdown(session.model_copy(update={"decision": None}), ws.diagnosis).startswith("# Decision: none taken yet")
