@@ -416,7 +416,13 @@ def _physical_gpu(db: sqlite3.Connection, schema: _Schema) -> dict[tuple[int, in
     table = "TARGET_INFO_CUDA_DEVICE"
     if not all(schema.has(table, c) for c in ("gpuId", "cudaId", "pid")):
         return {}
-    return {(int(pid), int(cuda)): int(gpu) for gpu, cuda, pid in db.execute(f"SELECT gpuId, cudaId, pid FROM {table}")}
+    rows = db.execute(f"SELECT gpuId, cudaId, pid FROM {table}")
+    return {(pid, cuda): gpu for gpu, cuda, pid in rows if all(_is_int(v) for v in (gpu, cuda, pid))}
+
+
+def _is_int(value: object) -> bool:
+    """SQLite columns are typed per value: an id stored as text or a real is a damaged row, skipped."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _rank_keys(kernels: Table, graphs: Table | None, copies: Table, physical: dict) -> list[tuple[int, int, int]]:
@@ -623,13 +629,15 @@ def _device_info(db: sqlite3.Connection, schema: _Schema) -> dict[int | None, tu
         name = "name" if schema.has("TARGET_INFO_GPU", "name") else "NULL"
         sms = "smCount" if schema.has("TARGET_INFO_GPU", "smCount") else "NULL"
         for gpu, gpu_name, sm in db.execute(f"SELECT id, {name}, {sms} FROM TARGET_INFO_GPU"):
-            info[int(gpu)] = (gpu_name, int(sm) if sm is not None else None)
+            if _is_int(gpu):
+                info[gpu] = (gpu_name if isinstance(gpu_name, str) else None, sm if _is_int(sm) else None)
     table = "TARGET_INFO_CUDA_DEVICE"
     if schema.has(table, "gpuId") and schema.has(table, "numMultiprocessors"):
         # The CUDA view of the device knows its SM count even when TARGET_INFO_GPU does not.
         for gpu, sm in db.execute(f"SELECT gpuId, numMultiprocessors FROM {table}"):
-            known_name, known_sm = info.get(int(gpu), (None, None))
-            info[int(gpu)] = (known_name, known_sm if known_sm is not None else (int(sm) if sm is not None else None))
+            if _is_int(gpu):
+                known_name, known_sm = info.get(gpu, (None, None))
+                info[gpu] = (known_name, known_sm if known_sm is not None else (sm if _is_int(sm) else None))
     if len(info) == 1:
         info[None] = next(iter(info.values()))
     return info
