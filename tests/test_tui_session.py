@@ -219,3 +219,30 @@ def test_exports_open_with_the_decision_then_the_ordinary_report(case, tmp_path)
     exported = SessionReport.model_validate_json(render_session_json(session, ws.diagnosis))
     assert exported.decision == decision and exported.diagnosis == ws.diagnosis
     assert render_session_markdown(session.model_copy(update={"decision": None}), ws.diagnosis).startswith("# Decision: none taken yet")
+
+
+def test_bad_sources_are_one_line_and_exit_2(tmp_path):
+    bad_case = tmp_path / "bad.yaml"
+    bad_case.write_text("workload: {batch: 0}\n")
+    for source, needle in ((tmp_path / "missing.yaml", "no such file"), (bad_case, "workload.batch"), (tmp_path, "directory")):
+        out = run_cli("tui", str(source))
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and needle in out.stderr, (source, out.stderr)
+
+
+def test_a_save_that_fails_is_said_and_changes_nothing(tmp_path):
+    from diagnoser.tui.app import DiagnoserApp
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    ws = Workspace(Session(case=load_case(example_copy(tmp_path))), blocker / "s.session.json")
+
+    async def scenario():
+        app = DiagnoserApp(ws, start="hypotheses")
+        async with app.run_test(size=(100, 30), notifications=True) as pilot:
+            await pilot.pause()
+            await pilot.press("c")
+            await pilot.pause()
+            assert ws.session.marks == {} and ws.revision == 0
+            assert any("cannot write" in n.message for n in app._notifications)
+
+    run(scenario())

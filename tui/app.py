@@ -81,6 +81,15 @@ class DiagnoserApp(App[None]):
         if hasattr(self.screen, "refresh_if_stale"):
             self.screen.refresh_if_stale()
 
+    def save(self, session: Session) -> bool:
+        """``commit`` for changes that have no form to show an error in: a failure is notified."""
+        try:
+            self.commit(session)
+        except InputError as err:
+            self.notify(str(err), severity="error")
+            return False
+        return True
+
     def export(self, fmt: str) -> Path:
         """Write the session report beside the session file; the path written comes back."""
         from diagnoser.fileio import check_outputs, write_atomic

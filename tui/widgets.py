@@ -67,7 +67,7 @@ class FormField(Widget):
                 yield Select([("yes", True), ("no", False)], value=self._initial if self._initial is not None else Select.NULL, compact=True, prompt="unknown")
             elif self.spec.kind == "choice":
                 value = getattr(self._initial, "value", self._initial)
-                yield Select([(c, c) for c in self.spec.choices], value=value if value is not None else Select.NULL, compact=True, prompt="-")
+                yield Select([(c, c) for c in self.spec.choices], value=value if value is not None else Select.NULL, compact=True, prompt=self._placeholder or "-")
             else:
                 yield Input(as_text(self._initial), placeholder=self._placeholder, compact=True)
         yield Static("", classes="field-error")

@@ -61,7 +61,7 @@ class DecisionScreen(StageScreen):
         except InputError as err:
             self.notify(str(err), severity="error")
             return
-        self.app.commit(self.workspace.session.model_copy(update={"decision": decision}))
+        self.app.save(self.workspace.session.model_copy(update={"decision": decision}))
 
     def action_export(self, fmt: str) -> None:
         try:
@@ -79,7 +79,7 @@ class DecisionScreen(StageScreen):
 
         def keep(text: str | None) -> None:
             if text is not None:
-                self.app.commit(self.workspace.session.model_copy(update={"decision": decision.model_copy(update={"note": text})}))
+                self.app.save(self.workspace.session.model_copy(update={"decision": decision.model_copy(update={"note": text})}))
 
         self.app.push_screen(NoteScreen("Note on the decision", decision.note), keep)
 

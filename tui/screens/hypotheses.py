@@ -84,7 +84,7 @@ class HypothesesScreen(StageScreen):
     def _set_mark(self, h: Hypothesis, **changes) -> None:
         session = self.workspace.session
         mark = session.marks.get(h.id, HypothesisMark()).model_copy(update=changes)
-        self.app.commit(session.model_copy(update={"marks": {**session.marks, h.id: mark}}))
+        self.app.save(session.model_copy(update={"marks": {**session.marks, h.id: mark}}))
 
     def action_mark(self, status: str) -> None:
         if (h := self.selected) is not None:
@@ -115,8 +115,8 @@ class HypothesesScreen(StageScreen):
         except InputError as err:
             self.notify(str(err), severity="error")
             return
-        self.app.commit(self.workspace.session.model_copy(update={"decision": decision}))
-        self.app.go("decision")
+        if self.app.save(self.workspace.session.model_copy(update={"decision": decision})):
+            self.app.go("decision")
 
     def commands(self):
         h = self.selected

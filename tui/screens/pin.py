@@ -54,11 +54,10 @@ HELP = {
 
 
 def _current(workload: Workload | None) -> dict[str, Any]:
-    if workload is None:
-        return {}
-    doc = workload.model_dump(mode="json")
-    context = workload.context
-    doc["context"] = context.per_sequence if context.per_sequence is not None else context.mean
+    """The pin as the form's fields show it; without a pin, the model's defaults and no context."""
+    doc = (workload or Workload(hardware=None)).model_dump(mode="json")
+    context = workload.context if workload is not None else None
+    doc["context"] = None if context is None else context.per_sequence if context.per_sequence is not None else context.mean
     flat: dict[str, Any] = {}
     for key, value in doc.items():
         if isinstance(value, dict) and key != "model":
