@@ -150,10 +150,11 @@ class EvidenceScreen(StageScreen):
 
     def action_traces(self) -> None:
         if (path := self._path()) is not None:
-            self._start(self.app.jobs.traces([path]), SourceKind.traces, Path(path).name)
+            self._start(lambda: self.app.jobs.traces([path]), SourceKind.traces, Path(path).name)
 
     def action_probes(self) -> None:
-        self._start(self.app.jobs.probes(self.workspace.session.case.model_dump_json(), PROBES_HERE), SourceKind.probes, "diagnoser probe")
+        case = self.workspace.session.case.model_dump_json()
+        self._start(lambda: self.app.jobs.probes(case, PROBES_HERE), SourceKind.probes, "diagnoser probe")
 
     def action_client(self) -> None:
         endpoint = self.query_one("#evidence-endpoint", Input).value.strip()
@@ -161,20 +162,20 @@ class EvidenceScreen(StageScreen):
             self._status("type the endpoint URL first (e.g. http://127.0.0.1:8000)", error=True)
             return
         model = self.query_one("#evidence-model", Input).value.strip() or None
-        job = self.app.jobs.probes(self.workspace.session.case.model_dump_json(), CLIENT_PROBES, endpoint, model)
-        self._start(job, SourceKind.probes, f"client probe {endpoint}")
+        case = self.workspace.session.case.model_dump_json()
+        self._start(lambda: self.app.jobs.probes(case, CLIENT_PROBES, endpoint, model), SourceKind.probes, f"client probe {endpoint}")
 
-    def _start(self, job: Job, kind: SourceKind, label: str) -> None:
+    def _start(self, make_job, kind: SourceKind, label: str) -> None:
+        """Start one job at a time; its events are watched by a thread worker."""
         if self.job is not None:
-            job.cancel()
             self._status("a job is already running: cancel it first (esc)", error=True)
             return
-        self.job = job
+        self.job = make_job()
         self.query_one("#job").display = True
         self.query_one("#do-cancel", Button).disabled = False
         self.query_one("#job-progress", ProgressBar).update(total=None, progress=0)
         self._status(f"{kind.value}: starting")
-        self._watch(job, kind, label)
+        self._watch(self.job, kind, label)
 
     @work(thread=True, exclusive=True, group="evidence")
     def _watch(self, job: Job, kind: SourceKind, label: str) -> None:
