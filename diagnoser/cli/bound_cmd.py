@@ -117,16 +117,16 @@ def _pinned(workload_file: str | None, flags: dict[str, Any], observed: dict[str
 
 def measured_gpu_bandwidth_gbs(path: str) -> float:
     """The HBM bandwidth a probe run measured; a host-memory figure would make a GPU bound wrong."""
-    from diagnoser.probes.report import load_report
+    from diagnoser.models.probe_report import load_report
 
     report = load_report(path)
     result = report.result("bandwidth")
     if result is None or result.status != "ok":
         why = f": {result.reason}" if result and result.reason else ""
         raise InputError(f"{path}: no successful bandwidth probe in this report{why}")
-    if result.facts.get("device") != "cuda":
-        raise InputError(f"{path}: the bandwidth probe measured {result.facts.get('device')} memory, not GPU HBM")
-    return float(result.facts["measured_bandwidth_gbs"])
+    if result.facts.device != "cuda":
+        raise InputError(f"{path}: the bandwidth probe measured {result.facts.device} memory, not GPU HBM")
+    return float(result.facts.measured_bandwidth_gbs)
 
 
 def _workload_document(path: str | None, flags: dict[str, Any], observed: dict[str, Any], bandwidth: str | None) -> dict[str, Any]:

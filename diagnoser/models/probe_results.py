@@ -142,14 +142,6 @@ class BandwidthFacts(_Figures):
     fraction_of_theoretical: float | None = Field(ge=0, description="measured_bandwidth_gbs / theoretical_bandwidth_gbs")
     under_load: LiveReadings | None = Field(description="NVML readings taken while copies kept the GPU busy; null on a CPU")
 
-    # bound_cmd.measured_gpu_bandwidth_gbs still reads these facts by key, as the dict they were;
-    # these two go once it reads attributes (result.facts.device, .measured_bandwidth_gbs).
-    def get(self, name: str, default: object = None) -> object:
-        return getattr(self, name, default)
-
-    def __getitem__(self, name: str) -> object:
-        return getattr(self, name)
-
 
 # --- gemm --------------------------------------------------------------------------------
 
