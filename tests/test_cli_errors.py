@@ -39,7 +39,7 @@ def test_config_json_missing_key(tmp_path):
 
 
 def test_negative_batch():
-    assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--batch", "-4"), "batch", "greater than or equal to 1")
+    assert_one_line_error(run_cli("bound", "--model", "llama-3.1-8b", "--batch", "-4"), "--batch", ">= 1")
 
 
 def test_tp_not_dividing_heads():
