@@ -128,7 +128,7 @@ def graphs_section(f: GraphsFacts) -> Section:
         )
         for p in f.batches
     ]
-    headers = ("batch", "launches/step", "eager ms", "graph ms", "gain", "launch cost us", "replay matches eager")
+    headers = ("batch", "launches/step", "eager ms", "graph ms", "gain", "launch cost µs", "replay matches eager")
     s.tables.append(TableData(headers, rows))
     return s
 
@@ -145,7 +145,7 @@ def gemm_section(f: GemmFacts) -> Section:
     )
     s.lines += [f"{d} not swept: {why}" for d, why in f.dtypes_skipped.items()]
     s.lines += [f"{k.name} in {k.dtype} not swept: {k.reason}" for k in f.skipped]
-    headers = ("M", "time us", "TFLOP/s", "GB/s", "% peak FLOP/s", "% peak BW", "% roofline")
+    headers = ("M", "time µs", "TFLOP/s", "GB/s", "% peak FLOP/s", "% peak BW", "% roofline")
     for shape in f.shapes:
         rows = [
             (
