@@ -139,7 +139,7 @@ def merge_case(case: Case, evidence: Case) -> tuple[Case, list[str]]:
 
 def load_probe_report(path: str | Path) -> Any:
     """A saved ``probe --json`` report; the one place the TUI reaches the probe report model."""
-    from diagnoser.probes.report import load_report
+    from diagnoser.models.probe_report import load_report
 
     return load_report(path)
 
