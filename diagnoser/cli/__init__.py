@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nsys": ("diagnoser.cli.nsys_cmd:nsys", "Drive Nsight Systems: profile, export, recipes."),
     "schema": ("diagnoser.cli.schema_cmd:schema", "Print the JSON Schema of an input or output document."),
     "walkthrough": ("diagnoser.cli.walkthrough_cmd:walkthrough", "Scored interview and training walkthroughs; interviewer sheets."),
+    "lab": ("diagnoser.cli.lab_cmd:lab", "A small decode server with injectable faults, to diagnose end to end."),
 }
 
 

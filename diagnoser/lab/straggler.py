@@ -1,0 +1,121 @@
+"""Tensor parallel over two processes with torch.distributed (gloo), for the straggler fault.
+
+Rank 0 is the engine; rank 1 is a worker process holding the other shard of one projection
+per layer. Every step rank 0 broadcasts the step's token count (and whether it profiles),
+then both ranks compute their shard and meet at an all-reduce at the end of each layer, as
+tensor-parallel decode does. With ``late`` the worker repeats its shard GEMM ``LATE_REPEATS`` times before each
+all-reduce (a rank slowed by extra work), so rank 0 reaches every collective first and waits.
+
+Only shapes and timing are shared: the worker's input is its own tensor of the step's shape,
+which is all the collectives' timing depends on.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+LATE_REPEATS = 48  # the late rank's shard GEMM, repeated: its slow path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _shards(layers: int, hidden: int, rank: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + rank)
+    return [torch.randn(hidden, hidden, generator=g) / hidden for _ in range(layers)]
+
+
+class TensorParallel:
+    """Rank 0's side: starts the worker, and the per-step and per-layer collectives."""
+
+    def __init__(self, layers: int, hidden: int, late: bool) -> None:
+        self.layers, self.hidden = layers, hidden
+        port = free_port()
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "diagnoser.lab.straggler", str(layers), str(hidden), "1" if late else "0"], env=env
+        )
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        dist.init_process_group("gloo", rank=0, world_size=2)
+        self.shard = _shards(layers, hidden, 0)
+        self.trace_dir: Path | None = None
+
+    def begin_step(self, tokens: int, profiling: bool) -> None:
+        dist.broadcast(torch.tensor([tokens, int(profiling)]), src=0)
+
+    def all_reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(partial)
+        return partial
+
+    def collect_profile(self, rank0_path: Path) -> list[Path]:
+        """Tell the worker to write its trace beside rank 0's; wait for the file."""
+        path = rank0_path.with_name(rank0_path.name.replace("rank0", "rank1"))
+        name = torch.zeros(512, dtype=torch.uint8)
+        encoded = str(path).encode()[:512]
+        name[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        dist.broadcast(torch.tensor([-1, 0]), src=0)
+        dist.broadcast(name, src=0)
+        dist.barrier()
+        return [path]
+
+    def close(self) -> None:
+        try:
+            dist.broadcast(torch.tensor([-2, 0]), src=0)
+            self.worker.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - the worker is killed below whatever went wrong
+            pass
+        if self.worker.poll() is None:
+            self.worker.kill()
+            self.worker.wait()
+        dist.destroy_process_group()
+
+
+def worker(layers: int, hidden: int, late: bool) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=1, world_size=2)
+    shard = _shards(layers, hidden, 1)
+    profiler, step = None, 0
+    while True:
+        header = torch.zeros(2, dtype=torch.int64)
+        dist.broadcast(header, src=0)
+        tokens, profiling = int(header[0]), bool(header[1])
+        if tokens == -2:
+            break
+        if tokens == -1:  # write the trace where rank 0 says
+            name = torch.zeros(512, dtype=torch.uint8)
+            dist.broadcast(name, src=0)
+            if profiler is not None:
+                profiler.__exit__(None, None, None)
+                profiler.export_chrome_trace(bytes(name[name > 0].tolist()).decode())
+                profiler = None
+            dist.barrier()
+            continue
+        if profiling and profiler is None:
+            profiler = profile(activities=[ProfilerActivity.CPU])
+            profiler.__enter__()
+        x = torch.randn(tokens, hidden)
+        with record_function(f"ProfilerStep#{step}") if profiler is not None else nullcontext():
+            for layer in range(layers):
+                partial = x @ shard[layer]
+                for _ in range(LATE_REPEATS if late else 0):
+                    partial = (x @ shard[layer] + partial) / 2
+                dist.all_reduce(partial)
+        step += 1
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1")
