@@ -28,6 +28,7 @@ from diagnoser.trace.budget import (
     rank_sets,
     step_window,
 )
+from diagnoser.trace.cpu_steps import cpu_run, host_parts, is_cpu_run
 from diagnoser.trace.collectives import match_collectives, rank_collectives
 from diagnoser.trace.graphs import graph_replay
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
@@ -186,6 +187,8 @@ def _rank_step(
     has_next = i + 1 < len(seg.steps) and len(seg.steps[i + 1].ops) > 0
     offset = trace.clock_offset_ns
     parts = budget_parts(ops, sets, blocking, lo, hi, tail)
+    if is_cpu_run(trace):
+        parts = host_parts(parts)
     hta = temporal_breakdown(ops, step.ops)
     replay = graph_replay(trace, ops, step)
     h2d = host_to_device(ops, sets, lo, hi)
@@ -222,6 +225,7 @@ def _rank_step(
 def analyze_traces(
     traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
 ) -> Analysis:
+    traces = [cpu_run(t) or t for t in traces]
     if not any(len(t.kernels) or len(t.copies) for t in traces):
         raise InputError(
             f"{', '.join(t.source for t in traces)}: no GPU kernels or copies in the trace "

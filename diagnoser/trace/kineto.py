@@ -157,6 +157,8 @@ class _Router:
         self.ranges: list[tuple] = []
         self.matmuls: list[tuple] = []
         self.python_calls = array("d")  # 8 bytes a call: with_stack traces hold millions of them
+        # every CPU op, compactly, until the first GPU event shows they are not the device work
+        self.cpu_ops: tuple[array, ...] | None = (array("d"), array("d"), array("q"), array("q"))
         self.syncs = 0
         self.seen = 0  # events in the pieces before this one: positions in messages are of the whole array
 
@@ -184,6 +186,7 @@ class _Router:
                     pid, tid = _num(event.get("pid")), _num(event.get("tid"))
                     self.runtime.append((*self._head(event), pid, tid, _num(args.get("correlation"))))
                 elif cat in _KERNEL_CATS:
+                    self.cpu_ops = None
                     where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
                     shape = (_dims(args.get("grid")), _dims(args.get("block")))
                     resources = (_num(args.get("registers per thread")), _num(args.get("shared memory")))
@@ -191,11 +194,14 @@ class _Router:
                     nbytes = _msg_bytes(args) if _MSG_IN in args or _MSG_OUT in args else 0
                     self.kernels.append((*self._head(event), *where, *shape, *resources, nbytes))
                 elif cat in _COPY_CATS:
+                    self.cpu_ops = None
                     where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
                     self.copies.append((*self._head(event), *where, _num(args.get("bytes"), 0)))
                 elif cat in _RANGE_CATS:
                     self.ranges.append((*self._head(event), _num(event.get("pid")), _num(event.get("tid"))))
                 elif cat == "cpu_op":
+                    if self.cpu_ops is not None:
+                        _keep_cpu_op(self.cpu_ops, event, self._name)
                     if event.get("name") in MATMUL_OPS:
                         cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
                         if cost is not None:
@@ -391,6 +397,7 @@ def read_kineto(path: str | Path) -> RankTrace:
         notes=notes,
         shapes=_shapes(tables["shapes"]),
         python_calls=_call_starts(path, router.python_calls, base_us),
+        cpu_ops=_cpu_ops(path, router.cpu_ops, base_us),
     )
 
 
@@ -410,6 +417,32 @@ def _call_starts(path: Path, ts_us: array, base_us: int) -> np.ndarray:
             f"at {base_us} µs (refused: beyond a capture's length)"
         )
     return np.sort(np.rint((ts - base_us) * 1000.0).astype(np.int64) + base_us * 1000)
+
+
+def _keep_cpu_op(columns: tuple[array, ...], event: dict, name) -> None:
+    ts, dur = event.get("ts"), event.get("dur")
+    if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur >= 0:
+        columns[0].append(ts)
+        columns[1].append(dur)
+        columns[2].append(name(event))
+        columns[3].append(_num(event.get("tid")))
+
+
+def _cpu_ops(path: Path, columns: tuple[array, ...] | None, base_us: int) -> Table:
+    """The CPU ops of a trace with no GPU events, in ns as the other columns; empty otherwise."""
+    if columns is None or not len(columns[0]):
+        return Table()
+    ts, dur = np.frombuffer(columns[0], dtype=np.float64), np.frombuffer(columns[1], dtype=np.float64)
+    far = (np.abs(ts - base_us) > _MAX_CAPTURE_US) | (dur > _MAX_CAPTURE_US)
+    if far.any():
+        raise InputError(f"{path}: a cpu_op event at ts {ts[far][0]:.16g} µs lies beyond a capture's length from {base_us} µs")
+    start = np.rint((ts - base_us) * 1000.0).astype(np.int64) + base_us * 1000
+    return Table({
+        "start": start,
+        "end": start + np.rint(dur * 1000.0).astype(np.int64),
+        "name": np.frombuffer(columns[2], dtype=np.int64).astype(np.int32),
+        "tid": np.frombuffer(columns[3], dtype=np.int64).copy(),
+    })
 
 
 def _shapes(matmuls: Table) -> Table:

@@ -124,3 +124,5 @@ class RankTrace:
     shapes: Table = field(default_factory=Table)
     # start times (ns) of Python calls the profiler traced (with_stack): each one also cost the host time
     python_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # host CPU ops (start, end, name, tid), kept only for traces with no GPU activity: see cpu_steps
+    cpu_ops: Table = field(default_factory=Table)
