@@ -42,3 +42,23 @@ def faults() -> None:
     for fault in FAULTS.values():
         where = "" if fault.cpu else "  (GPU only)"
         click.echo(f"{fault.name:16} {fault.what}{where}")
+
+
+@lab.command("exercise")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True, help="Where the model runs.")
+@click.option("--seed", type=int, default=None, help="Draw the hidden fault reproducibly.")
+@click.option("--profile-dir", default="lab-profiles", show_default=True, help="Folder /stop_profile writes traces to.")
+def exercise(device: str, seed: int | None, profile_dir: str) -> None:
+    """Start the lab with a hidden fault; diagnose it with the normal commands, then name its cause."""
+    from diagnoser.lab.exercise import draw, verdict
+    from diagnoser.lab.process import LabServer
+
+    fault = draw(device, seed)
+    with LabServer([] if fault.name == "none" else [fault.name], profile_dir=profile_dir, device=device) as url:
+        click.echo(f"A lab server with a hidden fault (or none) is serving at {url}")
+        click.echo(f"  diagnoser probe --only client,context_sweep --endpoint {url} --case case.yaml")
+        click.echo(f"  curl -X POST {url}/start_profile; (send requests); curl -X POST {url}/stop_profile")
+        click.echo("  diagnoser analyze TRACE --case case.yaml; diagnoser diagnose case.yaml")
+        answer = click.prompt("When you are done, the rule id of the cause (or none)", default="none", show_default=False)
+    right, reveal = verdict(fault, answer)
+    click.echo(f"{'right' if right else 'not this time'}: {reveal}")

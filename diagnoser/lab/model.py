@@ -9,7 +9,7 @@ place by attention.
 Two knobs change the work mechanically (``faults`` picks them):
 
 * ``gather_per_block``: attention assembles each sequence's keys and values block by block into
-  a fresh tensor (one copy per 16-token block, as an engine without a kernel that reads its
+  a fresh tensor (one copy per 8-token block, as an engine without a kernel that reads its
   paged cache in place does) instead of reading a view, so each step costs more the longer
   the context;
 * ``experts``/``expert_hidden``/``top_k`` with ``per_expert_loop``: fine-grained experts, each
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-BLOCK = 16
+BLOCK = 8
 # Above this many routed rows (a prompt chunk) every engine loops over experts with large GEMMs;
 # the grouped path gathers one weight matrix per row, which only pays for decode-sized batches.
 GROUPED_ROWS = 64
@@ -34,7 +34,7 @@ GROUPED_ROWS = 64
 @dataclass(frozen=True)
 class ModelConfig:
     vocab: int = 8192
-    hidden: int = 128
+    hidden: int = 256
     heads: int = 4
     layers: int = 2
     experts: int = 8
@@ -59,6 +59,7 @@ class Segment:
 class TinyMoE:
     def __init__(self, cfg: ModelConfig, device: str = "cpu") -> None:
         self.cfg, self.device = cfg, torch.device(device)
+        self.scale = (cfg.hidden // cfg.heads) ** -0.5
         g = torch.Generator().manual_seed(cfg.seed)
         d, e, h = cfg.hidden, cfg.experts, cfg.expert_hidden
 
@@ -100,10 +101,12 @@ class TinyMoE:
             self._write(layer, seg, k[row : row + n], v[row : row + n])
             keys, values = self._read(layer, seg, seg.start + n)
             heads = lambda t: t.view(t.shape[0], cfg.heads, -1).transpose(0, 1)  # noqa: E731
-            mask = None
             if n > 1:  # a prompt chunk: causal within the chunk, all of the cache before it
                 mask = torch.ones(n, seg.start + n, dtype=torch.bool, device=self.device).tril(seg.start)
-            att = F.scaled_dot_product_attention(heads(q[row : row + n]), heads(keys), heads(values), attn_mask=mask)
+                att = F.scaled_dot_product_attention(heads(q[row : row + n]), heads(keys), heads(values), attn_mask=mask)
+            else:  # one query: two small GEMMs beat the fused CPU kernel at this size
+                scores = heads(q[row : row + n]) @ heads(keys).transpose(1, 2) * self.scale
+                att = torch.softmax(scores, dim=-1) @ heads(values)
             outs.append(att.transpose(0, 1).reshape(n, cfg.hidden))
             row += n
         return torch.cat(outs) @ self.layers[layer]["out"]

@@ -1,0 +1,62 @@
+"""Every lab fault diagnosed end to end: serve, probe, sweep, profile, analyze, /metrics, diagnose.
+
+    python bench/bench_lab.py [FAULT ...] [--cases DIR]
+
+For each fault (all with a CPU form by default) a lab server starts with that fault alone;
+the case is built from what the server answers over HTTP (``diagnoser.lab.case.measure``);
+the diagnosis runs with the bundled rules; and the table says where the fault's true cause
+ranked among the causes, its grade and bounded gain, and how long the whole round took. For
+``none`` the rank column lists any cause graded measured above the noise share instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.lab.case import measure, measured_above_noise, score
+from diagnoser.lab.faults import FAULTS
+from diagnoser.lab.process import LabServer
+from diagnoser.probes.to_case import write_case
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("faults", nargs="*", default=[f.name for f in FAULTS.values() if f.cpu])
+    parser.add_argument("--cases", type=Path, help="also write each measured case here, as FAULT.yaml")
+    args = parser.parse_args()
+    rulebook = load_rulebook()
+    rows = []
+    with tempfile.TemporaryDirectory() as profiles:
+        for name in args.faults:
+            start = time.perf_counter()
+            with LabServer([] if name == "none" else [name], profile_dir=profiles) as url:
+                case = measure(url)
+            result = diagnose(case, rulebook)
+            took = time.perf_counter() - start
+            if args.cases:
+                args.cases.mkdir(parents=True, exist_ok=True)
+                write_case(args.cases / f"{name}.yaml", case)
+            if name == "none":
+                noisy = measured_above_noise(result)
+                rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", took))
+                continue
+            s = score(result, FAULTS[name].cause)
+            rank = str(s.rank) if s.rank else f"not named (first: {s.top})"
+            if s.rank and s.rank > 1:
+                rank += f" (first: {s.top})"
+            rows.append((name, FAULTS[name].cause, rank, s.grade or "-", s.gain, took))
+    header = ("fault", "true cause", "rank of the true cause", "grade", "bounded gain", "time")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, cause, rank, grade, gain, took in rows:
+        print(f"| {name} | {cause} | {rank} | {grade} | {gain} | {took:.0f} s |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
