@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from schema_strategy import BAD_LEAVES, from_schema
 
@@ -259,6 +259,7 @@ NSYS = SHARED / "nsys" / "nsys-ai" / "healthy_1pct.sqlite"
 @pytest.mark.skipif(not NSYS.is_file(), reason="shared/ data folder not present beside the checkout")
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(flips=st.lists(st.tuples(st.integers(100, 57_000), st.integers(0, 255)), min_size=1, max_size=8))
+@example(flips=[(3527, 39)])  # a damaged schema: SQLite's message quotes it over several lines
 def test_corrupted_nsight_exports_are_read_or_refused(tmp_path_factory, flips):
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.load import load_traces

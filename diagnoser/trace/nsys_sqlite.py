@@ -125,7 +125,9 @@ def read_nsys_sqlite(path: str | Path) -> list[RankTrace]:
         try:
             return _read(db, path)
         except sqlite3.DatabaseError as err:
-            raise InputError(f"{path}: unreadable SQLite export ({err})") from err
+            # SQLite quotes the damaged schema, newlines and all: one line, and not all of it
+            detail = " ".join(str(err).split())
+            raise InputError(f"{path}: unreadable SQLite export ({detail[:200]})") from None
 
 
 def read_nsys_exports(paths: list[str | Path]) -> list[RankTrace]:
