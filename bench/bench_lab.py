@@ -26,7 +26,7 @@ from diagnoser.probes.to_case import write_case
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("faults", nargs="*", default=[f.name for f in FAULTS.values() if f.cpu])
+    parser.add_argument("faults", nargs="*", default=list(FAULTS))
     parser.add_argument("--cases", type=Path, help="also write each measured case here, as FAULT.yaml")
     args = parser.parse_args()
     rulebook = load_rulebook()

@@ -22,7 +22,7 @@ def serve(faults: tuple[str, ...], port: int, host: str, device: str, profile_di
     """Serve the lab model over HTTP until Ctrl-C (OpenAI-compatible streaming, /metrics, profiling)."""
     from diagnoser.lab.faults import parse_faults
 
-    chosen = parse_faults(faults, device)
+    chosen = parse_faults(faults)
     if device == "cuda":
         import torch
 
@@ -36,12 +36,11 @@ def serve(faults: tuple[str, ...], port: int, host: str, device: str, profile_di
 
 @lab.command("faults")
 def faults() -> None:
-    """List the faults, what each does, and whether it has a CPU form."""
+    """List the faults and what each does."""
     from diagnoser.lab.faults import FAULTS
 
     for fault in FAULTS.values():
-        where = "" if fault.cpu else "  (GPU only)"
-        click.echo(f"{fault.name:16} {fault.what}{where}")
+        click.echo(f"{fault.name:16} {fault.what}")
 
 
 @lab.command("exercise")
@@ -53,12 +52,12 @@ def exercise(device: str, seed: int | None, profile_dir: str) -> None:
     from diagnoser.lab.exercise import draw, verdict
     from diagnoser.lab.process import LabServer
 
-    fault = draw(device, seed)
+    fault = draw(seed)
     with LabServer([] if fault.name == "none" else [fault.name], profile_dir=profile_dir, device=device) as url:
         click.echo(f"A lab server with a hidden fault (or none) is serving at {url}")
         click.echo(f"  diagnoser probe --only client,context_sweep --endpoint {url} --case case.yaml")
         click.echo(f"  curl -X POST {url}/start_profile; (send requests); curl -X POST {url}/stop_profile")
-        click.echo("  diagnoser analyze TRACE --case case.yaml; diagnoser diagnose case.yaml")
+        click.echo("  diagnoser analyze TRACE --case case.yaml; diagnoser diagnose case.analyzed.yaml")
         answer = click.prompt("When you are done, the rule id of the cause (or none)", default="none", show_default=False)
     right, reveal = verdict(fault, answer)
     click.echo(f"{'right' if right else 'not this time'}: {reveal}")

@@ -12,9 +12,8 @@ import random
 from diagnoser.lab.faults import FAULTS, Fault
 
 
-def draw(device: str, seed: int | None = None) -> Fault:
-    choices = sorted(name for name, f in FAULTS.items() if f.cpu or device == "cuda")
-    return FAULTS[random.Random(seed).choice(choices)]
+def draw(seed: int | None = None) -> Fault:
+    return FAULTS[random.Random(seed).choice(sorted(FAULTS))]
 
 
 def verdict(fault: Fault, answer: str) -> tuple[bool, str]:

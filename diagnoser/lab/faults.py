@@ -19,18 +19,12 @@ class Fault:
     name: str
     cause: str  # the rule id of the true cause
     what: str
-    cpu: bool = True  # has a CPU form (the others need a GPU to mean anything)
 
 
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in (
         Fault("none", "", "healthy: incremental detokenization off the engine loop, greedy argmax, chunked prefill"),
-        Fault(
-            "eager-launches", "graphs-off",
-            "on a GPU, every step's kernels are launched one by one instead of replaying a captured CUDA graph",
-            cpu=False,
-        ),
         Fault(
             "detok-inline", "server-output-processing",
             "the engine loop detokenizes every stream with the slow pure-Python decoder (re-decoding the last "
@@ -80,15 +74,12 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-def parse_faults(names: list[str] | tuple[str, ...], device: str) -> frozenset[str]:
-    """The faults named, checked: known, with a form on this device; ``none`` alone means healthy."""
+def parse_faults(names: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The faults named, checked: known; ``none`` alone means healthy."""
     chosen = set()
     for name in names:
         if name not in FAULTS:
             raise InputError(f"--fault {name!r}: unknown fault (known: {', '.join(FAULTS)})")
-        fault = FAULTS[name]
-        if device == "cpu" and not fault.cpu:
-            raise InputError(f"--fault {name}: has no CPU form ({fault.what}); run it with --device cuda")
         if name != "none":
             chosen.add(name)
     return frozenset(chosen)
