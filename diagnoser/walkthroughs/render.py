@@ -10,12 +10,18 @@ from diagnoser.walkthroughs.sheet import InterviewerSheet
 
 WIDTH = 100
 UNIT_HINTS = {"x": "as a factor, e.g. 1.5x", "%": "in %, e.g. 40 %"}
+ORDER_HINT = "answer with the letters in order, e.g. 'c a b'"
+
+
+def paragraphs(text: str) -> list[str]:
+    """A YAML block's paragraphs, each on one line: a terminal wraps them to its own width."""
+    return [" ".join(paragraph.split()) for paragraph in text.strip().split("\n\n")]
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:
     out: list[str] = []
-    for paragraph in text.strip().split("\n\n"):
-        out += ([""] if out else []) + textwrap.wrap(" ".join(paragraph.split()), WIDTH, initial_indent=indent, subsequent_indent=indent)
+    for paragraph in paragraphs(text):
+        out += ([""] if out else []) + textwrap.wrap(paragraph, WIDTH, initial_indent=indent, subsequent_indent=indent)
     return out
 
 
@@ -41,17 +47,27 @@ def render_intro(prepared: Prepared) -> str:
     return "\n".join([doc.title, "=" * min(len(doc.title), WIDTH), *_wrap(doc.scenario), "", f"skills scored: {skills}", ""])
 
 
+def unit_hint(view: StepView) -> str | None:
+    """How a number step wants its answer written; shared with the TUI so both ask alike."""
+    return f"answer {UNIT_HINTS.get(view.unit, 'in ' + view.unit)}" if view.unit else None
+
+
+def outcome_label(v: Verdict) -> str:
+    """The outcome as one word, a trap with the mistake it names (shared with the TUI)."""
+    return f"trap: {v.trap}" if v.outcome is Outcome.trap else v.outcome.value
+
+
 def render_view(view: StepView) -> str:
-    unit = f" (answer {UNIT_HINTS.get(view.unit, 'in ' + view.unit)})" if view.unit else ""
-    lines = [f"{view.number}/{view.total} [{view.skill}]", *_wrap(view.ask + unit, "  ")]
+    hint = unit_hint(view)
+    lines = [f"{view.number}/{view.total} [{view.skill}]", *_wrap(view.ask + (f" ({hint})" if hint else ""), "  ")]
     lines += [f"    {o.letter}) {o.text}" for o in view.options]
     if view.kind == "order":
-        lines.append("  (answer with the letters in order, e.g. 'c a b')")
+        lines.append(f"  ({ORDER_HINT})")
     return "\n".join(lines)
 
 
 def render_verdict(v: Verdict) -> str:
-    label = f"trap: {v.trap}" if v.outcome is Outcome.trap else v.outcome.value
+    label = outcome_label(v)
     given = f" {v.read_as or v.answer}" if (v.read_as or v.answer) else ""
     head = f"  [{label}]{given}" + ("" if v.outcome is Outcome.correct else f"; expected {v.expected}")
     lines = [head]
