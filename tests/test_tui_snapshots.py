@@ -1,4 +1,5 @@
-"""Snapshots of the Bound, Interview, Hypotheses and What-if screens at 80x24 and 120x40.
+"""Snapshots of the Bound, Interview, Hypotheses and What-if screens at 80x24 and 120x40, and of
+the Walkthrough screen at 80x24 showing a trap's verdict.
 
 Regenerate on purpose (after reading the report) with ``pytest tests/test_tui_snapshots.py
 --snapshot-update``; the SVGs live in ``tests/__snapshots__/test_tui_snapshots/``. The app runs
@@ -27,3 +28,13 @@ def test_stage_screen(snap_compare, tmp_path, stage, size):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=open_stage)
+
+
+def test_walkthrough_screen(snap_compare, tmp_path):
+    app = make_app(example_copy(tmp_path), walkthrough="decode-gap")
+
+    async def answer_two(pilot):
+        await pilot.press("enter", *"b d a e c f", "enter", "enter", "d", "enter")  # right, then the trap "misconfigured"
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=answer_two)

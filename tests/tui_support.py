@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import shutil
 from pathlib import Path
 
@@ -18,12 +19,21 @@ def example_copy(folder: Path) -> Path:
     return target
 
 
-def make_app(source: Path | None, session_out: Path | None = None, jobs=None, start: str | None = None):
+def make_app(source: Path | None, session_out: Path | None = None, jobs=None, start: str | None = None, walkthrough: str | None = None):
     from diagnoser.cli.tui_cmd import open_workspace
     from diagnoser.tui.app import DiagnoserApp
 
     workspace, _, first = open_workspace(str(source) if source else None, str(session_out) if session_out else None)
-    return DiagnoserApp(workspace, start=start or first, jobs=jobs)
+    return DiagnoserApp(workspace, start=start or first, jobs=jobs, walkthrough=walkthrough)
+
+
+def shown_text(widget) -> str:
+    """What a Static shows, as plain text wrapped at its width (its content may be a rich Group or Table)."""
+    from rich.console import Console
+
+    console = Console(width=widget.content_size.width or 80, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
 
 
 def field(screen, key: str):

@@ -1,4 +1,4 @@
-"""The guided session's application: seven stage screens around one workspace.
+"""The guided session's application: seven stage screens around one workspace, and the walkthroughs.
 
 The app owns the workspace (session, diagnosis, bound) and the jobs it may start; screens
 ask it to ``commit`` a new session, which re-runs the engine when the case changed and saves
@@ -25,9 +25,11 @@ from diagnoser.tui.screens.evidence import EvidenceScreen
 from diagnoser.tui.screens.hypotheses import HypothesesScreen
 from diagnoser.tui.screens.interview import InterviewScreen
 from diagnoser.tui.screens.pin import PinScreen
+from diagnoser.tui.screens.walkthrough import WalkthroughScreen
 from diagnoser.tui.screens.whatif import WhatIfScreen
 from diagnoser.tui.widgets import STAGES
 from diagnoser.tui.workspace import Workspace
+from diagnoser.walkthroughs.prepare import Prepared
 
 SCREENS = {
     "pin": PinScreen,
@@ -37,6 +39,7 @@ SCREENS = {
     "hypotheses": HypothesesScreen,
     "whatif": WhatIfScreen,
     "decision": DecisionScreen,
+    "walkthrough": WalkthroughScreen,
 }
 EXPORT_SUFFIX = {"markdown": ".report.md", "html": ".report.html", "json": ".report.json"}
 
@@ -52,15 +55,20 @@ class DiagnoserApp(App[None]):
         Binding("q", "quit", "Quit", show=False),
     ]
 
-    def __init__(self, workspace: Workspace, start: str = "pin", jobs: Jobs | None = None) -> None:
+    def __init__(self, workspace: Workspace, start: str = "pin", jobs: Jobs | None = None, walkthrough: str | None = None) -> None:
         super().__init__()
         self.workspace = workspace
         self.start = start
         self.jobs = jobs or Jobs()
+        self.walkthrough = walkthrough
+        self._walkthroughs: dict[str, Prepared] | None = None
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         self._subtitle()
-        self.switch_mode(self.start)
+        if self.walkthrough is not None:
+            await self.open_walkthrough(self.walkthrough)
+        else:
+            self.switch_mode(self.start)
 
     def _subtitle(self) -> None:
         self.sub_title = f"session {self.workspace.path.name}" if self.workspace.path else "session not saved"
@@ -70,6 +78,19 @@ class DiagnoserApp(App[None]):
 
     def action_go(self, stage: str) -> None:
         self.go(stage)
+
+    def walkthroughs(self) -> dict[str, Prepared]:
+        """The catalogue ``diagnoser walkthrough`` lists (bundled and installed packs), prepared on first use
+        rather than at start-up; raises InputError when a pack is broken."""
+        if self._walkthroughs is None:
+            from diagnoser.walkthroughs import load_catalogue
+
+            self._walkthroughs = load_catalogue(book=self.workspace.rulebook)
+        return self._walkthroughs
+
+    async def open_walkthrough(self, name: str) -> None:
+        await self.switch_mode("walkthrough")
+        self.screen.begin(name)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -107,6 +128,12 @@ class DiagnoserApp(App[None]):
             yield from screen.commands()
         for i, (stage, title) in enumerate(STAGES, 1):
             yield SystemCommand(f"Go to {title}", f"stage {i}", lambda stage=stage: self.go(stage))
+        try:
+            catalogue = self.walkthroughs()
+        except InputError:  # the Walkthrough screen says why
+            catalogue = {}
+        for name, prepared in sorted(catalogue.items()):
+            yield SystemCommand(f"Walkthrough: {name}", prepared.doc.title, lambda name=name: self.open_walkthrough(name))
         for fmt, title in (("markdown", "Markdown"), ("html", "HTML"), ("json", "JSON")):
             yield SystemCommand(f"Export report as {title}", "the decision, the marks and the diagnosis", lambda fmt=fmt: self._export_from_palette(fmt))
         yield SystemCommand("Help", "keys and stages", self.action_help)

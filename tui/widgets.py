@@ -26,6 +26,7 @@ STAGES = (
     ("hypotheses", "Hypotheses"),
     ("whatif", "What-if"),
     ("decision", "Decision"),
+    ("walkthrough", "Walkthrough"),
 )
 LABEL_WIDTH = 22
 

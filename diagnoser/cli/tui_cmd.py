@@ -47,13 +47,19 @@ def open_workspace(source: str | None, session_out: str | None):
 @click.command("tui")
 @click.argument("source", required=False, metavar="[CASE | SESSION]")
 @click.option("--session", "session_out", metavar="FILE", help="save the session here (default: beside the case, NAME.session.json)")
-def tui(source: str | None, session_out: str | None) -> None:
+@click.option("--walkthrough", "walkthrough", metavar="NAME", help="open on the Walkthrough screen, running NAME (`diagnoser walkthrough` lists them)")
+def tui(source: str | None, session_out: str | None, walkthrough: str | None) -> None:
     """Walk a case from the pin to a decision: bound, evidence, questions, hypotheses, what-if, report.
 
     Opens on CASE (a case file) or resumes SESSION (a file this command saved); every change
     is saved to the session at once. Without a terminal on stdout, prints the text diagnosis.
+    In a terminal, --walkthrough NAME opens on that scored walkthrough (its progress is not saved).
     """
     workspace, inputs, start = open_workspace(source, session_out)
+    if walkthrough is not None:
+        from diagnoser.walkthroughs import find, load_catalogue
+
+        find(load_catalogue(book=workspace.rulebook), walkthrough)  # a typo is bad input, in a terminal or not
     if not sys.stdout.isatty():
         from diagnoser.report import render_text
 
@@ -64,4 +70,4 @@ def tui(source: str | None, session_out: str | None) -> None:
     check_outputs([("--session", workspace.path)], inputs)
     from diagnoser.tui.app import DiagnoserApp
 
-    DiagnoserApp(workspace, start=start).run()
+    DiagnoserApp(workspace, start=start, walkthrough=walkthrough).run()

@@ -26,6 +26,7 @@ Work down the stages; every change is saved to the session file at once.
 | 5 | Hypotheses | mark confirmed (c), refuted (r), needs data (n), clear (u); note (e); choose a remedy (d) |
 | 6 | What-if | Amdahl, speculation and batching, prefilled from the case |
 | 7 | Decision | the chosen remedy and its undo criteria; export Markdown (m), HTML (h), JSON (j) |
+| 8 | Walkthrough | a scored training walkthrough: enter answers, ctrl+n skips or goes on, ctrl+f finishes |
 
 Anywhere: **ctrl+p** opens the command palette (its commands follow the screen you are on),
 **?** this help, **escape** leaves a text field (then the digit keys move between stages),
