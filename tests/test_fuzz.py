@@ -27,7 +27,7 @@ from diagnoser.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 PRESETS = st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "qwen2.5-7b"])
 HARDWARE = st.sampled_from(["h100-sxm", "h200", "a100-80gb", "mi300x", "b200"])
 
@@ -257,7 +257,7 @@ NSYS = SHARED / "nsys" / "nsys-ai" / "healthy_1pct.sqlite"
 
 
 @pytest.mark.skipif(not NSYS.is_file(), reason="shared/ data folder not present beside the checkout")
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(flips=st.lists(st.tuples(st.integers(100, 57_000), st.integers(0, 255)), min_size=1, max_size=8))
 @example(flips=[(3527, 39)])  # a damaged schema: SQLite's message quotes it over several lines
 def test_corrupted_nsight_exports_are_read_or_refused(tmp_path_factory, flips):

@@ -94,8 +94,11 @@ def _parse(path: Path, data: bytes) -> dict:
 
 
 def _num(value: object, default: int = -1) -> int:
-    """Integer fields; pid/tid are strings on Kineto's synthetic rows ("Spans"), those become the default."""
-    return int(value) if isinstance(value, (int, float)) else default
+    """Integer fields; pid/tid are strings on Kineto's synthetic rows ("Spans"), those become the
+    default, as does a number no int64 column can hold (1e308, an integer past 64 bits)."""
+    if isinstance(value, (int, float)) and -(2**63) <= value < 2**63:
+        return int(value)
+    return default
 
 
 # Bytes per element of the ScalarType names PyTorch writes as a collective's "dtype".
