@@ -94,11 +94,8 @@ def _parse(path: Path, data: bytes) -> dict:
 
 
 def _num(value: object, default: int = -1) -> int:
-    """Integer fields; pid/tid are strings on Kineto's synthetic rows ("Spans"), those become the
-    default, as does a number no int64 column can hold (1e308, an integer past 64 bits)."""
-    if isinstance(value, (int, float)) and -(2**63) <= value < 2**63:
-        return int(value)
-    return default
+    """Integer fields; pid/tid are strings on Kineto's synthetic rows ("Spans"), those become the default."""
+    return int(value) if isinstance(value, (int, float)) else default
 
 
 # Bytes per element of the ScalarType names PyTorch writes as a collective's "dtype".
@@ -428,7 +425,8 @@ def _keep_cpu_op(columns: tuple[array, ...], event: dict, name) -> None:
         columns[0].append(ts)
         columns[1].append(dur)
         columns[2].append(name(event))
-        columns[3].append(_num(event.get("tid")))
+        tid = _num(event.get("tid"))
+        columns[3].append(tid if -(2**63) <= tid < 2**63 else -1)  # a thread id no int64 holds is no thread
 
 
 def _cpu_ops(path: Path, columns: tuple[array, ...] | None, base_us: int) -> Table:
