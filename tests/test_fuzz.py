@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import HealthCheck, event, example, given, seed, settings
 from hypothesis import strategies as st
 from schema_strategy import BAD_LEAVES, from_schema
 
@@ -27,7 +27,10 @@ from diagnoser.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+# One seed for every run: derandomize hashes the test's code object, file path included, so a
+# clone elsewhere would draw other examples than the run that passed here.
+SEED = 20261201
 PRESETS = st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "qwen2.5-7b"])
 HARDWARE = st.sampled_from(["h100-sxm", "h200", "a100-80gb", "mi300x", "b200"])
 
@@ -92,6 +95,7 @@ WORKLOAD_OVERRIDES = {
 
 
 @FUZZ
+@seed(SEED)
 @given(doc=from_schema(_case_schema(), hostile=True, overrides=WORKLOAD_OVERRIDES), suffix=st.sampled_from([".yaml", ".json"]))
 def test_hostile_cases_load_or_are_refused_in_one_line(tmp_path_factory, doc, suffix):
     from diagnoser.models.case import load_case
@@ -110,7 +114,9 @@ def test_hostile_cases_load_or_are_refused_in_one_line(tmp_path_factory, doc, su
 
 
 @FUZZ
+@seed(SEED)
 @given(doc=from_schema(_case_schema(), overrides=WORKLOAD_OVERRIDES))
+@example(doc={"workload": {"model": "llama-3.1-8b", "hardware": "h100-sxm"}, "observations": {"budget": {"step_ms": 1e-9}}})
 def test_schema_valid_cases_diagnose_with_finite_figures(tmp_path_factory, doc):
     from diagnoser.engine import diagnose
     from diagnoser.models.case import load_case
@@ -132,6 +138,7 @@ def test_schema_valid_cases_diagnose_with_finite_figures(tmp_path_factory, doc):
 
 
 @FUZZ
+@seed(SEED)
 @given(doc=from_schema(_workload_schema(), overrides=WORKLOAD_OVERRIDES))
 def test_schema_valid_workloads_give_a_finite_bound(doc):
     from pydantic import ValidationError
@@ -159,6 +166,7 @@ CONFIGS = _preset_configs()
 
 
 @FUZZ
+@seed(SEED)
 @given(
     preset=st.sampled_from(sorted(CONFIGS)),
     changes=st.dictionaries(st.sampled_from(sorted({k for p in CONFIGS.values() for k in p["config"]})), BAD_LEAVES | st.integers(-5, 10**10), max_size=3),
@@ -186,6 +194,7 @@ def _probe_report_model():
 
 
 @FUZZ
+@seed(SEED)
 @given(doc=from_schema(_probe_report_model().model_json_schema(), hostile=True))
 def test_probe_reports_load_render_and_merge_or_are_refused(tmp_path_factory, doc):
     from diagnoser.models.case import Case
@@ -222,6 +231,7 @@ EVENT_KEYS = st.sampled_from(["ts", "dur", "ph", "cat", "name", "pid", "tid", "a
 
 
 @FUZZ
+@seed(SEED)
 @given(
     edits=st.lists(st.tuples(st.integers(0, len(TRACE["traceEvents"]) - 1), EVENT_KEYS, BAD_LEAVES | st.integers(-(2**63), 2**63)), min_size=1, max_size=6),
     drop=st.booleans(),
@@ -257,7 +267,8 @@ NSYS = SHARED / "nsys" / "nsys-ai" / "healthy_1pct.sqlite"
 
 
 @pytest.mark.skipif(not NSYS.is_file(), reason="shared/ data folder not present beside the checkout")
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@seed(SEED)
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(flips=st.lists(st.tuples(st.integers(100, 57_000), st.integers(0, 255)), min_size=1, max_size=8))
 @example(flips=[(3527, 39)])  # a damaged schema: SQLite's message quotes it over several lines
 def test_corrupted_nsight_exports_are_read_or_refused(tmp_path_factory, flips):

@@ -20,6 +20,7 @@ from diagnoser.engine.comparison import RunDelta, run_deltas, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
 from diagnoser.models.runtime import HostCost, RoutingObs
 from diagnoser.models.serving import Percentiles, ServingMetrics
+from diagnoser.models.units import MIN_POSITIVE
 
 
 class Reference(Fact):
@@ -284,7 +285,7 @@ def shares_budget(case: Case) -> StepBudget | None:
     if obs.budget is not None or shares is None:
         return None
     step = reference_step_ms(case)
-    if step is None:
+    if step is None or step < MIN_POSITIVE:  # a step derived from an absurd rate is no step
         return None
     return StepBudget(
         step_ms=step,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from diagnoser.models.documents import load_model
 from diagnoser.models.observations import Observations
-from diagnoser.models.units import BandwidthGBs, Positive, StepBytes
+from diagnoser.models.units import BandwidthGBs, Positive, StepBytes, TokenRate
 from diagnoser.models.workload import Boundary, Workload
 
 CASE_SCHEMA_VERSION = 2
@@ -42,7 +42,7 @@ class BoundInputs(BaseModel):
     bytes_basis: BytesBasis | None = Field(default=None, description="how those bytes were obtained")
     bandwidth_gbs: BandwidthGBs | None = Field(default=None, description="bandwidth the quoted bound used, GB/s")
     bandwidth_is_summed_over_ranks: bool | None = Field(default=None, description="the bandwidth adds up several GPUs")
-    predicted_tokens_per_s: Positive | None = Field(default=None, description="the rate the quoted bound promised")
+    predicted_tokens_per_s: TokenRate | None = Field(default=None, description="the rate the quoted bound promised")
     boundary: Boundary = Field(default=Boundary.device_step, description="where the quoted bound applies")
 
 

@@ -13,7 +13,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diagnoser.models.runtime import Growth
-from diagnoser.models.units import Positive
+from diagnoser.models.units import Positive, TokenRate
 
 
 class _Obs(BaseModel):
@@ -56,8 +56,8 @@ class ServingMetrics(_Obs):
     """What the benchmark or the server reported for the slow configuration."""
 
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the figures were read")
-    output_tokens_per_s: Positive | None = Field(default=None, description="aggregate output tokens/s over all streams")
-    per_user_tokens_per_s: Positive | None = Field(default=None, description="output tokens/s of one stream")
+    output_tokens_per_s: TokenRate | None = Field(default=None, description="aggregate output tokens/s over all streams")
+    per_user_tokens_per_s: TokenRate | None = Field(default=None, description="output tokens/s of one stream")
     tpot_ms: Percentiles | None = Field(default=None, description="time per output token after the first, per request")
     itl_ms: Percentiles | None = Field(default=None, description="gap between consecutive chunks a client received")
     ttft_ms: Percentiles | None = Field(default=None, description="time to first token")
@@ -104,8 +104,8 @@ class Expected(_Obs):
     """The figure the slow run was held against, with what it measures."""
 
     kind: ExpectedKind = Field(description="what kind of reference the figure is; each supports different conclusions")
-    output_tokens_per_s: Positive | None = Field(default=None, description="expected aggregate tokens/s")
-    per_user_tokens_per_s: Positive | None = Field(default=None, description="expected tokens/s of one stream")
+    output_tokens_per_s: TokenRate | None = Field(default=None, description="expected aggregate tokens/s")
+    per_user_tokens_per_s: TokenRate | None = Field(default=None, description="expected tokens/s of one stream")
     per_token_ms: Positive | None = Field(default=None, description="expected TPOT or step time per token")
     duration_s: Positive | None = Field(default=None, description="expected wall time of the same fixed job")
     rate: RateKind = Field(default=RateKind.unknown, description="whether the expected tokens/s is aggregate or per stream")
@@ -172,8 +172,8 @@ class RunFigures(_Obs):
     """What one operating point measured. Give the figures you have; one is enough."""
 
     per_token_ms: Positive | None = Field(default=None, description="TPOT/ITL or step time per token of one stream")
-    output_tokens_per_s: Positive | None = Field(default=None, description="aggregate output tokens/s")
-    per_user_tokens_per_s: Positive | None = Field(default=None, description="tokens/s of one stream")
+    output_tokens_per_s: TokenRate | None = Field(default=None, description="aggregate output tokens/s")
+    per_user_tokens_per_s: TokenRate | None = Field(default=None, description="tokens/s of one stream")
     duration_s: Positive | None = Field(default=None, description="wall time of a fixed job (a drain, a benchmark)")
     ttft_ms: Positive | None = Field(default=None, description="time to first token (not compared: prefill)")
     host_ms_per_step: float | None = Field(default=None, ge=0, description="host time per step, where instrumented")

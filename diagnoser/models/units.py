@@ -17,4 +17,8 @@ BandwidthGBs = Annotated[float, Field(ge=1e-3, le=1e6)]
 StepBytes = Annotated[float, Field(ge=1, le=1e18)]
 # Any other strictly positive figure (a time, a rate, a ratio): no denormal that divides to
 # infinity, no value whose product with another overflows.
-Positive = Annotated[float, Field(ge=1e-9, le=1e15)]
+MIN_POSITIVE = 1e-9
+Positive = Annotated[float, Field(ge=MIN_POSITIVE, le=1e15)]
+# Tokens per second, of one stream or a whole service: a billion is past any deployment, and it
+# keeps a step derived from a rate (1e3 / rate ms) inside the Positive range.
+TokenRate = Annotated[float, Field(ge=1e-6, le=1e9)]

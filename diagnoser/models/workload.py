@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, field_validator, model_validator
 
 from diagnoser.models.precision import DType
-from diagnoser.models.units import BandwidthGBs
+from diagnoser.models.units import BandwidthGBs, Positive, TokenRate
 
 
 MAX_RANKS = 2**20
@@ -103,10 +103,9 @@ class Observed(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    # Beyond these no real decode step goes: a figure outside them is a unit slip, and a
-    # denormal one would divide the ceiling by zero.
-    step_ms: float | None = Field(default=None, ge=1e-3, le=1e7, description="time per decode step, ms (1 µs to ~3 h)")
-    tokens_per_s: float | None = Field(default=None, ge=1e-6, le=1e9, description="aggregate emitted tokens/s over the group")
+    # The same range as every other positive figure (models.units): no denormal that divides to infinity.
+    step_ms: Positive | None = Field(default=None, description="time per decode step, ms")
+    tokens_per_s: TokenRate | None = Field(default=None, description="aggregate emitted tokens/s over the group")
     boundary: Boundary = Field(default=Boundary.device_step, description="where the observation was read")
 
     @model_validator(mode="after")
