@@ -271,6 +271,7 @@ NSYS = SHARED / "nsys" / "nsys-ai" / "healthy_1pct.sqlite"
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(flips=st.lists(st.tuples(st.integers(100, 57_000), st.integers(0, 255)), min_size=1, max_size=8))
 @example(flips=[(3527, 39)])  # a damaged schema: SQLite's message quotes it over several lines
+@example(flips=[(3119, 128)])  # a string that is no longer UTF-8
 def test_corrupted_nsight_exports_are_read_or_refused(tmp_path_factory, flips):
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.load import load_traces

@@ -124,7 +124,7 @@ def read_nsys_sqlite(path: str | Path) -> list[RankTrace]:
     with closing(_connect(path)) as db:
         try:
             return _read(db, path)
-        except sqlite3.DatabaseError as err:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged page or schema text
             # SQLite quotes the damaged schema, newlines and all: one line, and not all of it
             detail = " ".join(str(err).split())
             raise InputError(f"{path}: unreadable SQLite export ({detail[:200]})") from None
@@ -156,7 +156,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     if head != _SQLITE_MAGIC:
         raise InputError(f"{path}: not an SQLite database (export the report with `nsys export --type sqlite`)")
     # immutable: the input is never written and may sit on a read-only mount.
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    # a damaged string table is still read: a kernel name with a bad byte is a name, not a crash
+    db.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    return db
 
 
 def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
