@@ -146,7 +146,7 @@ def _rulesets_in(module: ModuleType) -> list[type]:
     ]
 
 
-def _one_line(err: Exception) -> str:
+def error_line(err: Exception) -> str:
     """A load failure as one line: the first error of a pydantic report, else the first line."""
     if isinstance(err, ValidationError):
         first = err.errors()[0]
@@ -171,7 +171,7 @@ def _import_file(path: Path) -> ModuleType:
             spec.loader.exec_module(module)
     except (Exception, RuleTimeout, SystemExit) as err:  # noqa: BLE001 - any failure in a user file is bad input
         sys.modules.pop(name, None)
-        raise InputError(f"{path}: cannot load rules: {_one_line(err)}") from None
+        raise InputError(f"{path}: cannot load rules: {error_line(err)}") from None
     return module
 
 
@@ -191,7 +191,7 @@ def _entry_point_modules() -> list[tuple[str, list[type], Path | None]]:
         try:
             target = ep.load()
         except Exception as err:  # noqa: BLE001
-            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load rules: {_one_line(err)}") from None
+            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load rules: {error_line(err)}") from None
         rulesets = [target] if inspect.isclass(target) else _rulesets_in(target)
         fixtures = getattr(sys.modules.get(target.__module__ if inspect.isclass(target) else target.__name__), "FIXTURES", None)
         found.append((f"entry point {ep.name}", rulesets, Path(fixtures) if fixtures else None))

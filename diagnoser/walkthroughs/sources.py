@@ -13,7 +13,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import Iterable
 
-from diagnoser.engine.loader import YAML_SUFFIXES, Rulebook, _one_line
+from diagnoser.engine.loader import YAML_SUFFIXES, Rulebook, error_line
 from diagnoser.errors import InputError
 from diagnoser.walkthroughs.model import WALKTHROUGH_SCHEMA_VERSION, Walkthrough
 from diagnoser.walkthroughs.prepare import Prepared, prepare
@@ -48,7 +48,7 @@ def _pack_folders() -> list[tuple[str, Path]]:
         try:
             module = ep.load()
         except Exception as err:  # noqa: BLE001 - any failure in a pack is bad input
-            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load walkthroughs: {_one_line(err)}") from None
+            raise InputError(f"entry point {ep.name} ({ep.value}): cannot load walkthroughs: {error_line(err)}") from None
         folder = getattr(module, "WALKTHROUGHS", None) or Path(module.__file__).parent
         found.append((f"entry point {ep.name}", Path(folder)))
     return found
