@@ -33,7 +33,8 @@ from diagnoser.session_ops import (
 )
 from diagnoser.tui.workspace import Workspace
 
-BOUNDARIES = Answer(input="boundaries", value={"device_step_ms": 16, "server_emission_ms": 17, "client_receipt_ms": 30})
+# No emission time, so no refinement says where the gap is and the gap itself leads.
+BOUNDARIES = Answer(input="boundaries", value={"device_step_ms": 16, "client_receipt_ms": 30})
 
 
 @pytest.fixture

@@ -2,8 +2,11 @@
 
 `data/v1_fixture_rankings.json` was recorded by the engine before grades, standalone
 refinements and the new rules (commit 4f7084b): every hypothesis id, kind and bounded
-speed-up, in order. One entry differs on purpose: cpu-offload's gain came from an assumed
-PCIe rate, which no measured figure bounds, so it is now "not bounded yet".
+speed-up, in order. Two things differ on purpose: cpu-offload's gain came from an assumed
+PCIe rate, which no measured figure bounds, so it is now "not bounded yet"; and a measured
+refinement that accounts for at least half of its measured parent's time now ranks just ahead
+of the parent instead of after it (14 entries reordered, same ids, kinds and speed-ups), since
+it names where the parent's time goes (`runner.explains_parent`).
 """
 
 import json

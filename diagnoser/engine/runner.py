@@ -204,12 +204,37 @@ def _rank_key(h: Hypothesis) -> tuple:
     )
 
 
+# A measured refinement that accounts for at least half of its measured parent's time says where
+# that time goes: it takes the parent's place, just ahead of it, rather than following it.
+EXPLAINS_PARENT = 0.5
+
+
+def explains_parent(h: Hypothesis, parent: Hypothesis | None) -> bool:
+    if parent is None or h.gain is None or parent.gain is None:
+        return False
+    if h.grade is not Grade.measured or parent.grade is not Grade.measured:
+        return False
+    return h.gain.removable_ms >= EXPLAINS_PARENT * parent.gain.removable_ms
+
+
 def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
-    before refinements, evidence; then the other kinds. One entry per id."""
+    before refinements (unless a measured refinement explains its parent), evidence; then the
+    other kinds. One entry per id."""
+    best: dict[str, Hypothesis] = {}
+    for h in sorted(hypotheses, key=_rank_key):
+        best.setdefault(h.rule, h)
+
+    def key(h: Hypothesis) -> tuple:
+        own = _rank_key(h)
+        parent = best.get(h.parent) if h.parent else None
+        if not explains_parent(h, parent):
+            return own
+        return (*_rank_key(parent)[:5], -1, *own[5:])
+
     seen: set[str] = set()
     ranked = []
-    for h in sorted(hypotheses, key=_rank_key):
+    for h in sorted(hypotheses, key=key):
         if h.id not in seen:
             seen.add(h.id)
             ranked.append(h)
