@@ -5,9 +5,11 @@ attention work rather than weights; a flat line clears them. Prompts are sent as
 lists to ``/v1/completions`` so their length is exact without a tokenizer, with fresh random
 ids per request so a prefix cache cannot shortcut the prefill that TTFT measures.
 
-Each point's step time is the median TPOT (vLLM definition) over the repeats. TPOT averages
-the steps that produced tokens 2..n, whose contexts run from prompt+1 to prompt+n-1, so the
-point is placed at the mean decode context, prompt + n/2. The slope is a least-squares line
+Each repeat is a pass over all lengths, alternately shortest and longest first, so drift
+over the sweep does not read as growth. Each point's step time is the median TPOT (vLLM
+definition) over the repeats. TPOT averages the steps that produced tokens 2..n, whose
+contexts run from prompt+1 to prompt+n-1, so the point is placed at the mean decode context,
+prompt + n/2. The slope is a least-squares line
 through the points, in ms per 1k tokens of context.
 
 Options read from ``ctx.options``: ``endpoint`` (required), ``model_name``,
@@ -44,6 +46,12 @@ def mean_decode_context(prompt_tokens: int, output_tokens: int) -> float:
     return prompt_tokens + output_tokens / 2
 
 
+def pass_order(lengths: list[int], repeat: int) -> list[int]:
+    """Shortest first on even passes, longest first on odd ones: a machine that drifts slower
+    (or faster) over the sweep then loads every length alike, instead of posing as growth."""
+    return lengths if repeat % 2 == 0 else lengths[::-1]
+
+
 def prompt_lengths(options: dict[str, Any]) -> list[int]:
     lengths = sorted({int(n) for n in options.get("context_lengths", DEFAULT_CONTEXTS)})
     if len(lengths) < 2 or not all(1 <= n <= MAX_PROMPT for n in lengths):
@@ -57,11 +65,13 @@ def run(ctx: ProbeContext) -> ContextSweepFacts:
     repeats = bounded_int(ctx.options, "sweep_repeats", 2, 1, 20)
     points = []
     with open_session(ctx, "completions") as (http, url, model):
+        streamed: dict[int, list] = {length: [] for length in lengths}
+        for r in range(repeats):
+            for length in pass_order(lengths, r):
+                body = request_body("completions", model, prompt_ids(length, r), output, ctx.options)
+                streamed[length].append(stream_bounded(ctx, http, url, body))
         for length in lengths:
-            responses = [
-                stream_bounded(ctx, http, url, request_body("completions", model, prompt_ids(length, r), output, ctx.options))
-                for r in range(repeats)
-            ]
+            responses = streamed[length]
             metrics = [request_metrics(r) for r in responses]
             tpots = [m.tpot_ms for m in metrics if m.tpot_ms is not None]
             if not tpots:

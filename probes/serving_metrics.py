@@ -27,6 +27,11 @@ from diagnoser.probes.sse_client import Chunk, StreamedResponse
 
 BUNCH_FRACTION = 0.25  # a gap under a quarter of the request's mean chunk interval is "together"
 MIN_GROWTH_SPAN_TOKENS = 100  # below this a per-1k slope is mostly extrapolated noise
+REPLICATES = 2  # streams, each long enough for its own slope, needed to judge the slope's noise
+# One-sided 95 % Student-t values by degrees of freedom (streams - 1): a mean slope closer to zero
+# than this many standard errors is not told apart from the machine's drift. From five streams
+# on, 2.0 is within 5 % of the exact value.
+T_95 = {1: 6.31, 2: 2.92, 3: 2.35, 4: 2.13}
 
 
 @dataclass(frozen=True)
@@ -135,20 +140,43 @@ def linear_fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:
     return {"slope": float(slope), "intercept": float(intercept), "r2": 1.0 - residual / spread if spread > 0 else 1.0}
 
 
-def itl_growth_per_1k_output(responses: list[StreamedResponse]) -> float | None:
-    """Slope of per-token interval against tokens already generated, in ms per 1k tokens."""
+def _per_token_gaps(response: StreamedResponse) -> tuple[list[float], list[float]]:
+    """(tokens generated before each gap, that gap per token) for one stream."""
     xs, ys = [], []
+    chunks = content_chunks(response)
+    counts = tokens_per_chunk(response) or [1] * len(chunks)
+    done = counts[0] if counts else 0
+    for gap, tokens in zip(gaps_ms(chunks), counts[1:]):
+        xs.append(done)
+        ys.append(gap / max(tokens, 1))
+        done += tokens
+    return xs, ys
+
+
+def itl_growth_per_1k_output(responses: list[StreamedResponse]) -> float | None:
+    """Slope of per-token interval against tokens already generated, in ms per 1k tokens.
+
+    A short stream's slope is mostly the machine's drift over its few seconds, which a pooled
+    fit takes for growth. With two or more streams each is a replicate: the growth is their
+    mean slope, reported only when a one-sided t-test at 95 % tells it from zero (None: not resolved);
+    a single stream gives its own slope, with nothing to judge its noise by.
+    """
+    slopes, pooled_x, pooled_y = [], [], []
     for response in responses:
-        chunks = content_chunks(response)
-        counts = tokens_per_chunk(response) or [1] * len(chunks)
-        done = counts[0]
-        for gap, tokens in zip(gaps_ms(chunks), counts[1:]):
-            xs.append(done)
-            ys.append(gap / max(tokens, 1))
-            done += tokens
-    if not xs or max(xs) - min(xs) < MIN_GROWTH_SPAN_TOKENS:
+        xs, ys = _per_token_gaps(response)
+        pooled_x += xs
+        pooled_y += ys
+        if xs and max(xs) - min(xs) >= MIN_GROWTH_SPAN_TOKENS:
+            fit = linear_fit(xs, ys)
+            if fit:
+                slopes.append(fit["slope"] * 1e3)
+    if len(slopes) >= REPLICATES:
+        mean = statistics.fmean(slopes)
+        error = statistics.stdev(slopes) / len(slopes) ** 0.5
+        return mean if abs(mean) > T_95.get(len(slopes) - 1, 2.0) * error else None
+    if not pooled_x or max(pooled_x) - min(pooled_x) < MIN_GROWTH_SPAN_TOKENS:
         return None
-    fit = linear_fit(xs, ys)
+    fit = linear_fit(pooled_x, pooled_y)
     return fit["slope"] * 1e3 if fit else None
 
 

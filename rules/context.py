@@ -44,7 +44,7 @@ def grows_too_much(s, growth: float) -> bool:
     return growth >= MIN_GROWTH and growth >= BEYOND_BOUND * expected
 
 
-def _sweep_evidence(s) -> list:
+def sweep_evidence(s) -> list:
     return [
         ev("context_sweep.context_lo", s["context_lo"]),
         ev("context_sweep.step_lo_ms", s["step_lo_ms"], "ms"),
@@ -86,14 +86,14 @@ class ContextRules(RuleSet):
         expected = s.get("bound_growth")
         if expected is not None:
             return Finding(
-                evidence=[*_sweep_evidence(s), ev("context_sweep.bound_growth", expected)],
+                evidence=[*sweep_evidence(s), ev("context_sweep.bound_growth", expected)],
                 removable_ms=s["step_hi_ms"] - s["step_lo_ms"] * expected,
                 step_ms=s["step_hi_ms"],
                 detail=f"The step grows {growth:.3g}x from context {s['context_lo']} to {s['context_hi']}, the bytes the bound "
                 f"counts only {expected:.3g}x; the gain is the growth beyond the bytes, at the longest context.",
             )
         return Finding(
-            evidence=_sweep_evidence(s),
+            evidence=sweep_evidence(s),
             removable_ms=s["step_hi_ms"] - s["step_lo_ms"],
             step_ms=s["step_hi_ms"],
             detail=f"The step grows {growth:.2f}x from context {s['context_lo']} to {s['context_hi']}; gains refer to the longest context.",

@@ -18,7 +18,6 @@ from diagnoser.engine import (
     Graph,
     KernelClass,
     Metrics,
-    P,
     Reference,
     Routing,
     RuleSet,
@@ -68,12 +67,18 @@ def sorts(sampling: str) -> bool:
     return "sort" in text and not any(word in text for word in SORT_FREE)
 
 
+# Decoding that takes the most likely token sorts nothing, whatever top-k says.
+GREEDY = ("greedy", "argmax")
+
+
 def whole_vocabulary_sort(server) -> bool:
     """Configuration that sorts the whole vocabulary per sequence per step: a sorting sampler, or
-    top-k off (k <= 0) with a sampler not described as sort-free."""
+    top-k off (k <= 0) with a sampler not described as sort-free or greedy."""
     sampling = server.get("sampling") or ""
     if sorts(sampling):
         return True
+    if any(word in sampling.lower() for word in GREEDY):
+        return False
     top_k = server.get("top_k")
     return top_k is not None and top_k <= 0 and not any(word in sampling.lower() for word in SORT_FREE)
 
@@ -198,13 +203,15 @@ class KernelRules(RuleSet):
 
     @rule(
         SPECS["sort-sampling"],
-        Server(sampling=P(sorts)),
+        AS.s << Server(),
         AS.k << KernelClass(kernel_class="sampling", share_of_step=MATCH.share),
         Budget(device_ms=MATCH.device),
-        TEST(lambda share: share >= SAMPLING_SHARE),
+        TEST(lambda s, share: share >= SAMPLING_SHARE and whole_vocabulary_sort(s)),
     )
-    def sort_sampling(self, k, share, device):
-        return Finding(evidence=_kernel_evidence(k) + [ev("server.sampling", "sort")], removable_ms=device * share)
+    def sort_sampling(self, s, k, share, device):
+        """A sorting configuration, and the sampling kernels' measured share of the device time bounds it."""
+        evidence = [ev(f"server.{n}", s[n]) for n in ("sampling", "top_k", "vocab_size") if n in s]
+        return Finding(evidence=_kernel_evidence(k) + evidence, removable_ms=device * share)
 
     @rule(
         SPECS["sort-sampling"],

@@ -10,6 +10,8 @@ from diagnoser.engine import (
     MATCH,
     NOT,
     TEST,
+    W,
+    Boundaries,
     Budget,
     Finding,
     Graph,
@@ -36,6 +38,11 @@ MIN_PART_MS = 0.1
 
 def notable(part_ms: float, step_ms: float) -> bool:
     return part_ms >= MIN_PART_MS and part_ms >= MIN_PART_SHARE * step_ms
+
+
+def host_without_profiler(host_ms: float, profiled_step_ms: float, unprofiled_step_ms: float) -> float:
+    """The host part less what the profiler added to the step (never below zero)."""
+    return max(0.0, host_ms - max(0.0, profiled_step_ms - unprofiled_step_ms))
 
 
 # The scheduler owns the host part when it takes at least 30 % of it.
@@ -122,9 +129,36 @@ class LaunchRules(RuleSet):
         detail = "" if known else "The capture sizes or the live batch are unknown: check that the live batch is captured."
         return Finding(evidence=evidence, removable_ms=parent_cap_ms, detail=detail)
 
-    @rule(SPECS["host-overhead"], Budget(host_ms=MATCH.host, step_ms=MATCH.step), TEST(lambda host, step: notable(host, step)))
+    @rule(
+        SPECS["host-overhead"],
+        Budget(host_ms=MATCH.host, step_ms=MATCH.step),
+        NOT(Boundaries(device_step_ms=W())),
+        TEST(lambda host, step: notable(host, step)),
+    )
     def host_overhead(self, host, step):
         return Finding(evidence=[ev("budget.host_ms", host, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=host)
+
+    @rule(
+        SPECS["host-overhead"],
+        Budget(host_ms=MATCH.host, step_ms=MATCH.step),
+        Boundaries(device_step_ms=MATCH.unprofiled),
+        TEST(lambda host, step, unprofiled: notable(host_without_profiler(host, step, unprofiled), step)),
+    )
+    def host_overhead_without_profiler(self, host, step, unprofiled):
+        """The profiler's own cost lands in the gaps between ops. When the same step, timed without
+        it, is shorter, that difference is host time the service never pays, and the gain is a
+        share of the unprofiled step."""
+        removable = host_without_profiler(host, step, unprofiled)
+        detail = ""
+        if removable < host:
+            detail = (f"The profiled step is {step - unprofiled:.3g} ms longer than the step timed without the profiler; "
+                      "that much of the host part is the profiler's own.")
+        return Finding(
+            evidence=[ev("budget.host_ms", host, "ms"), ev("budget.step_ms", step, "ms"), ev("boundaries.device_step_ms", unprofiled, "ms")],
+            removable_ms=removable,
+            step_ms=min(step, unprofiled),
+            detail=detail,
+        )
 
     @rule(SPECS["host-overhead"], Platform(host_bound_reported=True), NOT(Budget()))
     def host_bound_reported(self):

@@ -13,6 +13,7 @@ from diagnoser.engine import (
     TEST,
     W,
     Boundaries,
+    ContextSweep,
     Finding,
     Grade,
     Host,
@@ -27,6 +28,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.context import sweep_evidence
 
 SPECS = load_specs(__file__)
 
@@ -141,6 +143,7 @@ class OutputPathRules(RuleSet):
         SPECS["output-length-growth"],
         Boundaries(itl_growth_ms_per_1k_output=MATCH.growth),
         Reference(step_ms=MATCH.step),
+        NOT(ContextSweep(growth=W())),
         TEST(lambda growth, step: growth >= GROWTH_SHARE * step),
     )
     def output_length_growth(self, growth, step):
@@ -148,7 +151,28 @@ class OutputPathRules(RuleSet):
             evidence=[ev("boundaries.itl_growth_ms_per_1k_output", growth, "ms"), ev("reference.step_ms", step, "ms")],
             removable_ms=growth,
             step_ms=step + growth,
-            detail="Gain shown for a step 1k tokens into the output.",
+            detail="Gain shown for a step 1k tokens into the output; no context sweep says how much of the slope "
+            "the growing KV cache alone explains.",
+        )
+
+    @rule(
+        SPECS["output-length-growth"],
+        Boundaries(itl_growth_ms_per_1k_output=MATCH.growth),
+        Reference(step_ms=MATCH.step),
+        AS.s << ContextSweep(growth=W()),
+        TEST(lambda growth, step, s: growth - context_slope_per_1k(s) >= GROWTH_SHARE * step),
+    )
+    def output_length_growth_beyond_context(self, growth, step, s):
+        """Every generated token also lengthens the context, so part of the slope is KV and
+        attention work; the context sweep measures that part, and only the rest is history-wide
+        host work."""
+        kv = max(0.0, context_slope_per_1k(s))
+        return Finding(
+            evidence=[ev("boundaries.itl_growth_ms_per_1k_output", growth, "ms"), *sweep_evidence(s), ev("reference.step_ms", step, "ms")],
+            removable_ms=growth - kv,
+            step_ms=step + growth,
+            detail=f"Gain shown for a step 1k tokens into the output: the slope less the {kv:.3g} ms per 1k tokens "
+            "the context sweep shows for a longer context alone.",
         )
 
     @rule(
@@ -210,6 +234,12 @@ class OutputPathRules(RuleSet):
             evidence=[ev("server.prefill_priority", True)],
             detail="Prefill is scheduled before any decode; no stream stall was recorded to bound it.",
         )
+
+
+def context_slope_per_1k(s) -> float:
+    """The sweep's step growth per 1k tokens of context: what a longer output costs through its KV alone."""
+    span = s["context_hi"] - s["context_lo"]
+    return 1e3 * (s["step_hi_ms"] - s["step_lo_ms"]) / span if span > 0 else 0.0
 
 
 def _per_token(b, field: str, per_token: float) -> list:

@@ -58,4 +58,4 @@ def test_real_names_from_serving_stacks(name, expected):
 
 def test_table_version_moves_with_meaning():
     # version 2: Inductor norms and pointwise kernels leave the catch-all "triton" class
-    assert class_table().version == 2
+    assert class_table().version == 3

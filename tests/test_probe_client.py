@@ -125,7 +125,7 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
 
     found = diagnose(Case(observations=Observations(boundaries=updates["boundaries"])), load_rulebook())
     fired = [h.rule for h in found.hypotheses if h.kind == "cause"]
-    assert fired[:1] == ["client-gap"] and "proxy-buffering" in fired
+    assert fired[:2] == ["proxy-buffering", "client-gap"]  # the refinement explains the gap and leads it
     assert "server-output-processing" not in fired
 
 
@@ -227,3 +227,24 @@ def test_cli_probe_feeds_the_case_file(tmp_path):
     assert observations.boundaries.device_step_ms == pytest.approx(5.0)  # the server's scheduled step
     assert observations.boundaries.tokens_per_chunk == 1.0
     assert [p.context for p in observations.context_sweep] == [18, 66]
+
+
+def _stream_with_slope(slope_ms_per_1k: float, base_ms: float = 10.0, tokens: int = 200):
+    from diagnoser.probes.sse_client import Chunk, StreamedResponse
+
+    response, t = StreamedResponse(start_s=0.0), 0.0
+    for i in range(tokens):
+        response.chunks.append(Chunk(received_s=t, received_ns=int(t * 1e9), text="x"))
+        t += (base_ms + slope_ms_per_1k * i / 1e3) / 1e3
+    return response
+
+
+def test_itl_growth_needs_the_streams_to_agree():
+    """Each stream is a replicate: drift that goes up in one stream and down in the next is not
+    growth; a slope every stream shows is, at its mean."""
+    from diagnoser.probes.serving_metrics import itl_growth_per_1k_output
+
+    assert itl_growth_per_1k_output([_stream_with_slope(6.0), _stream_with_slope(-5.0)]) is None
+    agreed = itl_growth_per_1k_output([_stream_with_slope(20.0), _stream_with_slope(22.0), _stream_with_slope(24.0)])
+    assert agreed == pytest.approx(22.0, rel=1e-3)
+    assert itl_growth_per_1k_output([_stream_with_slope(6.0)]) == pytest.approx(6.0, rel=1e-3)  # one stream: its own slope
