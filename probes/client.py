@@ -134,6 +134,7 @@ def to_observations(facts: ClientFacts) -> dict[str, Any]:
             client_receipt_ms=(_positive(server.client_receipt_ms) if server else None) or itl_p50,
             client_p50_ms=itl_p50,
             client_p99_ms=itl_p99,
+            buffered_p99_ms=server.buffered_p99_ms if server else None,
             tokens_per_chunk=_positive(facts.tokens_per_chunk),
             ttft_ms=_p50(facts.ttft_ms),
             itl_growth_ms_per_1k_output=facts.itl_growth_ms_per_1k_output,

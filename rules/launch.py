@@ -11,7 +11,6 @@ from diagnoser.engine import (
     NOT,
     TEST,
     W,
-    Boundaries,
     Budget,
     Finding,
     Graph,
@@ -132,7 +131,7 @@ class LaunchRules(RuleSet):
     @rule(
         SPECS["host-overhead"],
         Budget(host_ms=MATCH.host, step_ms=MATCH.step),
-        NOT(Boundaries(device_step_ms=W())),
+        NOT(Budget(unprofiled_step_ms=W())),
         TEST(lambda host, step: notable(host, step)),
     )
     def host_overhead(self, host, step):
@@ -140,8 +139,7 @@ class LaunchRules(RuleSet):
 
     @rule(
         SPECS["host-overhead"],
-        Budget(host_ms=MATCH.host, step_ms=MATCH.step),
-        Boundaries(device_step_ms=MATCH.unprofiled),
+        Budget(host_ms=MATCH.host, step_ms=MATCH.step, unprofiled_step_ms=MATCH.unprofiled),
         TEST(lambda host, step, unprofiled: notable(host_without_profiler(host, step, unprofiled), step)),
     )
     def host_overhead_without_profiler(self, host, step, unprofiled):
@@ -154,7 +152,7 @@ class LaunchRules(RuleSet):
             detail = (f"The profiled step is {step - unprofiled:.3g} ms longer than the step timed without the profiler; "
                       "that much of the host part is the profiler's own.")
         return Finding(
-            evidence=[ev("budget.host_ms", host, "ms"), ev("budget.step_ms", step, "ms"), ev("boundaries.device_step_ms", unprofiled, "ms")],
+            evidence=[ev("budget.host_ms", host, "ms"), ev("budget.step_ms", step, "ms"), ev("budget.unprofiled_step_ms", unprofiled, "ms")],
             removable_ms=removable,
             step_ms=min(step, unprofiled),
             detail=detail,

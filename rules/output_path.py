@@ -120,13 +120,20 @@ class OutputPathRules(RuleSet):
 
     @rule(
         SPECS["proxy-buffering"],
-        Boundaries(server_emission_ms=MATCH.server, client_p99_ms=MATCH.p99),
-        TEST(lambda p99, server: p99 >= BURST_RATIO * server),
+        AS.b << Boundaries(server_emission_ms=MATCH.server, client_p99_ms=MATCH.p99),
+        TEST(lambda b, p99, server: p99 >= BURST_RATIO * server and held_in_the_tail(b, server)),
     )
-    def proxy_bursts(self, server, p99):
+    def proxy_bursts(self, b, server, p99):
+        """A long client p99 is buffering only if chunks wait after emission; when the server's
+        emission-to-receipt lag was measured, that lag bounds it (a server whose own intervals
+        grow has a long p99 too, with nothing held)."""
+        evidence = [ev("boundaries.server_emission_ms", server, "ms"), ev("boundaries.client_p99_ms", p99, "ms")]
+        held = b.get("buffered_p99_ms")
+        if held is not None:
+            evidence.append(ev("boundaries.buffered_p99_ms", held, "ms"))
         return Finding(
-            evidence=[ev("boundaries.server_emission_ms", server, "ms"), ev("boundaries.client_p99_ms", p99, "ms")],
-            removable_ms=p99 - server,
+            evidence=evidence,
+            removable_ms=p99 - server if held is None else min(held, p99 - server),
             step_ms=p99,
             detail="Chunks arrive in bursts: the gain is on the p99 gap the user sees, not on the rate.",
         )
@@ -234,6 +241,12 @@ class OutputPathRules(RuleSet):
             evidence=[ev("server.prefill_priority", True)],
             detail="Prefill is scheduled before any decode; no stream stall was recorded to bound it.",
         )
+
+
+def held_in_the_tail(b, server_ms: float) -> bool:
+    """Chunks wait after emission for a burst's worth of steps, or the wait was not measured."""
+    held = b.get("buffered_p99_ms")
+    return held is None or held >= (BURST_RATIO - 1) * server_ms
 
 
 def context_slope_per_1k(s) -> float:

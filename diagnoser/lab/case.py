@@ -1,6 +1,7 @@
 """A case built from a live server, with diagnoser's own probes, profile and trace analysis.
 
-    measure(url) -> Case      client probe, context sweep, one profiled stream, /metrics
+    measure(url) -> Case      client probe, context sweep, a stream under a long prompt,
+                              one profiled stream, /metrics, /server_info
     score(diagnosis, cause) -> Score
 
 Nothing here knows which fault is on: every figure is read from the server over HTTP (the
@@ -10,6 +11,9 @@ Prometheus text), and the case holds only what those measurements establish.
 
 from __future__ import annotations
 
+import statistics
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,19 +24,31 @@ from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import Diagnosis, Kind
 from diagnoser.models.observations import Observations
 from diagnoser.models.serving import MetricBoundary, ServingMetrics
+from diagnoser.models.runtime import StreamObs
 from diagnoser.probes import client, context_sweep
 from diagnoser.probes.base import ProbeContext
+from diagnoser.probes.client import DEFAULT_PROMPT
+from diagnoser.probes.context_sweep import prompt_ids
+from diagnoser.probes.server_info import read_server_info
+from diagnoser.probes.serving_metrics import content_chunks, gaps_ms
 from diagnoser.probes.sse_client import request_body, served_model, stream
 from diagnoser.probes.to_case import merge_observations
 from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.facts import to_observations as trace_observations
 from diagnoser.trace.kineto import read_kineto_many
 
-# What the probes are asked for: two concurrent streams long enough for an output-length slope,
-# and a sweep across the lab's context range.
-CLIENT = {"max_tokens": 256, "requests": 2, "concurrency": 2}
-SWEEP = {"context_lengths": [128, 512, 1024], "sweep_output_tokens": 32, "sweep_repeats": 1}
-PROFILED_TOKENS = 24
+# What the probes are asked for: three streams, each long enough for its own output-length slope, one at a time
+# (the batch the sweep and the profile see), and a sweep across the lab's context range.
+CLIENT = {"max_tokens": 192, "requests": 3, "concurrency": 1}
+SWEEP = {"context_lengths": [128, 1024, 2048], "sweep_output_tokens": 24, "sweep_repeats": 2}
+# The profiled stream starts as the client probe's requests do, so the profiled steps and the
+# unprofiled ones the probe timed run at nearly the same contexts and differ by the profiler.
+PROFILED_TOKENS = 64
+# A long prompt arrives while a stream decodes: the stream's worst gap says whether the prefill
+# waits its turn in chunks beside the decodes or stalls them.
+INTERFERENCE_TOKENS = 64
+LONG_PROMPT = 2048
+LONG_PROMPT_AFTER_S = 0.15
 NOISE_SHARE = 0.10  # a measured gain under 10 % of the step is within the lab's run-to-run noise
 
 
@@ -41,16 +57,40 @@ def _probe(module, url: str, options: dict) -> dict:
     return module.to_observations(module.run(ctx))
 
 
-def profile(url: str, http: httpx.Client) -> list[Path]:
-    """One streamed request under the profiler, as ``/start_profile`` and ``/stop_profile`` record it."""
+def profile(url: str, http: httpx.Client) -> tuple[list[Path], float | None]:
+    """One streamed request under the profiler, as ``/start_profile`` and ``/stop_profile`` record
+    it, and the median step the server stamped on the same request streamed just before without
+    the profiler (what the profiled steps cost the service)."""
     model = served_model(http, url)
+    body = request_body("completions", model, DEFAULT_PROMPT, PROFILED_TOKENS, {})
+    twin = stream(http, f"{url}/v1/completions", body, 300)
+    steps = [c.step_ms for c in content_chunks(twin)[1:] if c.step_ms is not None]  # the first is prefill
     if http.post(f"{url}/start_profile").status_code != 200:
         raise InputError(f"{url}/start_profile: the server does not profile")
-    stream(http, f"{url}/v1/completions", request_body("completions", model, "Profile this decode loop.", PROFILED_TOKENS, {}), 300)
+    stream(http, f"{url}/v1/completions", body, 300)
     reply = http.post(f"{url}/stop_profile", timeout=300)
     if reply.status_code != 200:
         raise InputError(f"{url}/stop_profile: HTTP {reply.status_code}")
-    return [Path(p) for p in reply.json()["traces"]]
+    return [Path(p) for p in reply.json()["traces"]], statistics.median(steps) if steps else None
+
+
+def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
+    """The worst gap of a stream while a long prompt is admitted beside it."""
+    model = served_model(http, url)
+    endpoint = f"{url}/v1/completions"
+
+    def long_prompt() -> None:
+        time.sleep(LONG_PROMPT_AFTER_S)
+        with httpx.Client() as other:
+            stream(other, endpoint, request_body("completions", model, prompt_ids(LONG_PROMPT, 0), 1, {}), 300)
+
+    arrival = threading.Thread(target=long_prompt, name="long-prompt")
+    arrival.start()
+    try:
+        response = stream(http, endpoint, request_body("completions", model, "Keep decoding.", INTERFERENCE_TOKENS, {}), 300)
+    finally:
+        arrival.join()
+    return StreamObs(worst_stall_ms=max(gaps_ms(content_chunks(response))))
 
 
 def metrics(url: str, http: httpx.Client) -> ServingMetrics:
@@ -77,11 +117,15 @@ def measure(url: str) -> Case:
     observations = merge_observations(observations, _probe(client, url, CLIENT))
     observations = merge_observations(observations, _probe(context_sweep, url, SWEEP))
     with httpx.Client(timeout=60) as http:
-        traces = profile(url, http)
-        analysis = analyze_traces(read_kineto_many(traces))
-        found = trace_observations(analysis)
+        traces, unprofiled = profile(url, http)
+        found = trace_observations(analyze_traces(read_kineto_many(traces)))
+        if found.budget is not None and unprofiled:
+            found = found.model_copy(update={"budget": found.budget.model_copy(update={"unprofiled_step_ms": unprofiled})})
         observations = merge_observations(observations, {k: getattr(found, k) for k in found.model_fields_set})
-        observations = merge_observations(observations, {"metrics": metrics(url, http)})
+        observations = merge_observations(observations, {"metrics": metrics(url, http), "stream": prefill_interference(url, http)})
+        settings = read_server_info(http, url)
+        if settings is not None:
+            observations = merge_observations(observations, {"server": settings})
     return Case(title=f"lab server at {url}", observations=observations)
 
 

@@ -31,8 +31,12 @@ from diagnoser.lab.model import ModelConfig, Segment, TinyMoE
 from diagnoser.lab.tokenizer import EOS, Tokenizer
 
 PREFILL_CHUNK = 64
-DETOK_WINDOW = 512  # tokens the slow decoder re-decodes per token under detok-inline
-PENALTY = 1.2
+DETOK_WINDOW = 6  # tokens an incremental detokenizer re-decodes per token (its prefix offset)
+# Special tokens the slow tokenizer carries: thousands reserved (a chat model's) make each of its
+# calls slow (detok-inline); a few hundred make it slow per id, so a whole-output decode grows.
+RESERVED_TOKENS = {"detok-inline": 8192, "detok-growing": 256}
+FREQUENCY_PENALTY = 0.5
+PRESENCE_PENALTY = 0.5
 TOP_P = 0.9
 SWITCH_INTERVAL_S = 0.0002
 
@@ -168,33 +172,62 @@ class Engine(threading.Thread):
         with record_function(f"ProfilerStep#{n}") if self.profiler is not None else nullcontext():
             segments = [seg for _, seg, _ in plan]
             if self.tp is not None:
-                self.tp.begin_step(sum(len(s.tokens) for s in segments), self.profiler is not None)
+                self.tp.begin_step(n, sum(len(s.tokens) for s in segments), self.profiler is not None)
             logits = self.model.forward(segments, self.tp)
             sampling = [i for i, (_, _, samples) in enumerate(plan) if samples]
             tokens = self._sample(logits[sampling], [plan[i][0] for i in sampling])
             step_ms = (time.perf_counter() - start) * 1e3
-            for (request, seg, _), i in zip(plan, range(len(plan))):
-                if request.prefilled < len(request.prompt):
-                    request.prefilled += len(seg.tokens)
-                    self.metrics.prompt_tokens.inc(len(seg.tokens))
-            for i, token in zip(sampling, tokens):
-                self._deliver(plan[i][0], token, step_ms)
+        # The profiled step is the model's (as an engine's execute-model range); what the loop
+        # does with its tokens before the next step shows as the gap between steps.
+        for request, seg, _ in plan:
+            if request.prefilled < len(request.prompt):
+                request.prefilled += len(seg.tokens)
+                self.metrics.prompt_tokens.inc(len(seg.tokens))
+        for i, token in zip(sampling, tokens):
+            self._deliver(plan[i][0], token, step_ms)
         self.metrics.iteration_tokens.observe(sum(len(s.tokens) for s in segments))
 
     def _sample(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
         if "penalty-history" in self.faults:
+            vocab = torch.arange(logits.shape[-1], device=logits.device)
             for row, request in enumerate(requests):
-                history = torch.tensor(request.prompt + request.generated, device=logits.device)
-                scores = logits[row].gather(0, history)
-                logits[row].scatter_(0, history, torch.where(scores > 0, scores / PENALTY, scores * PENALTY))
+                if request.generated:
+                    # counted afresh each step: every generated token compared with the whole vocabulary
+                    history = torch.tensor(request.generated, device=logits.device)
+                    counts = (history.unsqueeze(1) == vocab).sum(0, dtype=torch.int16)
+                    logits[row] -= FREQUENCY_PENALTY * counts + PRESENCE_PENALTY * (counts > 0)
         if "sort-sampler" in self.faults:
             picked = []
             for row in range(len(requests)):
                 probs, order = torch.sort(torch.softmax(logits[row], dim=-1), descending=True)
-                keep = int((probs.cumsum(0) <= TOP_P).sum().item()) + 1  # the nucleus; greedy takes its head
+                # the nucleus, read back to the host; a greedy request takes its head, sorted all the same
+                keep = int((probs.cumsum(0) <= TOP_P).sum().item()) + 1
                 picked.append(int(order[:keep][0].item()))
             return picked
         return logits.argmax(dim=-1).tolist()
+
+    def server_info(self) -> dict:
+        """The settings a deployment would show (vLLM's /server_info names): what an engineer
+        reads from flags and generation config, not which fault is on."""
+        sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+        sampler = "greedy"
+        if "sort-sampler" in self.faults:
+            sampling.update(temperature=1.0, top_p=TOP_P)
+            sampler = "pytorch-native top-p"
+        if "penalty-history" in self.faults:
+            sampling.update(frequency_penalty=FREQUENCY_PENALTY, presence_penalty=PRESENCE_PENALTY)
+        slow = "detok-inline" in self.faults  # the slow (pure-Python) tokenizer, as --tokenizer-mode slow
+        return {
+            "engine": "diagnoser-lab",
+            "model_config": {"max_model_len": self.cfg.max_context, "vocab_size": self.cfg.vocab, "tokenizer_mode": "slow" if slow else "auto"},
+            "scheduler_config": {
+                "max_num_seqs": self.cfg.max_seqs,
+                "enable_chunked_prefill": "prefill-stall" not in self.faults,
+                "max_num_batched_tokens": PREFILL_CHUNK,
+            },
+            "default_sampling_params": sampling,
+            "sampler": sampler,
+        }
 
     def _deliver(self, request: Request, token: int, step_ms: float) -> None:
         now = time.perf_counter()
@@ -251,6 +284,11 @@ class Engine(threading.Thread):
             except Exception as err:  # noqa: BLE001 - reported to the HTTP caller, the loop goes on
                 result.append(err)
             done.set()
+
+
+def tokenizer_for(faults: frozenset[str], vocab: int) -> Tokenizer:
+    """The served model's tokenizer: its reserved special tokens are what a detokenization fault pays for."""
+    return Tokenizer(vocab, reserved=max((RESERVED_TOKENS.get(f, 0) for f in faults), default=0))
 
 
 def _suffix(before: str, after: str) -> str:

@@ -27,14 +27,15 @@ FAULTS: dict[str, Fault] = {
         Fault("none", "", "healthy: incremental detokenization off the engine loop, greedy argmax, chunked prefill"),
         Fault(
             "detok-inline", "server-output-processing",
-            "the engine loop detokenizes every stream with the slow pure-Python decoder (re-decoding the last "
-            "512 tokens of the sequence, as a slow tokenizer's prefix window) before it starts the next step, "
-            "instead of handing the ids to the output path's incremental decoder",
+            "the engine loop detokenizes every stream with a slow tokenizer (pure Python, 8192 reserved special "
+            "tokens whose map it rebuilds on every call) over a 6-token prefix window before it starts the next "
+            "step, instead of handing the ids to the output path's incremental decoder",
         ),
         Fault(
             "detok-growing", "output-length-growth",
-            "the engine loop decodes each stream's whole output again every token with the slow decoder and "
-            "emits the new suffix, so its work per token grows with the tokens already generated",
+            "the engine loop decodes each stream's whole output again every token with the slow decoder (which "
+            "scans its 256 reserved special tokens per id) and emits the new suffix, so its work per token grows "
+            "with the tokens already generated",
         ),
         Fault(
             "buffered-stream", "proxy-buffering",
@@ -42,23 +43,23 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault(
             "sort-sampler", "sort-sampling",
-            "sampling sorts the whole vocabulary (top-p over a full sort) per sequence and reads each result back "
-            "with a synchronising .item()",
+            "the deployment's default top-p (0.9, top-k off) runs as a full sort of the vocabulary per sequence, "
+            "greedy requests included, each result read back with a synchronising .item()",
         ),
         Fault(
             "penalty-history", "penalty-over-history",
-            "a repetition penalty is applied by rebuilding each sequence's whole token history as a tensor every "
-            "step and scattering over it",
+            "default frequency and presence penalties count each sequence's tokens afresh every step, comparing "
+            "the whole generated history with the vocabulary, so the step grows with the output",
         ),
         Fault(
             "small-experts", "small-expert-kernels",
-            "fine-grained experts (64 experts, top-8, a quarter of the width) each run as a separate GEMM on the "
+            "fine-grained experts (64 experts, top-8, an eighth of the width) each run as a separate GEMM on the "
             "few rows routed to it",
         ),
         Fault(
             "straggler", "late-rank",
-            "tensor parallel over two processes (gloo); rank 1 does its shard of the MLP twice before every "
-            "all-reduce, so rank 0 waits at each collective",
+            "tensor parallel over two processes (gloo); rank 1 computes its shard over a batch padded to 1024 rows "
+            "before every all-reduce, so rank 0 waits at each collective",
         ),
         Fault(
             "kv-gather", "long-context-slowdown",
@@ -67,8 +68,8 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault(
             "prefill-stall", "prefill-stalls",
-            "a new prompt is prefilled whole, in one step ahead of the running decodes, instead of in chunks "
-            "of 64 tokens beside them",
+            "chunked prefill is off: a new prompt is prefilled whole, in one step ahead of the running decodes, "
+            "instead of in chunks of 64 tokens beside them",
         ),
     )
 }

@@ -9,7 +9,7 @@ place by attention.
 Two knobs change the work mechanically (``faults`` picks them):
 
 * ``gather_per_block``: attention assembles each sequence's keys and values block by block into
-  a fresh tensor (one copy per 8-token block, as an engine without a kernel that reads its
+  a fresh tensor (one copy per 4-token block, as an engine without a kernel that reads its
   paged cache in place does) instead of reading a view, so each step costs more the longer
   the context;
 * ``experts``/``expert_hidden``/``top_k`` with ``per_expert_loop``: fine-grained experts, each
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-BLOCK = 8
+BLOCK = 4
 # Above this many routed rows (a prompt chunk) every engine loops over experts with large GEMMs;
 # the grouped path gathers one weight matrix per row, which only pays for decode-sized batches.
 GROUPED_ROWS = 64
@@ -34,8 +34,9 @@ GROUPED_ROWS = 64
 @dataclass(frozen=True)
 class ModelConfig:
     vocab: int = 8192
-    hidden: int = 256
-    heads: int = 4
+    hidden: int = 512
+    heads: int = 8
+    kv_heads: int = 2  # grouped-query attention: four query heads share each cached head
     layers: int = 2
     experts: int = 8
     top_k: int = 2
@@ -59,7 +60,9 @@ class Segment:
 class TinyMoE:
     def __init__(self, cfg: ModelConfig, device: str = "cpu") -> None:
         self.cfg, self.device = cfg, torch.device(device)
-        self.scale = (cfg.hidden // cfg.heads) ** -0.5
+        self.head_dim = cfg.hidden // cfg.heads
+        self.kv_width = cfg.kv_heads * self.head_dim
+        self.scale = self.head_dim ** -0.5
         g = torch.Generator().manual_seed(cfg.seed)
         d, e, h = cfg.hidden, cfg.experts, cfg.expert_hidden
 
@@ -69,44 +72,50 @@ class TinyMoE:
         self.embed = (torch.randn(cfg.vocab, d, generator=g) * 0.5).to(self.device)
         self.layers = [
             {
-                "qkv": w(d, 3 * d), "out": w(d, d), "router": w(d, e),
+                "qkv": w(d, d + 2 * self.kv_width), "out": w(d, d), "router": w(d, e),
                 "w_in": w(e, d, 2 * h), "w_out": w(e, h, d),
             }
             for _ in range(cfg.layers)
         ]
         self.head = w(d, cfg.vocab)
-        # [layer, slot, k/v, position, hidden]: one contiguous stretch per sequence slot
-        self.cache = torch.zeros(cfg.layers, cfg.max_seqs, 2, cfg.max_context, d, device=self.device)
+        # [layer, slot, k/v, head, position, head dim]: one contiguous stretch per sequence slot and
+        # head, so attention reads each head's keys and values in place
+        self.cache = torch.zeros(cfg.layers, cfg.max_seqs, 2, cfg.kv_heads, cfg.max_context, self.head_dim, device=self.device)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        """[tokens, heads x head dim] -> [heads, tokens, head dim]."""
+        return t.view(t.shape[0], -1, self.head_dim).transpose(0, 1)
 
     def _write(self, layer: int, seg: Segment, k: torch.Tensor, v: torch.Tensor) -> None:
         end = seg.start + len(seg.tokens)
-        self.cache[layer, seg.slot, 0, seg.start : end] = k
-        self.cache[layer, seg.slot, 1, seg.start : end] = v
+        self.cache[layer, seg.slot, 0, :, seg.start : end] = self._heads(k)
+        self.cache[layer, seg.slot, 1, :, seg.start : end] = self._heads(v)
 
     def _read(self, layer: int, seg: Segment, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cfg.gather_per_block:
-            blocks = [self.cache[layer, seg.slot, :, b : min(b + BLOCK, length)] for b in range(0, length, BLOCK)]
-            kv = torch.cat(blocks, dim=1)
+            blocks = [self.cache[layer, seg.slot, :, :, b : min(b + BLOCK, length)] for b in range(0, length, BLOCK)]
+            kv = torch.cat(blocks, dim=2)
         else:  # read in place: a view of the live context
-            kv = self.cache[layer, seg.slot, :, :length]
+            kv = self.cache[layer, seg.slot, :, :, :length]
         return kv[0], kv[1]
 
     def _attention(self, layer: int, x: torch.Tensor, segments: list[Segment]) -> torch.Tensor:
         cfg = self.cfg
         qkv = x @ self.layers[layer]["qkv"]
-        q, k, v = qkv.split(cfg.hidden, dim=-1)
+        q, k, v = qkv.split([cfg.hidden, self.kv_width, self.kv_width], dim=-1)
         outs, row = [], 0
         for seg in segments:
             n = len(seg.tokens)
             self._write(layer, seg, k[row : row + n], v[row : row + n])
-            keys, values = self._read(layer, seg, seg.start + n)
-            heads = lambda t: t.view(t.shape[0], cfg.heads, -1).transpose(0, 1)  # noqa: E731
+            keys, values = self._read(layer, seg, seg.start + n)  # [kv heads, context, head dim]
+            query = self._heads(q[row : row + n])
             if n > 1:  # a prompt chunk: causal within the chunk, all of the cache before it
                 mask = torch.ones(n, seg.start + n, dtype=torch.bool, device=self.device).tril(seg.start)
-                att = F.scaled_dot_product_attention(heads(q[row : row + n]), heads(keys), heads(values), attn_mask=mask)
+                att = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True)
             else:  # one query: two small GEMMs beat the fused CPU kernel at this size
-                scores = heads(q[row : row + n]) @ heads(keys).transpose(1, 2) * self.scale
-                att = torch.softmax(scores, dim=-1) @ heads(values)
+                grouped = query.reshape(cfg.kv_heads, -1, self.head_dim)  # each kv head's query heads
+                scores = grouped @ keys.transpose(1, 2) * self.scale
+                att = (torch.softmax(scores, dim=-1) @ values).reshape(cfg.heads, 1, self.head_dim)
             outs.append(att.transpose(0, 1).reshape(n, cfg.hidden))
             row += n
         return torch.cat(outs) @ self.layers[layer]["out"]
@@ -132,7 +141,7 @@ class TinyMoE:
 
     @staticmethod
     def _norm(x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return F.rms_norm(x, x.shape[-1:], eps=1e-6)
 
     @torch.inference_mode()
     def forward(self, segments: list[Segment], tp=None) -> torch.Tensor:

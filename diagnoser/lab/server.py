@@ -35,7 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from diagnoser.lab.engine import Engine
+from diagnoser.lab.engine import Engine, tokenizer_for
 from diagnoser.lab.engine import Request as EngineRequest
 from diagnoser.lab.metrics import LabMetrics
 from diagnoser.lab.tokenizer import EOS, StreamDecoder, Tokenizer
@@ -96,7 +96,7 @@ def parse_prompt(body: dict, chat: bool, tokenizer: Tokenizer) -> list[int]:
 
 
 def create_app(config: LabConfig) -> FastAPI:
-    tokenizer = Tokenizer(config.vocab)
+    tokenizer = tokenizer_for(config.faults, config.vocab)
     metrics = LabMetrics(MODEL)
     state: dict[str, Any] = {}
 
@@ -136,6 +136,10 @@ def create_app(config: LabConfig) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "diagnoser-lab", "max_model_len": state["engine"].cfg.max_context}]}
+
+    @app.get("/server_info")
+    async def server_info() -> dict:
+        return state["engine"].server_info()
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -3,8 +3,9 @@
 Rank 0 is the engine; rank 1 is a worker process holding the other shard of one projection
 per layer. Every step rank 0 broadcasts the step's token count (and whether it profiles),
 then both ranks compute their shard and meet at an all-reduce at the end of each layer, as
-tensor-parallel decode does. With ``late`` the worker repeats its shard GEMM ``LATE_REPEATS`` times before each
-all-reduce (a rank slowed by extra work), so rank 0 reaches every collective first and waits.
+tensor-parallel decode does. With ``late`` the worker computes its shard over a batch padded to
+``LATE_ROWS`` rows before each all-reduce (a rank that pads to a captured size, or shares its
+device), so rank 0 reaches every collective first and waits.
 
 Only shapes and timing are shared: the worker's input is its own tensor of the step's shape,
 which is all the collectives' timing depends on.
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-LATE_REPEATS = 48  # the late rank's shard GEMM, repeated: its slow path
+LATE_ROWS = 1024  # the late rank's padded batch: its slow path
 
 
 def free_port() -> int:
@@ -51,8 +52,9 @@ class TensorParallel:
         self.shard = _shards(layers, hidden, 0)
         self.trace_dir: Path | None = None
 
-    def begin_step(self, tokens: int, profiling: bool) -> None:
-        dist.broadcast(torch.tensor([tokens, int(profiling)]), src=0)
+    def begin_step(self, step: int, tokens: int, profiling: bool) -> None:
+        """The step's number travels too, so both ranks' traces name the same step alike."""
+        dist.broadcast(torch.tensor([tokens, int(profiling), step]), src=0)
 
     def all_reduce(self, partial: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(partial)
@@ -64,14 +66,14 @@ class TensorParallel:
         name = torch.zeros(512, dtype=torch.uint8)
         encoded = str(path).encode()[:512]
         name[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
-        dist.broadcast(torch.tensor([-1, 0]), src=0)
+        dist.broadcast(torch.tensor([-1, 0, 0]), src=0)
         dist.broadcast(name, src=0)
         dist.barrier()
         return [path]
 
     def close(self) -> None:
         try:
-            dist.broadcast(torch.tensor([-2, 0]), src=0)
+            dist.broadcast(torch.tensor([-2, 0, 0]), src=0)
             self.worker.wait(timeout=10)
         except Exception:  # noqa: BLE001 - the worker is killed below whatever went wrong
             pass
@@ -87,11 +89,11 @@ def worker(layers: int, hidden: int, late: bool) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=1, world_size=2)
     shard = _shards(layers, hidden, 1)
-    profiler, step = None, 0
+    profiler = None
     while True:
-        header = torch.zeros(2, dtype=torch.int64)
+        header = torch.zeros(3, dtype=torch.int64)
         dist.broadcast(header, src=0)
-        tokens, profiling = int(header[0]), bool(header[1])
+        tokens, profiling, step = int(header[0]), bool(header[1]), int(header[2])
         if tokens == -2:
             break
         if tokens == -1:  # write the trace where rank 0 says
@@ -109,11 +111,13 @@ def worker(layers: int, hidden: int, late: bool) -> None:
         x = torch.randn(tokens, hidden)
         with record_function(f"ProfilerStep#{step}") if profiler is not None else nullcontext():
             for layer in range(layers):
-                partial = x @ shard[layer]
-                for _ in range(LATE_REPEATS if late else 0):
-                    partial = (x @ shard[layer] + partial) / 2
+                if late:  # the whole padded batch is computed; only the live rows are kept
+                    padded = torch.zeros(max(LATE_ROWS, tokens), hidden)
+                    padded[:tokens] = x
+                    partial = (padded @ shard[layer])[:tokens]
+                else:
+                    partial = x @ shard[layer]
                 dist.all_reduce(partial)
-        step += 1
     dist.destroy_process_group()
 
 

@@ -42,10 +42,14 @@ def byte_unicode() -> tuple[dict[int, str], dict[str, int]]:
 
 
 class Tokenizer:
-    def __init__(self, vocab_size: int = 8192) -> None:
+    def __init__(self, vocab_size: int = 8192, reserved: int = 0) -> None:
+        """``reserved`` special tokens sit above the vocabulary (as chat models reserve thousands);
+        the slow decoder rebuilds its map of them on every call, as slow tokenizers did before
+        their added vocabulary was cached."""
         if vocab_size < 512:
             raise ValueError("vocab_size must be at least 512")
         self.vocab_size = vocab_size
+        self.added_tokens = {vocab_size + i: f"<|reserved_special_token_{i}|>" for i in range(reserved)}
         pieces: list[bytes] = [bytes([b]) for b in range(256)] + [b""]
         syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
         for n in itertools.count(1):
@@ -77,15 +81,20 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
 
+    def added_vocab(self) -> dict[str, int]:
+        """Special token -> id, in id order, built anew per call (the uncached slow path)."""
+        return {token: i for i, token in sorted(self.added_tokens.items(), key=lambda item: item[0])}
+
     def slow_decode(self, ids: list[int]) -> str:
         """A slow tokenizer's decode, token by token in Python as its reference code runs: special
         ids skipped, ids to byte-level token strings, sub-texts grouped, each character mapped back
         to its byte, the bytes decoded, then the clean-up passes."""
         _, back = byte_unicode()
+        special_ids = [EOS, *self.added_vocab().values()]  # a list, scanned per id, as the slow path does
         sub_texts: list[str] = []
         current: list[str] = []
         for i in ids:
-            if i == EOS or not 0 <= i < self.vocab_size:
+            if i in special_ids or not 0 <= i < self.vocab_size:
                 if current:
                     sub_texts.append("".join(current))
                     current = []

@@ -48,6 +48,9 @@ class StepBudget(_Obs):
     segmentation: str | None = Field(
         default=None, description="how the trace was cut into steps: profiler_step, range, graph_launch, kernel_pattern or whole_trace"
     )
+    unprofiled_step_ms: Positive | None = Field(
+        default=None, description="the same steps (same requests, same contexts) timed without the profiler"
+    )
 
     @property
     def parts_ms(self) -> float:
@@ -163,6 +166,9 @@ class BoundaryTimings(_Obs):
     client_receipt_ms: Positive | None = Field(default=None, description="median inter-chunk interval at the client")
     client_p99_ms: Positive | None = Field(default=None, description="p99 inter-chunk interval at the client")
     client_p50_ms: Positive | None = Field(default=None, description="median inter-chunk interval at the client")
+    buffered_p99_ms: float | None = Field(
+        default=None, ge=0, le=1e9, description="p99 time a chunk spent between server emission and client receipt, beyond the smallest lag"
+    )
     tokens_per_chunk: Positive | None = Field(default=None, description="tokens per streamed chunk")
     ttft_ms: Positive | None = Field(default=None, description="time to first token")
     itl_growth_ms_per_1k_output: float | None = Field(

@@ -9,7 +9,8 @@ A PyTorch-profiler trace of a model run on the CPU has no CUDA activity: the ope
 thread is Python and framework overhead. So the outermost operators of that thread become
 the rank's device ops (each launched, at its own start, by a zero-length call, so every
 existing step and budget rule applies) and everything the budget would call launch or queue
-time is host time. An op runs inside a named ``record_function`` range is named
+time is host time. A c10d collective lasts until its backend thread finishes it (the caller
+waits for it between ops). An op runs inside a named ``record_function`` range is named
 ``RANGE/op``, so model annotations (``moe_experts``) classify its work as NVTX ranges do.
 Every budget built this way says it is a CPU run in the trace's notes and device name.
 """
@@ -84,6 +85,40 @@ def _annotated_names(trace: RankTrace, tid: int, start: np.ndarray, names: np.nd
     return out, strings
 
 
+def _collective_ends(trace: RankTrace, start: np.ndarray, end: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """Ends of the thread's ops, a CPU collective's extended to its work's end.
+
+    ``c10d::allreduce_`` on the calling thread only enqueues the work; the process group's own
+    thread runs it under a ``gloo:all_reduce`` range, and the caller waits for it outside any
+    op. So each c10d op is taken to last until the end of the first unclaimed backend range of
+    the same collective that starts within or after it: its wait and its transfer.
+    """
+    ranges = trace.ranges
+    if not len(ranges):
+        return end
+    work: dict[str, list[int]] = {}
+    for i, n in enumerate(ranges["name"].tolist()):
+        label = trace.strings[n]
+        if label.startswith("gloo:"):
+            work.setdefault(label[5:].replace("_", ""), []).append(i)
+    for key in work:
+        work[key].sort(key=lambda i: int(ranges["start"][i]))
+    taken = {key: 0 for key in work}
+    out = end.copy()
+    for k, n in enumerate(names.tolist()):
+        label = trace.strings[n]
+        if not label.startswith("c10d::"):
+            continue
+        key = label[6:].rstrip("_").replace("_", "")
+        queue = work.get(key, [])
+        while taken.get(key, 0) < len(queue) and int(ranges["start"][queue[taken[key]]]) < int(start[k]):
+            taken[key] += 1
+        if taken.get(key, 0) < len(queue):
+            out[k] = max(int(end[k]), int(ranges["end"][queue[taken[key]]]))
+            taken[key] += 1
+    return out
+
+
 def cpu_run(trace: RankTrace) -> RankTrace | None:
     """The trace with its engine thread's outermost CPU ops as device ops; None when it has GPU
     activity or no CPU ops to stand in for it."""
@@ -93,7 +128,8 @@ def cpu_run(trace: RankTrace) -> RankTrace | None:
     tid = _engine_thread(trace)
     rows = np.flatnonzero(ops["tid"] == tid)
     top = rows[_outermost(ops["start"][rows], ops["end"][rows])]
-    start, end = ops["start"][top], ops["end"][top]
+    start = ops["start"][top]
+    end = _collective_ends(trace, start, ops["end"][top], ops["name"][top])
     names, strings = _annotated_names(trace, tid, start, ops["name"][top].astype(np.int32))
     n = len(top)
     launch = len(strings)

@@ -1,0 +1,78 @@
+"""Every lab fault diagnosed end to end, without the test or the diagnosis knowing which is on.
+
+For each fault a lab server starts with that fault alone; the case is built only from what
+the server answers over HTTP (client probe, context sweep, a stream beside a long prompt, a
+profile fetched through /start_profile, /metrics, /server_info); the bundled rules diagnose
+it. The fault's name is used twice, both outside the measurement: to start the server, and
+to look up the rule id the answer is scored against. Each fault is built to cost several
+times the threshold its rule needs, so the ranks hold on a loaded 2-core box; the figures
+themselves are ``bench/bench_lab.py``'s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+
+from diagnoser.engine import diagnose, load_rulebook  # noqa: E402
+from diagnoser.lab.case import measure, measured_above_noise, score  # noqa: E402
+from diagnoser.lab.faults import FAULTS  # noqa: E402
+from diagnoser.lab.process import LabServer, _children  # noqa: E402
+
+FAULTY = sorted(name for name in FAULTS if name != "none")
+
+
+@pytest.fixture(scope="module")
+def book():
+    return load_rulebook()
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """Each fault's case, measured once from its own live server."""
+    cases = {}
+
+    def case(name: str):
+        if name not in cases:
+            server = LabServer([] if name == "none" else [name], profile_dir=tmp_path_factory.mktemp(name))
+            with server as url:
+                cases[name] = measure(url)
+            assert not _children(server.proc.pid)  # the server left no process behind
+        return cases[name]
+
+    return case
+
+
+def diagnosed(name: str, book, measured):
+    result = diagnose(measured(name), book)
+    assert not result.rule_errors
+    return result
+
+
+def test_the_case_comes_from_the_server(measured):
+    o = measured("none").observations
+    assert o.budget.launch_ms == 0 and o.budget.device_ms > 0  # a CPU-run budget from the fetched profile
+    assert o.boundaries.server_emission_ms and o.boundaries.device_step_ms  # the stream's stamps
+    assert o.metrics.itl_ms.mean > 0  # read back from /metrics
+    assert len(o.context_sweep) == 3 and o.stream.worst_stall_ms > 0
+    assert o.server.chunked_prefill is True and o.server.sampling == "greedy"  # from /server_info
+
+
+# small-experts: a CPU trace gives no rows per expert or achieved bandwidth, the facts that tell a
+# per-expert GEMM loop from one grouped GEMM; until it does, the rule cannot name it from the lab.
+KNOWN_GAPS = {"small-experts": "a CPU trace measures neither rows per expert nor achieved bandwidth"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n], strict=True)) if n in KNOWN_GAPS else n for n in FAULTY]
+)
+def test_the_true_cause_ranks_first(name, book, measured):
+    s = score(diagnosed(name, book, measured), FAULTS[name].cause)
+    assert s.rank == 1, f"{name}: {FAULTS[name].cause} ranked {s.rank} (first: {s.top})"
+    assert s.grade == "measured"
+
+
+def test_the_healthy_server_shows_no_measured_cause_above_noise(book, measured):
+    assert measured_above_noise(diagnosed("none", book, measured)) == []
