@@ -55,3 +55,15 @@ def test_gpu_traces_are_not_relabelled():
     assert len(trace.kernels) and not len(trace.cpu_ops)
     result = analyze_traces([trace])
     assert not any("CPU run" in n for n in result.notes) and trace.device_name != CPU_DEVICE
+
+
+def test_a_gloo_collective_lasts_until_its_work_ends_and_names_the_late_rank():
+    """c10d::allreduce_ only enqueues on the engine thread; the wait for the padded rank 1 happens
+    between ops, and the gloo thread's range says when the work ended. Counted to that end, the
+    wait is exposed communication and the matched collective names rank 1 as late."""
+    result = analyze_traces([read_kineto(LAB / f"straggler-rank{r}.pt.trace.json.gz") for r in (0, 1)])
+    facts = to_observations(result)
+    assert facts.budget.exposed_comm_ms > 0.1 * facts.budget.step_ms
+    (reduce,) = [c for c in facts.collectives if c.op == "all_reduce"]
+    assert reduce.implementation == "gloo" and reduce.late_rank == 1
+    assert reduce.wait_ms > 0.5 * reduce.interval_ms

@@ -39,7 +39,7 @@ from diagnoser.trace.kineto import read_kineto_many
 
 # What the probes are asked for: three streams, each long enough for its own output-length slope, one at a time
 # (the batch the sweep and the profile see), and a sweep across the lab's context range.
-CLIENT = {"max_tokens": 192, "requests": 3, "concurrency": 1}
+CLIENT = {"max_tokens": 256, "requests": 3, "concurrency": 1}
 SWEEP = {"context_lengths": [128, 1024, 2048], "sweep_output_tokens": 24, "sweep_repeats": 2}
 # The profiled stream starts as the client probe's requests do, so the profiled steps and the
 # unprofiled ones the probe timed run at nearly the same contexts and differ by the profiler.
@@ -79,10 +79,15 @@ def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
     model = served_model(http, url)
     endpoint = f"{url}/v1/completions"
 
+    failed: list[Exception] = []
+
     def long_prompt() -> None:
         time.sleep(LONG_PROMPT_AFTER_S)
-        with httpx.Client() as other:
-            stream(other, endpoint, request_body("completions", model, prompt_ids(LONG_PROMPT, 0), 1, {}), 300)
+        try:
+            with httpx.Client() as other:
+                stream(other, endpoint, request_body("completions", model, prompt_ids(LONG_PROMPT, 0), 1, {}), 300)
+        except Exception as err:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(err)
 
     arrival = threading.Thread(target=long_prompt, name="long-prompt")
     arrival.start()
@@ -90,6 +95,8 @@ def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
         response = stream(http, endpoint, request_body("completions", model, "Keep decoding.", INTERFERENCE_TOKENS, {}), 300)
     finally:
         arrival.join()
+    if failed:
+        raise failed[0]
     return StreamObs(worst_stall_ms=max(gaps_ms(content_chunks(response))))
 
 
