@@ -33,8 +33,8 @@ from diagnoser.lab.tokenizer import EOS, Tokenizer
 PREFILL_CHUNK = 64
 DETOK_WINDOW = 6  # tokens an incremental detokenizer re-decodes per token (its prefix offset)
 # Special tokens the slow tokenizer carries: thousands reserved (a chat model's) make each of its
-# calls slow (detok-inline); a few hundred make it slow per id, so a whole-output decode grows.
-RESERVED_TOKENS = {"detok-inline": 8192, "detok-growing": 256}
+# calls slow (detok-inline); a thousand make it slow per id, so a whole-output decode grows.
+RESERVED_TOKENS = {"detok-inline": 8192, "detok-growing": 1024}
 FREQUENCY_PENALTY = 0.5
 PRESENCE_PENALTY = 0.5
 TOP_P = 0.9

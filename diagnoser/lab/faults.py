@@ -34,7 +34,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "detok-growing", "output-length-growth",
             "the engine loop decodes each stream's whole output again every token with the slow decoder (which "
-            "scans its 256 reserved special tokens per id) and emits the new suffix, so its work per token grows "
+            "scans its 1024 reserved special tokens per id) and emits the new suffix, so its work per token grows "
             "with the tokens already generated",
         ),
         Fault(
