@@ -55,12 +55,11 @@ def settings_from_info(info: dict) -> ServerConfig:
         chunked = scheduler["enable_chunked_prefill"]
         # without chunking a waiting prompt is prefilled whole, before the running decodes go on
         found.update(chunked_prefill=chunked, prefill_priority=not chunked)
-    for key, field in (("max_num_seqs", "max_num_seqs"),):
-        if isinstance(scheduler.get(key), int) and scheduler[key] >= 1:
-            found[field] = scheduler[key]
-    for key, field in (("max_model_len", "max_context"), ("vocab_size", "vocab_size")):
-        if isinstance(model.get(key), int) and model[key] >= 1:
-            found[field] = model[key]
+    counts = ((scheduler, "max_num_seqs", "max_num_seqs"), (model, "max_model_len", "max_context"), (model, "vocab_size", "vocab_size"))
+    for section, key, field in counts:
+        value = section.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            found[field] = value
     if isinstance(model.get("tokenizer_mode"), str):
         found["tokenizer_fast"] = model["tokenizer_mode"] != "slow"
     found.update(sampling_settings(_section(info, "default_sampling_params"), info.get("sampler")))

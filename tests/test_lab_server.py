@@ -130,3 +130,15 @@ def test_sigint_mid_stream_exits_cleanly(tmp_path):
     while _children(server.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _children(server.proc.pid)
+
+
+def test_the_slow_decoder_agrees_with_the_fast_one_and_skips_special_ids():
+    """Only its cost differs: reserved special tokens make each call rebuild and scan their table."""
+    from diagnoser.lab.tokenizer import EOS, Tokenizer
+
+    plain, reserved = Tokenizer(32768), Tokenizer(32768, reserved=64)
+    ids = plain.encode("bakadu mipero tasuna")
+    assert plain.slow_decode(ids) == reserved.slow_decode(ids) == plain.decode(ids) == "bakadu mipero tasuna"
+    special = [ids[0], EOS, 32768 + 5, *ids[1:]]
+    assert reserved.slow_decode(special) == "bakadu mipero tasuna"
+    assert len(reserved.added_vocab()) == 64 and plain.added_vocab() == {}

@@ -34,6 +34,7 @@ def test_tokenizer_mode_and_model_limits():
 
 
 def test_absent_or_malformed_keys_stay_unknown():
+    assert settings_from_info({"model_config": {"vocab_size": True, "max_model_len": 2.5}}).model_dump(exclude_none=True) == {}
     s = settings_from_info({"model_config": "not a section", "scheduler_config": {"enable_chunked_prefill": "yes", "max_num_seqs": 0},
                             "default_sampling_params": {"frequency_penalty": True, "temperature": "hot"}})
     assert s.model_dump(exclude_none=True) == {}

@@ -207,6 +207,9 @@ def _rank_key(h: Hypothesis) -> tuple:
 # A measured refinement that accounts for at least half of its measured parent's time says where
 # that time goes: it takes the parent's place, just ahead of it, rather than following it.
 EXPLAINS_PARENT = 0.5
+# How many leading fields of a rank key say where a hypothesis stands (lead, kind, locates, grade,
+# speed-up); a refinement that explains its parent takes these from the parent.
+STANDING = 5
 
 
 def explains_parent(h: Hypothesis, parent: Hypothesis | None) -> bool:
@@ -221,16 +224,17 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
     before refinements (unless a measured refinement explains its parent), evidence; then the
     other kinds. One entry per id."""
+    keys = {id(h): _rank_key(h) for h in hypotheses}
     best: dict[str, Hypothesis] = {}
-    for h in sorted(hypotheses, key=_rank_key):
+    for h in sorted(hypotheses, key=lambda h: keys[id(h)]):
         best.setdefault(h.rule, h)
 
     def key(h: Hypothesis) -> tuple:
-        own = _rank_key(h)
+        own = keys[id(h)]
         parent = best.get(h.parent) if h.parent else None
         if not explains_parent(h, parent):
             return own
-        return (*_rank_key(parent)[:5], -1, *own[5:])
+        return (*keys[id(parent)][:STANDING], -1, *own[STANDING:])
 
     seen: set[str] = set()
     ranked = []
