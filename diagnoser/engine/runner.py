@@ -185,6 +185,7 @@ def build_hypothesis(
         remedies=remedies,
         undo=list(spec.undo),
         parent=spec.parent,
+        refines=list(spec.refines),
         missing=finding.missing,
     )
 
@@ -205,7 +206,9 @@ def _rank_key(h: Hypothesis) -> tuple:
 
 
 # A measured refinement that accounts for at least half of its measured parent's time says where
-# that time goes: it takes the parent's place, just ahead of it, rather than following it.
+# that time goes: it takes the parent's place, just ahead of it, rather than following it. A cause
+# that ``refines`` other broader causes (locating their time without depending on them) does the
+# same for the best placed of those it explains.
 EXPLAINS_PARENT = 0.5
 # How many leading fields of a rank key say where a hypothesis stands (lead, kind, locates, grade,
 # speed-up); a refinement that explains its parent takes these from the parent.
@@ -231,10 +234,10 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
 
     def key(h: Hypothesis) -> tuple:
         own = keys[id(h)]
-        parent = best.get(h.parent) if h.parent else None
-        if not explains_parent(h, parent):
+        explained = [keys[id(p)] for r in (h.parent, *h.refines) if r and explains_parent(h, p := best.get(r))]
+        if not explained:
             return own
-        return (*keys[id(parent)][:STANDING], -1, *own[STANDING:])
+        return (*min(explained)[:STANDING], -1, *own[STANDING:])
 
     seen: set[str] = set()
     ranked = []

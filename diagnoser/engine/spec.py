@@ -56,6 +56,11 @@ class RuleSpec(BaseModel):
     title: str
     kind: Kind = Kind.cause
     parent: str | None = Field(default=None, description="refine only when this cause holds; gain capped by it")
+    refines: tuple[str, ...] = Field(
+        default=(),
+        description="other broader causes whose time this one can locate (no matching, no cap): measured and accounting for "
+        "at least half of one's measured time, it ranks just ahead of it, as a refinement does of its parent",
+    )
     requires: tuple[str, ...] = Field(default=(), description="inputs (see engine.facts.INPUTS) it cannot evaluate without")
     report_missing: bool = Field(default=True, description="list a required input among the next questions when absent")
     grade: Grade = Field(

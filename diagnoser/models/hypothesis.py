@@ -97,6 +97,7 @@ class Hypothesis(_Out):
     remedies: list[Remedy] = Field(default_factory=list)
     undo: list[UndoCriterion] = Field(default_factory=list)
     parent: str | None = None
+    refines: list[str] = Field(default_factory=list, description="other broader causes whose time this one can locate")
     missing: list[str] = Field(default_factory=list, description="inputs that would let more rules evaluate")
     grade: Grade | None = Field(default=None, description="causes only: measured, indicated or possible")
     claimed_ms: float | None = Field(
