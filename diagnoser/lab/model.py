@@ -25,27 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
+from diagnoser.lab.served import ModelConfig
+
 BLOCK = 4
-# Above this many routed rows (a prompt chunk) every engine loops over experts with large GEMMs;
-# the grouped path gathers one weight matrix per row, which only pays for decode-sized batches.
-GROUPED_ROWS = 64
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab: int = 8192
-    hidden: int = 512
-    heads: int = 8
-    kv_heads: int = 2  # grouped-query attention: four query heads share each cached head
-    layers: int = 2
-    experts: int = 8
-    top_k: int = 2
-    expert_hidden: int = 256
-    max_context: int = 4096
-    max_seqs: int = 8
-    gather_per_block: bool = False
-    per_expert_loop: bool = False
-    seed: int = 0
 
 
 @dataclass
@@ -62,7 +44,6 @@ class TinyMoE:
         self.cfg, self.device = cfg, torch.device(device)
         self.head_dim = cfg.hidden // cfg.heads
         self.kv_width = cfg.kv_heads * self.head_dim
-        self.scale = self.head_dim ** -0.5
         g = torch.Generator().manual_seed(cfg.seed)
         d, e, h = cfg.hidden, cfg.experts, cfg.expert_hidden
 
@@ -77,76 +58,77 @@ class TinyMoE:
             }
             for _ in range(cfg.layers)
         ]
+        for weights in self.layers:  # attention's 1/sqrt(head dim), folded into the query projection
+            weights["qkv"][:, :d] *= self.head_dim ** -0.5
         self.head = w(d, cfg.vocab)
         # [layer, slot, k/v, head, position, head dim]: one contiguous stretch per sequence slot and
         # head, so attention reads each head's keys and values in place
         self.cache = torch.zeros(cfg.layers, cfg.max_seqs, 2, cfg.kv_heads, cfg.max_context, self.head_dim, device=self.device)
+        self.slots = [list(self.cache[layer].unbind(0)) for layer in range(cfg.layers)]  # [layer][slot] views
 
-    def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        """[tokens, heads x head dim] -> [heads, tokens, head dim]."""
-        return t.view(t.shape[0], -1, self.head_dim).transpose(0, 1)
+    def _write(self, layer: int, seg: Segment, kv: torch.Tensor) -> torch.Tensor:
+        """Store the segment's keys and values ([tokens, 2 x kv width]); returns the slot's cache."""
+        slot, n = self.slots[layer][seg.slot], len(seg.tokens)
+        slot[:, :, seg.start : seg.start + n] = kv.view(n, 2, self.cfg.kv_heads, self.head_dim).permute(1, 2, 0, 3)
+        return slot
 
-    def _write(self, layer: int, seg: Segment, k: torch.Tensor, v: torch.Tensor) -> None:
-        end = seg.start + len(seg.tokens)
-        self.cache[layer, seg.slot, 0, :, seg.start : end] = self._heads(k)
-        self.cache[layer, seg.slot, 1, :, seg.start : end] = self._heads(v)
-
-    def _read(self, layer: int, seg: Segment, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _read(self, slot: torch.Tensor, length: int) -> torch.Tensor:
+        """The live context's keys and values, [2, kv heads, length, head dim]."""
         if self.cfg.gather_per_block:
-            blocks = [self.cache[layer, seg.slot, :, :, b : min(b + BLOCK, length)] for b in range(0, length, BLOCK)]
-            kv = torch.cat(blocks, dim=2)
-        else:  # read in place: a view of the live context
-            kv = self.cache[layer, seg.slot, :, :, :length]
-        return kv[0], kv[1]
+            return torch.cat([slot[:, :, b : min(b + BLOCK, length)] for b in range(0, length, BLOCK)], dim=2)
+        return slot[:, :, :length]  # read in place: a view of the live context
 
     def _attention(self, layer: int, x: torch.Tensor, segments: list[Segment]) -> torch.Tensor:
-        cfg = self.cfg
-        qkv = x @ self.layers[layer]["qkv"]
-        q, k, v = qkv.split([cfg.hidden, self.kv_width, self.kv_width], dim=-1)
+        cfg, hd = self.cfg, self.head_dim
+        q, kv = (x @ self.layers[layer]["qkv"]).split([cfg.hidden, 2 * self.kv_width], dim=-1)
         outs, row = [], 0
         for seg in segments:
             n = len(seg.tokens)
-            self._write(layer, seg, k[row : row + n], v[row : row + n])
-            keys, values = self._read(layer, seg, seg.start + n)  # [kv heads, context, head dim]
-            query = self._heads(q[row : row + n])
+            keys, values = self._read(self._write(layer, seg, kv[row : row + n]), seg.start + n).unbind(0)
             if n > 1:  # a prompt chunk: causal within the chunk, all of the cache before it
+                query = q[row : row + n].view(n, cfg.heads, hd).transpose(0, 1)
                 mask = torch.ones(n, seg.start + n, dtype=torch.bool, device=self.device).tril(seg.start)
-                att = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True)
-            else:  # one query: two small GEMMs beat the fused CPU kernel at this size
-                grouped = query.reshape(cfg.kv_heads, -1, self.head_dim)  # each kv head's query heads
-                scores = grouped @ keys.transpose(1, 2) * self.scale
-                att = (torch.softmax(scores, dim=-1) @ values).reshape(cfg.heads, 1, self.head_dim)
-            outs.append(att.transpose(0, 1).reshape(n, cfg.hidden))
+                att = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True, scale=1.0)
+                outs.append(att.transpose(0, 1).reshape(n, cfg.hidden))
+            else:  # one query: each kv head's query heads in one small GEMM (the query is pre-scaled)
+                scores = torch.softmax(q[row].view(cfg.kv_heads, -1, hd) @ keys.transpose(1, 2), dim=-1)
+                outs.append((scores @ values).view(1, cfg.hidden))
             row += n
-        return torch.cat(outs) @ self.layers[layer]["out"]
+        return (torch.cat(outs) if len(outs) > 1 else outs[0]) @ self.layers[layer]["out"]
 
     def _experts(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         cfg, weights = self.cfg, self.layers[layer]
         gates = torch.softmax(x @ weights["router"], dim=-1)
         top, chosen = gates.topk(cfg.top_k, dim=-1)
         top = top / top.sum(-1, keepdim=True)
-        rows = torch.arange(x.shape[0], device=self.device).repeat_interleave(cfg.top_k)
-        flat = chosen.reshape(-1)
+        flat = chosen.view(-1)
         with record_function("moe_experts"):
-            if cfg.per_expert_loop or len(flat) > GROUPED_ROWS:
+            if cfg.per_expert_loop:
+                rows = torch.arange(x.shape[0], device=self.device).repeat_interleave(cfg.top_k)
                 out = torch.zeros(len(flat), cfg.hidden, device=self.device)
                 for expert in flat.unique().tolist():
                     picked = (flat == expert).nonzero().squeeze(1)
                     a, b = (x[rows[picked]] @ weights["w_in"][expert]).chunk(2, dim=-1)
                     out[picked] = (F.silu(a) * b) @ weights["w_out"][expert]
-            else:  # one grouped GEMM: every routed row against its expert's weights
-                a, b = torch.bmm(x[rows].unsqueeze(1), weights["w_in"][flat]).squeeze(1).chunk(2, dim=-1)
-                out = torch.bmm((F.silu(a) * b).unsqueeze(1), weights["w_out"][flat]).squeeze(1)
-        return (out.view(x.shape[0], cfg.top_k, cfg.hidden) * top.unsqueeze(-1)).sum(1)
+                return (out.view(x.shape[0], cfg.top_k, cfg.hidden) * top.unsqueeze(-1)).sum(1)
+            # one grouped GEMM per projection: routed rows sorted by expert, each group against its
+            # expert's weights in place (no copies, no per-expert launches)
+            order = flat.argsort()
+            token = order // cfg.top_k
+            ends = torch.zeros(cfg.experts, dtype=torch.int32, device=self.device).scatter_add_(
+                0, flat, torch.ones_like(flat, dtype=torch.int32)).cumsum(0, dtype=torch.int32)
+            a, b = torch._grouped_mm(x[token], weights["w_in"], offs=ends).chunk(2, dim=-1)
+            out = torch._grouped_mm(F.silu(a) * b, weights["w_out"], offs=ends) * top.view(-1)[order].unsqueeze(1)
+            return torch.zeros_like(x).index_add_(0, token, out)
 
     @staticmethod
     def _norm(x: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, x.shape[-1:], eps=1e-6)
 
-    @torch.inference_mode()
     def forward(self, segments: list[Segment], tp=None) -> torch.Tensor:
         """Logits of the last token of every segment, [segments, vocab]; the cache is updated.
-        With ``tp`` (a ``straggler.TensorParallel``) each layer ends in an all-reduce with the peer."""
+        With ``tp`` (a ``straggler.TensorParallel``) each layer ends in an all-reduce with the peer.
+        Callers run it under ``torch.inference_mode()`` (the engine's loop does, once)."""
         ids = torch.tensor([t for seg in segments for t in seg.tokens], device=self.device)
         x = self.embed[ids]
         for layer in range(self.cfg.layers):
@@ -154,5 +136,6 @@ class TinyMoE:
             x = x + self._experts(layer, self._norm(x))
             if tp is not None:
                 x = x + tp.all_reduce(self._norm(x) @ tp.shard[layer])
-        last = torch.tensor([len(seg.tokens) for seg in segments], device=self.device).cumsum(0) - 1
-        return self._norm(x[last]) @ self.head
+        if len(ids) > len(segments):  # a prompt chunk in the step: only each segment's last token samples
+            x = x[torch.tensor([len(seg.tokens) for seg in segments], device=self.device).cumsum(0) - 1]
+        return self._norm(x) @ self.head
