@@ -1,11 +1,11 @@
-"""The lab's engine: continuous batching of streaming requests over the tiny model, one thread.
+"""The lab's engine: continuous batching of streaming requests over the tiny model.
 
-Every step the scheduler admits waiting requests into free slots, gives each running request
-one decode token, and spends the prefill budget (``PREFILL_CHUNK`` prompt tokens) on the
-oldest request still prefilling, all in one forward pass, as a chunked-prefill scheduler
-does. The step's tokens are sampled, then handed to each request's output callback with the
-step's own time; detokenization happens on the output path, off this loop (unless a fault
-puts it here).
+It runs in the engine-core process (``core.py``), in that process's main thread. Every step
+the scheduler admits waiting requests into free slots, gives each running request one decode
+token, and spends the prefill budget (``PREFILL_CHUNK`` prompt tokens) on the oldest request
+still prefilling, all in one forward pass, as a chunked-prefill scheduler does. The step's
+tokens are sampled, then handed on with the step's own time in one ``StepOutput``;
+detokenization happens in the API server, off this loop (unless a fault puts it here).
 
 While profiling, each step runs inside a ``ProfilerStep#N`` range, so ``diagnoser analyze``
 cuts the trace at step boundaries.
@@ -14,85 +14,63 @@ cuts the trace at step boundaries.
 from __future__ import annotations
 
 import itertools
-import sys
-from contextlib import nullcontext
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from diagnoser.lab.metrics import LabMetrics
-from diagnoser.lab.model import ModelConfig, Segment, TinyMoE
+from diagnoser.lab.core import StepOutput
+from diagnoser.lab.model import Segment, TinyMoE
+from diagnoser.lab.served import FREQUENCY_PENALTY, PREFILL_CHUNK, PRESENCE_PENALTY, TOP_P, ModelConfig
 from diagnoser.lab.tokenizer import EOS, Tokenizer
 
-PREFILL_CHUNK = 64
 DETOK_WINDOW = 6  # tokens an incremental detokenizer re-decodes per token (its prefix offset)
-# Special tokens the slow tokenizer carries: thousands reserved (a chat model's) make each of its
-# calls slow (detok-inline); a thousand make it slow per id, so a whole-output decode grows.
-RESERVED_TOKENS = {"detok-inline": 8192, "detok-growing": 1024}
-FREQUENCY_PENALTY = 0.5
-PRESENCE_PENALTY = 0.5
-TOP_P = 0.9
-SWITCH_INTERVAL_S = 0.0002
 
 
 @dataclass
 class Request:
+    rid: int
     prompt: list[int]
     max_tokens: int
     ignore_eos: bool
-    emit: Callable[[int | None, str | None, float], None]  # (token, text or None, step ms); token None: finished
-    arrival: float = field(default_factory=time.perf_counter)
     slot: int = -1
     prefilled: int = 0
     generated: list[int] = field(default_factory=list)
-    scheduled: float | None = None
-    first_token: float | None = None
-    last_token: float | None = None
+    scheduled: float | None = None  # perf_counter when first admitted (CLOCK_MONOTONIC, shared across processes)
     cancelled: bool = False
-    finish_reason: str | None = None
 
 
-class Engine(threading.Thread):
-    def __init__(self, faults: frozenset[str], device: str, metrics: LabMetrics, tokenizer: Tokenizer, tp=None) -> None:
-        super().__init__(name="lab-engine", daemon=True)
-        self.faults, self.metrics, self.tokenizer = faults, metrics, tokenizer
-        small = "small-experts" in faults
-        self.cfg = ModelConfig(
-            vocab=tokenizer.vocab_size,
-            experts=64 if small else 8,
-            top_k=8 if small else 2,
-            expert_hidden=64 if small else 256,
-            per_expert_loop=small,
-            gather_per_block="kv-gather" in faults,
-        )
-        self.model = TinyMoE(self.cfg, device)
-        self.tp = tp
+class Engine:
+    def __init__(self, faults: frozenset[str], cfg: ModelConfig, device: str, tokenizer: Tokenizer,
+                 send: Callable[[StepOutput], None], tp=None) -> None:
+        self.faults, self.cfg, self.tokenizer, self.send, self.tp = faults, cfg, tokenizer, send, tp
+        self.model = TinyMoE(cfg, device)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.free_slots = list(range(self.cfg.max_seqs))
+        self.free_slots = list(range(cfg.max_seqs))
         self.wake = threading.Condition()
+        self.cancelled: set[int] = set()
         self.stopping = False
         self.step_no = itertools.count()
         self.profiler: profile | None = None
         self.profile_commands: deque[tuple[str, Path | None, threading.Event, list]] = deque()
 
-    # -- called from the HTTP side ------------------------------------------------------------
+    # -- called from the command thread ----------------------------------------------------------
     def submit(self, request: Request) -> None:
-        if len(request.prompt) + request.max_tokens > self.cfg.max_context:
-            raise ValueError(f"prompt ({len(request.prompt)}) + max_tokens ({request.max_tokens}) exceed the context of {self.cfg.max_context}")
         with self.wake:
             self.waiting.append(request)
-            self.metrics.waiting.set(len(self.waiting))
             self.wake.notify()
 
-    def cancel(self, request: Request) -> None:
-        request.cancelled = True
+    def cancel(self, rid: int) -> None:
+        with self.wake:
+            self.cancelled.add(rid)
+            self.wake.notify()
 
     def profile_command(self, command: str, path: Path | None = None, timeout_s: float = 30.0) -> list:
         """Start or stop the profiler between two steps; returns what the stop wrote."""
@@ -114,33 +92,43 @@ class Engine(threading.Thread):
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
         torch.set_num_threads(1)
-        # The HTTP event loop shares this process's GIL; at the default 5 ms switch interval a
-        # step loop that rarely releases it would starve the output path and fake bursts.
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        while True:
-            with self.wake:
-                while not (self.stopping or self.waiting or self.running or self.profile_commands):
-                    self.wake.wait()
-                if self.stopping:
-                    break
-                self._admit()
-            self._profile_boundary()
-            if self.running:
-                self._step()
-        for request in self.running + list(self.waiting):
-            request.emit(None, None, 0.0)
+        with torch.inference_mode():  # once for the loop: per-step entry would be host time in every step
+            while True:
+                with self.wake:
+                    while not (self.stopping or self.waiting or self.running or self.profile_commands or self.cancelled):
+                        self.wake.wait()
+                    if self.stopping:
+                        break
+                    out = StepOutput()
+                    self._drop_cancelled(out)
+                    self._admit()
+                self._profile_boundary()
+                if self.running:
+                    self._step(out)
+                if out.tokens or out.finished:
+                    out.running, out.waiting = len(self.running), len(self.waiting)
+                    self.send(out)
+        ended = StepOutput(finished=[(r.rid, "abort") for r in self.running + list(self.waiting)])
+        if ended.finished:
+            self.send(ended)
         if self.tp is not None:
             self.tp.close()
+
+    def _drop_cancelled(self, out: StepOutput) -> None:
+        """Requests whose client went away leave the batch (and the queue) before the next step."""
+        if not self.cancelled:
+            return
+        for r in [r for r in self.running if r.rid in self.cancelled]:
+            self._finish(r, "abort", out)
+        self.waiting = deque(r for r in self.waiting if r.rid not in self.cancelled)
+        self.cancelled.clear()
 
     def _admit(self) -> None:
         while self.waiting and self.free_slots:
             request = self.waiting.popleft()
             request.slot = self.free_slots.pop()
             request.scheduled = time.perf_counter()
-            self.metrics.queue_time.observe(request.scheduled - request.arrival)
             self.running.append(request)
-        self.metrics.waiting.set(len(self.waiting))
-        self.metrics.running.set(len(self.running))
 
     def _segments(self) -> list[tuple[Request, Segment, bool]]:
         """(request, its tokens this step, whether the step ends its prompt and so samples)."""
@@ -161,9 +149,7 @@ class Engine(threading.Thread):
             out.append((r, Segment(r.slot, chunk, r.prefilled), r.prefilled + len(chunk) == len(r.prompt)))
         return out
 
-    def _step(self) -> None:
-        for r in [r for r in self.running if r.cancelled]:
-            self._finish(r, "abort")
+    def _step(self, out: StepOutput) -> None:
         plan = self._segments()
         if not plan:
             return
@@ -182,10 +168,10 @@ class Engine(threading.Thread):
         for request, seg, _ in plan:
             if request.prefilled < len(request.prompt):
                 request.prefilled += len(seg.tokens)
-                self.metrics.prompt_tokens.inc(len(seg.tokens))
+                out.prompt_tokens += len(seg.tokens)
         for i, token in zip(sampling, tokens):
-            self._deliver(plan[i][0], token, step_ms)
-        self.metrics.iteration_tokens.observe(sum(len(s.tokens) for s in segments))
+            self._deliver(plan[i][0], token, step_ms, out)
+        out.batch_tokens = sum(len(s.tokens) for s in segments)
 
     def _sample(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
         if "penalty-history" in self.faults:
@@ -206,62 +192,25 @@ class Engine(threading.Thread):
             return picked
         return logits.argmax(dim=-1).tolist()
 
-    def server_info(self) -> dict:
-        """The settings a deployment would show (vLLM's /server_info names): what an engineer
-        reads from flags and generation config, not which fault is on."""
-        sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
-        sampler = "greedy"
-        if "sort-sampler" in self.faults:
-            sampling.update(temperature=1.0, top_p=TOP_P)
-            sampler = "pytorch-native top-p"
-        if "penalty-history" in self.faults:
-            sampling.update(frequency_penalty=FREQUENCY_PENALTY, presence_penalty=PRESENCE_PENALTY)
-        slow = "detok-inline" in self.faults  # the slow (pure-Python) tokenizer, as --tokenizer-mode slow
-        return {
-            "engine": "diagnoser-lab",
-            "model_config": {"max_model_len": self.cfg.max_context, "vocab_size": self.cfg.vocab, "tokenizer_mode": "slow" if slow else "auto"},
-            "scheduler_config": {
-                "max_num_seqs": self.cfg.max_seqs,
-                "enable_chunked_prefill": "prefill-stall" not in self.faults,
-                "max_num_batched_tokens": PREFILL_CHUNK,
-            },
-            "default_sampling_params": sampling,
-            "sampler": sampler,
-        }
-
-    def _deliver(self, request: Request, token: int, step_ms: float) -> None:
-        now = time.perf_counter()
-        if request.first_token is None:
-            request.first_token = now
-            self.metrics.ttft.observe(now - request.arrival)
-            self.metrics.prefill_time.observe(now - (request.scheduled or request.arrival))
-        else:
-            self.metrics.itl.observe(now - (request.last_token or now))
-        request.last_token = now
+    def _deliver(self, request: Request, token: int, step_ms: float, out: StepOutput) -> None:
+        first = not request.generated
         request.generated.append(token)
-        self.metrics.generation_tokens.inc()
         text = None
         if "detok-inline" in self.faults:
             window = (request.prompt + request.generated)[-DETOK_WINDOW:]
             text = _suffix(self.tokenizer.slow_decode(window[:-1]), self.tokenizer.slow_decode(window))
         elif "detok-growing" in self.faults:
             text = _suffix(self.tokenizer.slow_decode(request.generated[:-1]), self.tokenizer.slow_decode(request.generated))
-        request.emit(token, text, step_ms)
+        out.tokens.append((request.rid, token, text, step_ms, time.perf_counter(), request.scheduled if first else None))
         if token == EOS and not request.ignore_eos:
-            self._finish(request, "stop")
+            self._finish(request, "stop", out)
         elif len(request.generated) >= request.max_tokens:
-            self._finish(request, "length")
+            self._finish(request, "length", out)
 
-    def _finish(self, request: Request, reason: str) -> None:
-        request.finish_reason = reason
+    def _finish(self, request: Request, reason: str, out: StepOutput) -> None:
         self.running.remove(request)
         self.free_slots.append(request.slot)
-        self.metrics.running.set(len(self.running))
-        self.metrics.finished(reason)
-        if request.first_token is not None and request.last_token is not None:
-            self.metrics.e2e.observe(request.last_token - request.arrival)
-            self.metrics.decode_time.observe(request.last_token - request.first_token)
-        request.emit(None, None, 0.0)
+        out.finished.append((request.rid, reason))
 
     def _profile_boundary(self) -> None:
         while self.profile_commands:
@@ -284,11 +233,6 @@ class Engine(threading.Thread):
             except Exception as err:  # noqa: BLE001 - reported to the HTTP caller, the loop goes on
                 result.append(err)
             done.set()
-
-
-def tokenizer_for(faults: frozenset[str], vocab: int) -> Tokenizer:
-    """The served model's tokenizer: its reserved special tokens are what a detokenization fault pays for."""
-    return Tokenizer(vocab, reserved=max((RESERVED_TOKENS.get(f, 0) for f in faults), default=0))
 
 
 def _suffix(before: str, after: str) -> str:

@@ -45,11 +45,11 @@ def serve(config, host: str = "127.0.0.1", port: int = 8000) -> None:
         print(f"{READY}http://{host}:{sock.getsockname()[1]}", flush=True)
 
     def handle_exit(sig, frame) -> None:
-        # Stop the engine first: it ends every open stream, so uvicorn's graceful wait for
+        # Stop the engine core first: it ends every open stream, so uvicorn's graceful wait for
         # connections to close does not run out on a stream still generating.
-        engine = getattr(app.state, "engine", None)
-        if engine is not None:
-            engine.stop()
+        core = getattr(app.state, "core", None)
+        if core is not None:
+            core.request_stop()
         on_signal(sig, frame)
 
     server.startup, server.handle_exit = startup, handle_exit

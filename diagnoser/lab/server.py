@@ -22,11 +22,12 @@ in bursts, after their emission time was stamped, as a proxy in front of the ser
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from diagnoser.lab.engine import Engine, tokenizer_for
-from diagnoser.lab.engine import Request as EngineRequest
+from diagnoser.lab.core import EngineCore, StepOutput
 from diagnoser.lab.metrics import LabMetrics
+from diagnoser.lab.served import server_info as published_settings
+from diagnoser.lab.served import tokenizer_for
 from diagnoser.lab.tokenizer import EOS, StreamDecoder, Tokenizer
 
 BURST = 8  # events a buffering proxy holds before writing them out
@@ -95,25 +97,87 @@ def parse_prompt(body: dict, chat: bool, tokenizer: Tokenizer) -> list[int]:
     raise BadRequest("prompt must be a non-empty string or a non-empty list of token ids (one prompt per request)")
 
 
+@dataclass
+class Job:
+    """One request as the API server tracks it: what the client asked, and the times its metrics need."""
+
+    rid: int
+    prompt: list[int]
+    max_tokens: int
+    ignore_eos: bool
+    queue: asyncio.Queue
+    arrival: float = field(default_factory=time.perf_counter)  # perf_counter: the core stamps on the same clock
+    scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+
+
+class Requests:
+    """The requests in flight, and the engine-side metrics observed as the core's steps arrive."""
+
+    def __init__(self, metrics: LabMetrics) -> None:
+        self.metrics = metrics
+        self.jobs: dict[int, Job] = {}
+        self.ids = itertools.count()
+
+    def add(self, prompt: list[int], max_tokens: int, ignore_eos: bool) -> Job:
+        job = Job(next(self.ids), prompt, max_tokens, ignore_eos, asyncio.Queue())
+        self.jobs[job.rid] = job
+        return job
+
+    def on_step(self, out: StepOutput | None) -> None:
+        """In the event loop: hand each token to its stream and record what vLLM's metrics count."""
+        m = self.metrics
+        if out is None:  # the core is gone: every open stream ends
+            for rid in list(self.jobs):
+                self.jobs.pop(rid).queue.put_nowait((None, None, 0.0))
+            return
+        if out.batch_tokens:
+            m.iteration_tokens.observe(out.batch_tokens)
+        m.prompt_tokens.inc(out.prompt_tokens)
+        m.running.set(out.running)
+        m.waiting.set(out.waiting)
+        for rid, token, text, step_ms, at, scheduled in out.tokens:
+            job = self.jobs.get(rid)
+            if job is None:
+                continue
+            if job.first_token is None:
+                job.first_token, job.scheduled = at, scheduled
+                m.ttft.observe(at - job.arrival)
+                if scheduled is not None:
+                    m.queue_time.observe(scheduled - job.arrival)
+                    m.prefill_time.observe(at - scheduled)
+            else:
+                m.itl.observe(at - (job.last_token or at))
+            job.last_token = at
+            m.generation_tokens.inc()
+            job.queue.put_nowait((token, text, step_ms))
+        for rid, reason in out.finished:
+            job = self.jobs.pop(rid, None)
+            if job is None:
+                continue
+            m.finished(reason)
+            if job.first_token is not None and job.last_token is not None:
+                m.e2e.observe(job.last_token - job.arrival)
+                m.decode_time.observe(job.last_token - job.first_token)
+            job.queue.put_nowait((None, None, 0.0))
+
+
 def create_app(config: LabConfig) -> FastAPI:
     tokenizer = tokenizer_for(config.faults, config.vocab)
     metrics = LabMetrics(MODEL)
+    requests = Requests(metrics)
     state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        tp = None
-        if "straggler" in config.faults:
-            from diagnoser.lab.straggler import TensorParallel
-            from diagnoser.lab.model import ModelConfig
-
-            tp = TensorParallel(ModelConfig().layers, ModelConfig().hidden, late=True)
-        engine = Engine(config.faults, config.device, metrics, tokenizer, tp)
-        engine.start()
-        state["engine"] = app.state.engine = engine
+        loop = asyncio.get_running_loop()
+        core = await asyncio.to_thread(
+            EngineCore, config.faults, config.device, config.vocab, lambda out: loop.call_soon_threadsafe(requests.on_step, out)
+        )
+        state["core"] = app.state.core = core
         yield
-        engine.stop()
-        engine.join(timeout=30)
+        await asyncio.to_thread(core.stop)
 
     app = FastAPI(title="diagnoser lab", lifespan=lifespan)
 
@@ -135,11 +199,11 @@ def create_app(config: LabConfig) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "diagnoser-lab", "max_model_len": state["engine"].cfg.max_context}]}
+        return {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "diagnoser-lab", "max_model_len": state["core"].cfg.max_context}]}
 
     @app.get("/server_info")
     async def server_info() -> dict:
-        return state["engine"].server_info()
+        return published_settings(config.faults, state["core"].cfg)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -147,7 +211,7 @@ def create_app(config: LabConfig) -> FastAPI:
 
     @app.post("/start_profile")
     async def start_profile() -> dict:
-        await asyncio.to_thread(state["engine"].profile_command, "start")
+        await asyncio.to_thread(state["core"].profile, "start")
         return {"status": "profiling"}
 
     @app.post("/stop_profile")
@@ -155,7 +219,7 @@ def create_app(config: LabConfig) -> FastAPI:
         folder = Path(config.profile_dir)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"lab-{int(time.time() * 1000)}-rank0.pt.trace.json"
-        written = await asyncio.to_thread(state["engine"].profile_command, "stop", path, 120.0)
+        written = await asyncio.to_thread(state["core"].profile, "stop", path)
         if not written:
             raise BadRequest("the profiler is not running (POST /start_profile first)", 409)
         return {"traces": [str(p) for p in written]}
@@ -171,29 +235,21 @@ def create_app(config: LabConfig) -> FastAPI:
             raise BadRequest(f"the model {body.get('model')!r} does not exist (served: {MODEL})", 404)
         if _int(body, "n", 1, 1, 1) != 1:
             raise BadRequest("n must be 1")
-        engine: Engine = state["engine"]
+        core: EngineCore = state["core"]
         prompt = parse_prompt(body, chat, tokenizer)
         key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-        max_tokens = _int(body, key, MAX_TOKENS_DEFAULT, 1, engine.cfg.max_context)
+        max_tokens = _int(body, key, MAX_TOKENS_DEFAULT, 1, core.cfg.max_context)
+        if len(prompt) + max_tokens > core.cfg.max_context:
+            raise BadRequest(f"prompt ({len(prompt)}) + max_tokens ({max_tokens}) exceed the context of {core.cfg.max_context}")
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise BadRequest("stream_options must be an object")
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        job = EngineRequest(
-            prompt=prompt,
-            max_tokens=max_tokens,
-            ignore_eos=bool(body.get("ignore_eos", False)),
-            emit=lambda token, text, step_ms: loop.call_soon_threadsafe(queue.put_nowait, (token, text, step_ms)),
-        )
-        try:
-            engine.submit(job)
-        except ValueError as err:
-            raise BadRequest(str(err)) from None
-        stream = Stream(job, queue, tokenizer, chat, options, "buffered-stream" in config.faults)
+        job = requests.add(prompt, max_tokens, bool(body.get("ignore_eos", False)))
+        core.submit(job.rid, job.prompt, job.max_tokens, job.ignore_eos)
+        stream = Stream(job, tokenizer, chat, options, "buffered-stream" in config.faults)
         if body.get("stream"):
-            return StreamingResponse(stream.events(engine), media_type="text/event-stream")
-        return await stream.whole(engine)
+            return StreamingResponse(stream.events(core), media_type="text/event-stream")
+        return await stream.whole(core)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -209,8 +265,8 @@ def create_app(config: LabConfig) -> FastAPI:
 class Stream:
     """One request's output path: detokenization (unless the engine did it) and the SSE events."""
 
-    def __init__(self, job: EngineRequest, queue: asyncio.Queue, tokenizer: Tokenizer, chat: bool, options: dict, buffered: bool) -> None:
-        self.job, self.queue, self.chat, self.buffered = job, queue, chat, buffered
+    def __init__(self, job: Job, tokenizer: Tokenizer, chat: bool, options: dict, buffered: bool) -> None:
+        self.job, self.queue, self.chat, self.buffered = job, job.queue, chat, buffered
         self.decoder = StreamDecoder(tokenizer)
         self.usage_each = bool(options.get("continuous_usage_stats"))
         self.usage_last = bool(options.get("include_usage"))
@@ -231,12 +287,14 @@ class Stream:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         return {"id": self.id, "object": kind, "created": self.created, "model": MODEL, "choices": [choice]}
 
-    async def _tokens(self, engine: Engine):
+    async def _tokens(self, core: EngineCore):
         """(text, step ms, finish reason) per generated token, as the engine hands them over."""
+        ended = False
         try:
             while True:
                 token, text, step_ms = await self.queue.get()
                 if token is None:
+                    ended = True
                     return
                 self.tokens += 1
                 if text is None:
@@ -247,9 +305,10 @@ class Stream:
                     text += self.decoder.flush()
                 yield text, step_ms, finish
         finally:
-            engine.cancel(self.job)  # a client gone mid-stream frees its slot
+            if not ended:  # a client gone mid-stream frees its slot
+                core.cancel(self.job.rid)
 
-    async def events(self, engine: Engine):
+    async def events(self, core: EngineCore):
         held: list[bytes] = []
 
         def sse(event: dict | str) -> bytes:
@@ -257,7 +316,7 @@ class Stream:
 
         if self.chat:
             held.append(sse(self._chunk(None, None, role=True)))
-        async for text, step_ms, finish in self._tokens(engine):
+        async for text, step_ms, finish in self._tokens(core):
             event = self._chunk(text, finish)
             if self.usage_each:
                 event["usage"] = self._usage()
@@ -272,9 +331,9 @@ class Stream:
         held.append(sse("[DONE]"))
         yield b"".join(held)
 
-    async def whole(self, engine: Engine) -> dict:
+    async def whole(self, core: EngineCore) -> dict:
         parts, finish = [], None
-        async for text, _, finish in self._tokens(engine):
+        async for text, _, finish in self._tokens(core):
             parts.append(text)
         text = "".join(parts)
         if self.chat:

@@ -126,29 +126,3 @@ class StreamDecoder:
 
     def flush(self) -> str:
         return self.decoder.decode(b"", final=True)
-
-
-class FullRedecoder:
-    """Detokenization by decoding the whole output again each step and emitting what is new.
-
-    Simple and always consistent, and the reason some servers slow down as outputs grow: the
-    work per token is proportional to the tokens already generated.
-    """
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.sent = 0
-
-    def add(self, token: int) -> str:
-        self.ids.append(token)
-        text = self.tokenizer.slow_decode(self.ids)
-        # a trailing replacement character may be a partial one: hold it until the next token
-        stable = len(text) - 1 if text.endswith("\ufffd") else len(text)
-        new, self.sent = text[self.sent : stable], max(self.sent, stable)
-        return new
-
-    def flush(self) -> str:
-        text = self.tokenizer.slow_decode(self.ids)
-        new, self.sent = text[self.sent :], len(text)
-        return new
