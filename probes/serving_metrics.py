@@ -28,10 +28,11 @@ from diagnoser.probes.sse_client import Chunk, StreamedResponse
 BUNCH_FRACTION = 0.25  # a gap under a quarter of the request's mean chunk interval is "together"
 MIN_GROWTH_SPAN_TOKENS = 100  # below this a per-1k slope is mostly extrapolated noise
 REPLICATES = 2  # streams, each long enough for its own slope, needed to judge the slope's noise
-# One-sided 95 % Student-t values by degrees of freedom (streams - 1): a mean slope closer to zero
-# than this many standard errors is not told apart from the machine's drift. From five streams
-# on, 2.0 is within 5 % of the exact value.
-T_95 = {1: 6.31, 2: 2.92, 3: 2.35, 4: 2.13}
+# One-sided 99 % Student-t values by degrees of freedom (streams - 1): a mean slope closer to zero
+# than this many standard errors is not told apart from the machine's drift. At 95 % one healthy
+# server in twenty shows a growth that is not there, and the slope is a cause's only evidence.
+# Past ten streams, 2.76 errs on the strict side (the exact value falls towards 2.33).
+T_99 = {1: 31.82, 2: 6.96, 3: 4.54, 4: 3.75, 5: 3.36, 6: 3.14, 7: 3.00, 8: 2.90, 9: 2.82, 10: 2.76}
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def itl_growth_per_1k_output(responses: list[StreamedResponse]) -> float | None:
 
     A short stream's slope is mostly the machine's drift over its few seconds, which a pooled
     fit takes for growth. With two or more streams each is a replicate: the growth is their
-    mean slope, reported only when a one-sided t-test at 95 % tells it from zero (None: not resolved);
+    mean slope, reported only when a one-sided t-test at 99 % tells it from zero (None: not resolved);
     a single stream gives its own slope, with nothing to judge its noise by.
     """
     slopes, pooled_x, pooled_y = [], [], []
@@ -173,7 +174,7 @@ def itl_growth_per_1k_output(responses: list[StreamedResponse]) -> float | None:
     if len(slopes) >= REPLICATES:
         mean = statistics.fmean(slopes)
         error = statistics.stdev(slopes) / len(slopes) ** 0.5
-        return mean if abs(mean) > T_95.get(len(slopes) - 1, 2.0) * error else None
+        return mean if abs(mean) > T_99.get(len(slopes) - 1, 2.76) * error else None
     if not pooled_x or max(pooled_x) - min(pooled_x) < MIN_GROWTH_SPAN_TOKENS:
         return None
     fit = linear_fit(pooled_x, pooled_y)

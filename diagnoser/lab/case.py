@@ -31,7 +31,7 @@ from diagnoser.probes.client import DEFAULT_PROMPT
 from diagnoser.probes.context_sweep import prompt_ids
 from diagnoser.probes.server_info import read_server_info
 from diagnoser.probes.serving_metrics import content_chunks, gaps_ms
-from diagnoser.probes.sse_client import request_body, served_model, stream
+from diagnoser.probes.sse_client import StreamedResponse, request_body, served_model, stream
 from diagnoser.probes.to_case import merge_observations
 from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.facts import to_observations as trace_observations
@@ -40,7 +40,7 @@ from diagnoser.trace.kineto import read_kineto_many
 # What the probes are asked for: three streams, each long enough for its own output-length slope, one at a time
 # (the batch the sweep and the profile see), and a sweep across the lab's context range.
 CLIENT = {"max_tokens": 256, "requests": 3, "concurrency": 1}
-SWEEP = {"context_lengths": [128, 1024, 2048], "sweep_output_tokens": 24, "sweep_repeats": 2}
+SWEEP = {"context_lengths": [128, 1024, 2048], "sweep_output_tokens": 32, "sweep_repeats": 3}
 # The profiled stream starts as the client probe's requests do, so the profiled steps and the
 # unprofiled ones the probe timed run at nearly the same contexts and differ by the profiler.
 PROFILED_TOKENS = 64
@@ -57,21 +57,36 @@ def _probe(module, url: str, options: dict) -> dict:
     return module.to_observations(module.run(ctx))
 
 
+def emission_interval_ms(response: StreamedResponse) -> float | None:
+    """Median interval between the server's stamps on consecutive tokens after the first: one
+    step and the loop's work between steps, the same window a trace's step budget spans."""
+    stamps = [c.emitted_ns for c in response.chunks[1:] if c.emitted_ns is not None]
+    gaps = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
+    return statistics.median(gaps) if gaps else None
+
+
 def profile(url: str, http: httpx.Client) -> tuple[list[Path], float | None]:
     """One streamed request under the profiler, as ``/start_profile`` and ``/stop_profile`` record
-    it, and the median step the server stamped on the same request streamed just before without
-    the profiler (what the profiled steps cost the service)."""
+    it, and what the profiler added to each of its steps.
+
+    The same request streams once before and once after it without the profiler; the profiled
+    stream's interval between emissions, less the mean of theirs, is the profiler's own cost per
+    step. Timing both sides at one boundary (the server's stamps) and either side of the profiled
+    run cancels the machine's steady drift, which a single twin would count as profiler cost.
+    """
     model = served_model(http, url)
     body = request_body("completions", model, DEFAULT_PROMPT, PROFILED_TOKENS, {})
-    twin = stream(http, f"{url}/v1/completions", body, 300)
-    steps = [c.step_ms for c in content_chunks(twin)[1:] if c.step_ms is not None]  # the first is prefill
+    endpoint = f"{url}/v1/completions"
+    before = emission_interval_ms(stream(http, endpoint, body, 300))
     if http.post(f"{url}/start_profile").status_code != 200:
         raise InputError(f"{url}/start_profile: the server does not profile")
-    stream(http, f"{url}/v1/completions", body, 300)
+    profiled = emission_interval_ms(stream(http, endpoint, body, 300))
     reply = http.post(f"{url}/stop_profile", timeout=300)
     if reply.status_code != 200:
         raise InputError(f"{url}/stop_profile: HTTP {reply.status_code}")
-    return [Path(p) for p in reply.json()["traces"]], statistics.median(steps) if steps else None
+    after = emission_interval_ms(stream(http, endpoint, body, 300))
+    inflation = profiled - (before + after) / 2 if None not in (before, profiled, after) else None
+    return [Path(p) for p in reply.json()["traces"]], inflation
 
 
 def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
@@ -119,14 +134,24 @@ def metrics(url: str, http: httpx.Client) -> ServingMetrics:
     return ServingMetrics(boundary=MetricBoundary.engine, **figures)
 
 
+def warm_up(url: str, http: httpx.Client) -> None:
+    """One request of the client probe's shape, not measured: a fresh server's first request pays
+    one-time costs (its allocator growing to the step's buffers), as a benchmark's first run does."""
+    body = request_body("completions", served_model(http, url), DEFAULT_PROMPT, CLIENT["max_tokens"], {})
+    stream(http, f"{url}/v1/completions", body, 300)
+
+
 def measure(url: str) -> Case:
     observations = Observations()
+    with httpx.Client(timeout=60) as http:
+        warm_up(url, http)
     observations = merge_observations(observations, _probe(client, url, CLIENT))
     observations = merge_observations(observations, _probe(context_sweep, url, SWEEP))
     with httpx.Client(timeout=60) as http:
-        traces, unprofiled = profile(url, http)
+        traces, inflation = profile(url, http)
         found = trace_observations(analyze_traces(read_kineto_many(traces)))
-        if found.budget is not None and unprofiled:
+        if found.budget is not None and inflation is not None and found.budget.step_ms - inflation > 0:
+            unprofiled = found.budget.step_ms - inflation  # the profiled step less what the profiler added
             found = found.model_copy(update={"budget": found.budget.model_copy(update={"unprofiled_step_ms": unprofiled})})
         observations = merge_observations(observations, {k: getattr(found, k) for k in found.model_fields_set})
         observations = merge_observations(observations, {"metrics": metrics(url, http), "stream": prefill_interference(url, http)})
