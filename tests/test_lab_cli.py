@@ -13,6 +13,7 @@ from diagnoser.lab.faults import FAULTS
     ("args", "message"),
     [
         (["lab", "serve", "--fault", "gremlins"], "unknown fault"),
+        (["lab", "serve", "--fault", "eager-launches"], "no cpu form"),
         (["lab", "serve", "--port", "70000"], "--port"),
     ],
 )
@@ -35,9 +36,10 @@ def test_every_fault_names_a_real_rule():
     assert causes <= set(load_rulebook().specs)
 
 
-def test_exercise_draws_cpu_forms_and_scores():
-    drawn = {draw(seed).name for seed in range(200)}
-    assert drawn == set(FAULTS)
+def test_exercise_draws_the_forms_the_device_has_and_scores():
+    drawn = {draw("cpu", seed).name for seed in range(200)}
+    assert drawn == {name for name, f in FAULTS.items() if "cpu" in f.devices}
+    assert {"small-experts", "eager-launches"} <= {draw("cuda", seed).name for seed in range(200)} - drawn
     fault = FAULTS["kv-gather"]
     assert verdict(fault, "long-context-slowdown")[0] and not verdict(fault, "none")[0]
     assert verdict(FAULTS["none"], "")[0]

@@ -22,7 +22,7 @@ def serve(faults: tuple[str, ...], port: int, host: str, device: str, profile_di
     """Serve the lab model over HTTP until Ctrl-C (OpenAI-compatible streaming, /metrics, profiling)."""
     from diagnoser.lab.faults import parse_faults
 
-    chosen = parse_faults(faults)
+    chosen = parse_faults(faults, device)
     if device == "cuda":
         import torch
 
@@ -40,7 +40,7 @@ def faults() -> None:
     from diagnoser.lab.faults import FAULTS
 
     for fault in FAULTS.values():
-        click.echo(f"{fault.name:16} {fault.what}")
+        click.echo(f"{fault.name:16} {'/'.join('GPU' if d == 'cuda' else 'CPU' for d in fault.devices):8} {fault.what}")
 
 
 @lab.command("exercise")
@@ -52,7 +52,7 @@ def exercise(device: str, seed: int | None, profile_dir: str) -> None:
     from diagnoser.lab.exercise import draw, verdict
     from diagnoser.lab.process import LabServer
 
-    fault = draw(seed)
+    fault = draw(device, seed)
     with LabServer([] if fault.name == "none" else [fault.name], profile_dir=profile_dir, device=device) as url:
         click.echo(f"A lab server with a hidden fault (or none) is serving at {url}")
         click.echo(f"  diagnoser probe --only client,context_sweep --endpoint {url} --case case.yaml")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import random
 
-from diagnoser.lab.faults import FAULTS, Fault
+from diagnoser.lab.faults import FAULTS, Fault, with_form
 
 
-def draw(seed: int | None = None) -> Fault:
-    return FAULTS[random.Random(seed).choice(sorted(FAULTS))]
+def draw(device: str, seed: int | None = None) -> Fault:
+    return FAULTS[random.Random(seed).choice(sorted(with_form(device)))]
 
 
 def verdict(fault: Fault, answer: str) -> tuple[bool, str]:

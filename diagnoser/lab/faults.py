@@ -14,11 +14,18 @@ from dataclasses import dataclass
 from diagnoser.errors import InputError
 
 
+CPU_AND_GPU = ("cpu", "cuda")
+
+
 @dataclass(frozen=True)
 class Fault:
     name: str
     cause: str  # the rule id of the true cause
     what: str
+    devices: tuple[str, ...] = CPU_AND_GPU  # where its mechanism exists (the GPU-only ones, and why, below)
+
+    def has_form(self, device: str) -> bool:
+        return device in self.devices
 
 
 FAULTS: dict[str, Fault] = {
@@ -54,7 +61,15 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "small-experts", "small-expert-kernels",
             "fine-grained experts (64 experts, top-8, an eighth of the width) each run as a separate GEMM on the "
-            "few rows routed to it",
+            "few rows routed to it; GPU only: its cost is grids too small to fill the SMs, and one CPU thread has no "
+            "parallel units to leave idle (on a CPU the same loop costs about 2 % of the step)",
+            devices=("cuda",),
+        ),
+        Fault(
+            "eager-launches", "graphs-off",
+            "decode steps are launched kernel by kernel from Python (as with enforce-eager) instead of replaying "
+            "the CUDA graph captured for the batch size; GPU only: a CPU has no graph replay to turn off",
+            devices=("cuda",),
         ),
         Fault(
             "straggler", "late-rank",
@@ -75,12 +90,19 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-def parse_faults(names: list[str] | tuple[str, ...]) -> frozenset[str]:
-    """The faults named, checked: known; ``none`` alone means healthy."""
+def parse_faults(names: list[str] | tuple[str, ...], device: str = "cpu") -> frozenset[str]:
+    """The faults named, checked: known, with a form on the device; ``none`` alone means healthy."""
     chosen = set()
     for name in names:
         if name not in FAULTS:
             raise InputError(f"--fault {name!r}: unknown fault (known: {', '.join(FAULTS)})")
+        if not FAULTS[name].has_form(device):
+            raise InputError(f"--fault {name}: no {device} form (it exists on {', '.join(FAULTS[name].devices)}); see `diagnoser lab faults`")
         if name != "none":
             chosen.add(name)
     return frozenset(chosen)
+
+
+def with_form(device: str) -> list[str]:
+    """The faults (``none`` included) that exist on the device."""
+    return [name for name, fault in FAULTS.items() if fault.has_form(device)]
