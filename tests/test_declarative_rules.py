@@ -68,6 +68,8 @@ BASE = (
         ("when: Budget.host_ms >= 0.2 * Budget.step_ms", "rule r: when: bare number 0.2: name it under thresholds"),
         ("when: Budgit.host_ms >= MIN_SHARE", "rule r: when: unknown fact 'Budgit' (nearest: Budget)"),
         ("when: Budget.host_ms >= MIN_SHARE\nparent: host-overheads", "rule r: parent host-overheads is not a loaded rule (nearest: host-overhead)"),
+        ("when: Budget.host_ms >= MIN_SHARE\nrefines: [host-overheads]", "rule r: refines host-overheads, which is not another loaded cause"),
+        ("when: Budget.host_ms >= MIN_SHARE\nrefines: [faster-than-floor]", "rule r: refines faster-than-floor, which is not another loaded cause"),
         ("when: __import__('os')", "rule r: when: the only calls are present(Fact.field) and absent(Fact.field)"),
         ("when: Budget.host_ms >= MIN_SHARE\nclaims: Budget.launch_mss", "rule r: claims: Budget has no field 'launch_mss' (nearest: launch_ms)"),
     ],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import httpx
 import pytest
@@ -13,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from diagnoser.lab.process import LabServer, _children  # noqa: E402
+from diagnoser.lab.process import LabServer, _children, still_running  # noqa: E402
 from diagnoser.probes.sse_client import request_body, stream  # noqa: E402
 
 MODEL = "lab-tiny-moe"
@@ -115,6 +114,8 @@ def test_sigint_mid_stream_exits_cleanly(tmp_path):
     server = LabServer([], profile_dir=tmp_path)
     url = server.__enter__()
     try:
+        helpers = _children(server.proc.pid)
+        assert helpers  # the engine core runs in a process of its own
         with httpx.Client() as client, client.stream(
             "POST", url + "/v1/completions", json={"prompt": "x", "max_tokens": 3000, "stream": True, "ignore_eos": True}, timeout=60
         ) as reply:
@@ -124,12 +125,9 @@ def test_sigint_mid_stream_exits_cleanly(tmp_path):
             for _ in lines:  # the server ends the stream instead of hanging on it
                 pass
         assert server.proc.wait(timeout=30) == 0
+        assert not still_running(helpers)  # before stop(), which kills leftovers: the server took them down itself
     finally:
         server.stop()
-    deadline = time.monotonic() + 5
-    while _children(server.proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _children(server.proc.pid)
 
 
 def test_the_slow_decoder_agrees_with_the_fast_one_and_skips_special_ids():
@@ -142,3 +140,38 @@ def test_the_slow_decoder_agrees_with_the_fast_one_and_skips_special_ids():
     special = [ids[0], EOS, 32768 + 5, *ids[1:]]
     assert reserved.slow_decode(special) == "bakadu mipero tasuna"
     assert len(reserved.added_vocab()) == 64 and plain.added_vocab() == {}
+
+
+def test_metrics_follow_the_core_steps_under_vllm_definitions():
+    """TTFT from arrival to the first token, queue time to first scheduling, ITL between a request's
+    own tokens, decode time first to last token; a core that goes away ends every open stream."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from diagnoser.lab.core import StepOutput
+    from diagnoser.lab.metrics import LabMetrics
+    from diagnoser.lab.server import Requests
+
+    requests = Requests(LabMetrics(MODEL))
+    job = requests.add([1, 2, 3], max_tokens=3, ignore_eos=True)
+    other = requests.add([4], max_tokens=5, ignore_eos=True)
+    t0 = job.arrival
+    requests.on_step(StepOutput(tokens=[(job.rid, 7, None, 4.0, t0 + 0.030, t0 + 0.010)], batch_tokens=3, prompt_tokens=3, running=1))
+    requests.on_step(StepOutput(tokens=[(job.rid, 8, None, 4.0, t0 + 0.035, None)], batch_tokens=1, running=1))
+    requests.on_step(StepOutput(tokens=[(job.rid, 9, "x", 4.0, t0 + 0.041, None)], finished=[(job.rid, "length")], batch_tokens=1))
+    got = [job.queue.get_nowait() for _ in range(4)]
+    assert got == [(7, None, 4.0), (8, None, 4.0), (9, "x", 4.0), (None, None, 0.0)]
+    requests.on_step(None)
+    assert other.queue.get_nowait() == (None, None, 0.0) and not requests.jobs
+
+    text = requests.metrics.text().decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels.get("le")}
+    assert samples["vllm:time_to_first_token_seconds_sum"] == pytest.approx(0.030)
+    assert samples["vllm:request_queue_time_seconds_sum"] == pytest.approx(0.010)
+    assert samples["vllm:request_prefill_time_seconds_sum"] == pytest.approx(0.020)
+    assert samples["vllm:inter_token_latency_seconds_count"] == 2
+    assert samples["vllm:inter_token_latency_seconds_sum"] == pytest.approx(0.011)
+    assert samples["vllm:request_decode_time_seconds_sum"] == pytest.approx(0.011)
+    assert samples["vllm:e2e_request_latency_seconds_sum"] == pytest.approx(0.041)
+    assert samples["vllm:generation_tokens_total"] == 3 and samples["vllm:prompt_tokens_total"] == 3
+    assert samples["vllm:iteration_tokens_total_count"] == 3
+    assert samples['vllm:request_success_total'] == 1

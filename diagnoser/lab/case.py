@@ -37,9 +37,9 @@ from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.facts import to_observations as trace_observations
 from diagnoser.trace.kineto import read_kineto_many
 
-# What the probes are asked for: three streams, each long enough for its own output-length slope, one at a time
+# What the probes are asked for: four streams, each long enough for its own output-length slope, one at a time
 # (the batch the sweep and the profile see), and a sweep across the lab's context range.
-CLIENT = {"max_tokens": 256, "requests": 3, "concurrency": 1}
+CLIENT = {"max_tokens": 256, "requests": 4, "concurrency": 1}
 SWEEP = {"context_lengths": [128, 1024, 2048], "sweep_output_tokens": 32, "sweep_repeats": 3}
 # The profiled stream starts as the client probe's requests do, so the profiled steps and the
 # unprofiled ones the probe timed run at nearly the same contexts and differ by the profiler.

@@ -76,6 +76,24 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def still_running(pids: list[int], grace_s: float = 5.0) -> list[int]:
+    """Those of ``pids`` alive after up to ``grace_s`` (zombies count as gone), from /proc. The grace
+    is for multiprocessing's resource tracker, which leaves only once its parent has exited."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
 class LabServer:
     """``with LabServer(["sort-sampler"]) as url:`` runs ``diagnoser lab serve`` in a child process."""
 
