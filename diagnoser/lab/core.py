@@ -138,7 +138,7 @@ def run_core(conn: Connection, faults: frozenset[str], device: str, vocab: int) 
         if "straggler" in faults:
             from diagnoser.lab.straggler import TensorParallel
 
-            tp = TensorParallel(cfg.layers, cfg.hidden, late=True)
+            tp = TensorParallel(cfg.layers, cfg.hidden, late=True, device=device)
         sending = threading.Lock()
 
         def send(out) -> None:
