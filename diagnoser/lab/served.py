@@ -24,13 +24,13 @@ RESERVED_TOKENS = {"detok-inline": 8192, "detok-growing": 1024}
 FREQUENCY_PENALTY = 0.5
 PRESENCE_PENALTY = 0.5
 TOP_P = 0.9
-# Faults whose model step cannot be one fixed-shape function, so a GPU runs them kernel by kernel
-# from Python like a prefill step: each one's work is what changes the shapes or needs the host.
-DYNAMIC_STEP = {
-    "kv-gather": "its per-block copies grow with each sequence's context, so the step's shapes do",
-    "small-experts": "its loop runs one GEMM per expert that rows were routed to, read back to the host every layer",
-    "straggler": "each layer ends in a collective with a second process, outside any graph",
-}
+# Faults whose model step cannot be one fixed-shape function, so a GPU runs their decode steps
+# kernel by kernel from Python, as every prefill step: the fault's work is what varies or syncs.
+DYNAMIC_STEP = frozenset({
+    "kv-gather",      # its block-by-block copies grow with each sequence's context, and the shapes with them
+    "small-experts",  # its loop runs one GEMM per expert rows were routed to, the experts read back to the host
+    "straggler",      # each layer ends in a collective with another process, outside any graph
+})
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def decode_path(faults: frozenset[str], device: str) -> str:
     for the faults in ``DYNAMIC_STEP``. The sampling faults keep the graph: as in vLLM, only the model
     is captured, and the sampler runs after the replay on its logits.
     """
-    if device != "cuda" or faults & DYNAMIC_STEP.keys():
+    if device != "cuda" or faults & DYNAMIC_STEP:
         return "dynamic"
     return "eager" if "eager-launches" in faults else "graph"
 
