@@ -69,6 +69,23 @@ def test_static_decode_equals_forward_on_the_same_cache(contexts):
         assert model.cache[:, model.padding_slot].abs().sum() > 0
 
 
+def test_static_decode_traces_whole_with_nothing_read_back():
+    """What keeps a CUDA graph from capturing a step is a value the host must read (``.item()``,
+    ``nonzero``, ``unique``) or a shape that follows the data; Dynamo's whole-graph tracing refuses
+    both, so the CPU checks the capture's precondition. The per-expert loop (small-experts) is
+    refused, which shows the check bites."""
+    static = StaticDecode(TinyMoE(CFG), graphs=False)
+    looped = TinyMoE(ModelConfig(vocab=1024, max_context=128, experts=64, top_k=8, expert_hidden=64, per_expert_loop=True))
+    try:
+        with torch.inference_mode():
+            logits, _ = torch.compile(static._run, backend="eager", fullgraph=True, dynamic=False)(static.inputs[4])
+            assert logits.shape == (4, CFG.vocab)
+            with pytest.raises(Exception, match=r"(?i)data-dependent|dynamic shape"):
+                torch.compile(lambda x: looped._experts(0, x), backend="eager", fullgraph=True)(torch.randn(2, CFG.hidden))
+    finally:
+        torch._dynamo.reset()
+
+
 def test_capture_sizes_cover_every_batch():
     assert capture_sizes(8) == (1, 2, 4, 8)
     assert capture_sizes(6) == (1, 2, 4, 6) and capture_sizes(1) == (1,)
