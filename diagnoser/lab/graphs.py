@@ -28,10 +28,7 @@ class StaticDecode:
         self.model = model
         self.sizes = capture_sizes(model.cfg.max_seqs)
         # [ids, positions, slots] x rows, filled with padding rows: token 0 at position 0 of the padding slot
-        self.inputs = {}
-        for size in self.sizes:
-            padding = torch.tensor([[0] * size, [0] * size, [model.padding_slot] * size])
-            self.inputs[size] = padding.to(model.device)
+        self.inputs = {size: torch.tensor([[0] * size, [0] * size, [model.padding_slot] * size]).to(model.device) for size in self.sizes}
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         if graphs:
             self._capture()
