@@ -3,8 +3,9 @@
 vLLM serves its resolved configuration at ``GET /server_info`` (in development mode), and the
 lab server does the same under the same section names; an engineer can also save the
 equivalent JSON by hand. Only settings that decide which costs exist are read: chunked
-prefill, the tokenizer mode, the default sampling parameters and the sampler. Absent keys
-stay unknown rather than defaulting, so a partial document never clears a cause.
+prefill, the tokenizer mode, graph capture (``model_config.enforce_eager`` and the capture
+sizes), the default sampling parameters and the sampler. Absent keys stay unknown rather than
+defaulting, so a partial document never clears a cause.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def settings_from_info(info: dict) -> ServerConfig:
             found[field] = value
     if isinstance(model.get("tokenizer_mode"), str):
         found["tokenizer_fast"] = model["tokenizer_mode"] != "slow"
+    if isinstance(model.get("enforce_eager"), bool):
+        found["cuda_graphs"] = not model["enforce_eager"]
+    sizes = _section(info, "compilation_config").get("cudagraph_capture_sizes")
+    if found.get("cuda_graphs") is not False and isinstance(sizes, list) and sizes and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes
+    ):  # an eager engine may still list the sizes it would capture; it captures none
+        found["cuda_graph_max_batch"] = max(sizes)
     found.update(sampling_settings(_section(info, "default_sampling_params"), info.get("sampler")))
     return ServerConfig(**found)
 

@@ -1,5 +1,7 @@
 """Published serving settings read as ServerConfig facts: what each key implies, and what it does not."""
 
+import pytest
+
 from diagnoser.probes.server_info import settings_from_info
 from diagnoser.rules.kernels import whole_vocabulary_sort
 
@@ -38,3 +40,27 @@ def test_absent_or_malformed_keys_stay_unknown():
     s = settings_from_info({"model_config": "not a section", "scheduler_config": {"enable_chunked_prefill": "yes", "max_num_seqs": 0},
                             "default_sampling_params": {"frequency_penalty": True, "temperature": "hot"}})
     assert s.model_dump(exclude_none=True) == {}
+
+
+def test_enforce_eager_and_capture_sizes_say_whether_decode_replays_graphs():
+    s = settings_from_info({"model_config": {"enforce_eager": False}, "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8]}})
+    assert (s.cuda_graphs, s.cuda_graph_max_batch) == (True, 8)
+    s = settings_from_info({"model_config": {"enforce_eager": True}, "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}})
+    assert (s.cuda_graphs, s.cuda_graph_max_batch) == (False, None)  # sizes an eager engine lists are captured by nobody
+    malformed = {"model_config": {"enforce_eager": "yes"}, "compilation_config": {"cudagraph_capture_sizes": [0, True]}}
+    assert settings_from_info(malformed).model_dump(exclude_none=True) == {}
+
+
+@pytest.mark.parametrize(
+    ("fault", "device", "graphs", "max_batch"),
+    [("none", "cuda", True, 8), ("sort-sampler", "cuda", True, 8), ("eager-launches", "cuda", False, None),
+     ("kv-gather", "cuda", False, None), ("none", "cpu", None, None)],
+)
+def test_the_lab_publishes_its_graph_setting(fault, device, graphs, max_batch):
+    from diagnoser.lab.served import model_config, server_info
+
+    faults = frozenset() if fault == "none" else frozenset({fault})
+    info = server_info(faults, model_config(faults, 32768, device))
+    assert ("enforce_eager" in info["model_config"]) == (device == "cuda")  # a CPU has no graphs to turn off
+    s = settings_from_info(info)
+    assert (s.cuda_graphs, s.cuda_graph_max_batch) == (graphs, max_batch)

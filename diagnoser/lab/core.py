@@ -133,12 +133,12 @@ def run_core(conn: Connection, faults: frozenset[str], device: str, vocab: int) 
     from diagnoser.lab.engine import Engine, Request
 
     try:
-        cfg = model_config(faults, vocab)
+        cfg = model_config(faults, vocab, device)
         tp = None
         if "straggler" in faults:
             from diagnoser.lab.straggler import TensorParallel
 
-            tp = TensorParallel(cfg.layers, cfg.hidden, late=True)
+            tp = TensorParallel(cfg.layers, cfg.hidden, late=True, device=device)
         sending = threading.Lock()
 
         def send(out) -> None:

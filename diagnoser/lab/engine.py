@@ -7,6 +7,12 @@ still prefilling, all in one forward pass, as a chunked-prefill scheduler does. 
 tokens are sampled, then handed on with the step's own time in one ``StepOutput``;
 detokenization happens in the API server, off this loop (unless a fault puts it here).
 
+A step with a prompt chunk runs the model's ``forward``. A step whose segments are all single
+tokens runs as ``served.decode_path`` says: on a GPU, replayed from the CUDA graph captured for
+its batch size at start-up, or (``eager-launches``) the same static function launched eagerly;
+on a CPU, and for the faults that change the model's step, through ``forward`` too. Sampling
+runs after the model either way, so a sampling fault does its work beside a replayed graph.
+
 While profiling, each step runs inside a ``ProfilerStep#N`` range, so ``diagnoser analyze``
 cuts the trace at step boundaries.
 """
@@ -26,8 +32,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from diagnoser.lab.core import StepOutput
+from diagnoser.lab.graphs import StaticDecode
 from diagnoser.lab.model import Segment, TinyMoE
-from diagnoser.lab.served import FREQUENCY_PENALTY, PREFILL_CHUNK, PRESENCE_PENALTY, TOP_P, ModelConfig
+from diagnoser.lab.served import FREQUENCY_PENALTY, PREFILL_CHUNK, PRESENCE_PENALTY, TOP_P, ModelConfig, decode_path
 from diagnoser.lab.tokenizer import EOS, Tokenizer
 
 DETOK_WINDOW = 6  # tokens an incremental detokenizer re-decodes per token (its prefix offset)
@@ -51,6 +58,8 @@ class Engine:
                  send: Callable[[StepOutput], None], tp=None) -> None:
         self.faults, self.cfg, self.tokenizer, self.send, self.tp = faults, cfg, tokenizer, send, tp
         self.model = TinyMoE(cfg, device)
+        path = decode_path(faults, device)
+        self.static = None if path == "dynamic" else StaticDecode(self.model, graphs=path == "graph")
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.free_slots = list(range(cfg.max_seqs))
@@ -159,9 +168,13 @@ class Engine:
             segments = [seg for _, seg, _ in plan]
             if self.tp is not None:
                 self.tp.begin_step(n, sum(len(s.tokens) for s in segments), self.profiler is not None)
-            logits = self.model.forward(segments, self.tp)
+            if self.static is not None and self.static.takes(segments):
+                logits, greedy = self.static(segments)
+            else:
+                logits, greedy = self.model.forward(segments, self.tp), None
             sampling = [i for i, (_, _, samples) in enumerate(plan) if samples]
-            tokens = self._sample(logits[sampling], [plan[i][0] for i in sampling])
+            rows = slice(None) if len(sampling) == len(plan) else sampling
+            tokens = self._sample(logits[rows], [plan[i][0] for i in sampling], None if greedy is None else greedy[rows])
             step_ms = (time.perf_counter() - start) * 1e3
         # The profiled step is the model's (as an engine's execute-model range); what the loop
         # does with its tokens before the next step shows as the gap between steps.
@@ -173,8 +186,11 @@ class Engine:
             self._deliver(plan[i][0], token, step_ms, out)
         out.batch_tokens = sum(len(s.tokens) for s in segments)
 
-    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
+    def _sample(self, logits: torch.Tensor, requests: list[Request], greedy: torch.Tensor | None) -> list[int]:
+        """One token per row; ``greedy`` is the argmax a captured step already took on the device,
+        which holds only while no penalty changes the logits. The tokens reach the host in one copy."""
         if "penalty-history" in self.faults:
+            greedy = None
             vocab = torch.arange(logits.shape[-1], device=logits.device)
             for row, request in enumerate(requests):
                 if request.generated:
@@ -190,7 +206,7 @@ class Engine:
                 keep = int((probs.cumsum(0) <= TOP_P).sum().item()) + 1
                 picked.append(int(order[:keep][0].item()))
             return picked
-        return logits.argmax(dim=-1).tolist()
+        return (logits.argmax(dim=-1) if greedy is None else greedy).tolist()
 
     def _deliver(self, request: Request, token: int, step_ms: float, out: StepOutput) -> None:
         first = not request.generated

@@ -15,6 +15,13 @@ Two knobs change the work mechanically (``faults`` picks them):
 * ``experts``/``expert_hidden``/``top_k`` with ``per_expert_loop``: fine-grained experts, each
   GEMM run separately on the few rows routed to it, instead of one grouped GEMM over all
   routed rows.
+
+``forward`` takes any mix of decode tokens and prompt chunks, so its shapes follow the step.
+``decode`` is the same decode step with every shape fixed by the row count alone, and no value
+read back to the host, which is what a CUDA graph can capture (``graphs.py``): attention runs
+over the whole ``max_context`` of each row's slot with the positions past its token masked off,
+and each routed row multiplies its expert's gathered weights in one batched GEMM. The cache
+holds one slot more than the scheduler uses, where a padded batch's spare rows write.
 """
 
 from __future__ import annotations
@@ -62,9 +69,12 @@ class TinyMoE:
             weights["qkv"][:, :d] *= self.head_dim ** -0.5
         self.head = w(d, cfg.vocab)
         # [layer, slot, k/v, head, position, head dim]: one contiguous stretch per sequence slot and
-        # head, so attention reads each head's keys and values in place
-        self.cache = torch.zeros(cfg.layers, cfg.max_seqs, 2, cfg.kv_heads, cfg.max_context, self.head_dim, device=self.device)
+        # head, so attention reads each head's keys and values in place; the last slot is no
+        # sequence's, only padding rows of a static decode batch write there
+        self.padding_slot = cfg.max_seqs
+        self.cache = torch.zeros(cfg.layers, cfg.max_seqs + 1, 2, cfg.kv_heads, cfg.max_context, self.head_dim, device=self.device)
         self.slots = [list(self.cache[layer].unbind(0)) for layer in range(cfg.layers)]  # [layer][slot] views
+        self.context_positions = torch.arange(cfg.max_context, device=self.device)
 
     def _write(self, layer: int, seg: Segment, kv: torch.Tensor) -> torch.Tensor:
         """Store the segment's keys and values ([tokens, 2 x kv width]); returns the slot's cache."""
@@ -96,11 +106,15 @@ class TinyMoE:
             row += n
         return (torch.cat(outs) if len(outs) > 1 else outs[0]) @ self.layers[layer]["out"]
 
+    def _route(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's top-k experts, [rows, k], and their renormalised gate weights."""
+        gates = torch.softmax(x @ self.layers[layer]["router"], dim=-1)
+        top, chosen = gates.topk(self.cfg.top_k, dim=-1)
+        return top / top.sum(-1, keepdim=True), chosen
+
     def _experts(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         cfg, weights = self.cfg, self.layers[layer]
-        gates = torch.softmax(x @ weights["router"], dim=-1)
-        top, chosen = gates.topk(cfg.top_k, dim=-1)
-        top = top / top.sum(-1, keepdim=True)
+        top, chosen = self._route(layer, x)
         flat = chosen.view(-1)
         with record_function("moe_experts"):
             if cfg.per_expert_loop:
@@ -120,6 +134,45 @@ class TinyMoE:
             a, b = torch._grouped_mm(x[token], weights["w_in"], offs=ends).chunk(2, dim=-1)
             out = torch._grouped_mm(F.silu(a) * b, weights["w_out"], offs=ends) * top.view(-1)[order].unsqueeze(1)
             return torch.zeros_like(x).index_add_(0, token, out)
+
+    def _static_attention(self, layer: int, x: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                          live: torch.Tensor) -> torch.Tensor:
+        """Decode attention for one token per row with no shape that depends on a context: the new
+        keys and values are scattered into the rows' slots, and each row attends over its slot's
+        whole ``max_context`` with the positions after its token (``live`` false) masked off."""
+        cfg, hd, rows = self.cfg, self.head_dim, x.shape[0]
+        q, kv = (x @ self.layers[layer]["qkv"]).split([cfg.hidden, 2 * self.kv_width], dim=-1)
+        cache = self.cache[layer]
+        cache[slots, :, :, positions] = kv.view(rows, 2, cfg.kv_heads, hd)
+        keys, values = cache.index_select(0, slots).unbind(1)  # [rows, kv heads, max context, head dim]
+        scores = q.view(rows, cfg.kv_heads, -1, hd) @ keys.transpose(-1, -2)  # the query is pre-scaled
+        scores = scores.masked_fill(~live[:, None, None, :], float("-inf"))
+        return (torch.softmax(scores, dim=-1) @ values).reshape(rows, cfg.hidden) @ self.layers[layer]["out"]
+
+    def _routed_experts(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The MoE MLP with no host sync: every routed row multiplies its own expert's weights, gathered
+        by the router's choice, in one batched GEMM per projection (the addresses follow the routing,
+        the shapes do not)."""
+        cfg, weights = self.cfg, self.layers[layer]
+        top, chosen = self._route(layer, x)
+        flat = chosen.view(-1)
+        with record_function("moe_experts"):
+            routed = x.unsqueeze(1).expand(-1, cfg.top_k, -1).reshape(-1, 1, cfg.hidden)  # [rows x k, 1, hidden]
+            a, b = torch.bmm(routed, weights["w_in"].index_select(0, flat)).squeeze(1).chunk(2, dim=-1)
+            out = torch.bmm((F.silu(a) * b).unsqueeze(1), weights["w_out"].index_select(0, flat)).squeeze(1)
+            return (out.view(-1, cfg.top_k, cfg.hidden) * top.unsqueeze(-1)).sum(1)
+
+    def decode(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Logits of one token per row, [rows, vocab]; row i is token ``ids[i]`` at ``positions[i]`` of
+        the sequence in ``slots[i]`` (the tokens before it are in the cache, where its keys and values
+        go). The same step ``forward`` takes for single-token segments, with shapes fixed by the row
+        count and nothing read back to the host, so it can be captured in a CUDA graph."""
+        live = self.context_positions <= positions.unsqueeze(1)  # [rows, max context]: the keys each row attends to
+        x = self.embed.index_select(0, ids)
+        for layer in range(self.cfg.layers):
+            x = x + self._static_attention(layer, self._norm(x), slots, positions, live)
+            x = x + self._routed_experts(layer, self._norm(x))
+        return self._norm(x) @ self.head
 
     @staticmethod
     def _norm(x: torch.Tensor) -> torch.Tensor:
