@@ -5,8 +5,9 @@
 For each fault (by default every one with a form on the device) a lab server starts with that fault alone;
 the case is built from what the server answers over HTTP (``diagnoser.lab.case.measure``);
 the diagnosis runs with the bundled rules; and the table says where the fault's true cause
-ranked among the causes, its grade and bounded gain, and how long the whole round took. For
-``none`` the rank column lists any cause graded measured above the noise share instead.
+ranked among the causes, its grade and bounded gain, the best-ranked other cause (the margin),
+and how long the whole round took. For ``none`` the rank column lists any cause graded
+measured above the noise share instead, and the next column the leading cause, if any.
 """
 
 from __future__ import annotations
@@ -47,18 +48,18 @@ def main() -> int:
                 write_case(args.cases / f"{name}.yaml", case)
             if name == "none":
                 noisy = measured_above_noise(result)
-                rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", took))
+                rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", score(result, "").runner_up, took))
                 continue
             s = score(result, FAULTS[name].cause)
             rank = str(s.rank) if s.rank else f"not named (first: {s.top})"
             if s.rank and s.rank > 1:
                 rank += f" (first: {s.top})"
-            rows.append((name, FAULTS[name].cause, rank, s.grade or "-", s.gain, took))
-    header = ("fault", "true cause", "rank of the true cause", "grade", "bounded gain", "time")
+            rows.append((name, FAULTS[name].cause, rank, s.grade or "-", s.gain, s.runner_up, took))
+    header = ("fault", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for name, cause, rank, grade, gain, took in rows:
-        print(f"| {name} | {cause} | {rank} | {grade} | {gain} | {took:.0f} s |")
+    for name, cause, rank, grade, gain, runner_up, took in rows:
+        print(f"| {name} | {cause} | {rank} | {grade} | {gain} | {runner_up} | {took:.0f} s |")
     return 0
 
 

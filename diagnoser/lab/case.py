@@ -167,20 +167,26 @@ class Score:
     grade: str | None
     gain: str
     top: str | None
+    runner_up: str  # the best-ranked other cause and its gain: the margin the true cause led by
 
 
 def causes(diagnosis: Diagnosis) -> list:
     return [h for h in diagnosis.hypotheses if h.kind == Kind.cause]
 
 
+def gain_text(h) -> str:
+    return f"{h.gain.removable_ms:.2f} ms of {h.gain.step_ms:.2f} ({h.gain.speedup:.2f}x)" if h.gain else "not bounded"
+
+
 def score(diagnosis: Diagnosis, cause: str) -> Score:
     ranked = causes(diagnosis)
     top = ranked[0].rule if ranked else None
+    others = [h for h in ranked if h.rule != cause]
+    runner_up = f"{others[0].rule} ({others[0].grade.value if others[0].grade else '-'}, {gain_text(others[0])})" if others else "-"
     for i, h in enumerate(ranked, 1):
         if h.rule == cause:
-            gain = f"{h.gain.removable_ms:.2f} ms of {h.gain.step_ms:.2f} ({h.gain.speedup:.2f}x)" if h.gain else "not bounded"
-            return Score(i, h.grade.value if h.grade else None, gain, top)
-    return Score(None, None, "-", top)
+            return Score(i, h.grade.value if h.grade else None, gain_text(h), top, runner_up)
+    return Score(None, None, "-", top, runner_up)
 
 
 def measured_above_noise(diagnosis: Diagnosis) -> list[str]:

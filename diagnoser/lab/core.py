@@ -55,7 +55,11 @@ class EngineCore:
         if not self.conn.poll(READY_TIMEOUT_S):
             self.process.kill()
             raise RuntimeError("the engine core did not start")
-        kind, payload = self.conn.recv()
+        try:
+            kind, payload = self.conn.recv()
+        except EOFError:
+            self.process.join(STOP_TIMEOUT_S)
+            kind, payload = "failed", f"it exited with code {self.process.exitcode}"
         if kind != "ready":
             self.process.join(STOP_TIMEOUT_S)
             raise RuntimeError(f"the engine core failed to start: {payload}")
@@ -99,8 +103,9 @@ class EngineCore:
 
     def profile(self, command: str, path: Path | None = None, timeout_s: float = 120.0) -> list[Path]:
         """``start`` or ``stop`` the profiler between two steps; the traces a stop wrote. Blocks."""
-        reply = self.replies[next_id := next(self.reply_ids)] = (threading.Event(), [])
-        self._send(("profile", next_id, command, path))
+        reply_id = next(self.reply_ids)
+        reply = self.replies[reply_id] = (threading.Event(), [])
+        self._send(("profile", reply_id, command, path))
         if not reply[0].wait(timeout_s):
             raise TimeoutError("the engine core did not answer the profiler command")
         result = reply[1][0]
