@@ -50,7 +50,7 @@ def main() -> int:
                 noisy = measured_above_noise(result)
                 rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", score(result, "").runner_up, took))
                 continue
-            s = score(result, FAULTS[name].cause)
+            s = score(result, FAULTS[name].cause, FAULTS[name].names)
             rank = str(s.rank) if s.rank else f"not named (first: {s.top})"
             if s.rank and s.rank > 1:
                 rank += f" (first: {s.top})"

@@ -43,3 +43,20 @@ def test_exercise_draws_the_forms_the_device_has_and_scores():
     fault = FAULTS["kv-gather"]
     assert verdict(fault, "long-context-slowdown")[0] and not verdict(fault, "none")[0]
     assert verdict(FAULTS["none"], "")[0]
+
+
+@pytest.mark.parametrize(("late", "named"), [(1, True), (0, False)])
+def test_a_late_rank_finding_names_the_straggler_only_when_it_blames_its_rank(late, named):
+    """The straggler slows rank 1: a late-rank finding that points at rank 0 is another imbalance."""
+    from diagnoser.engine import diagnose, load_rulebook
+    from diagnoser.lab.case import score
+    from diagnoser.models.case import Case
+
+    case = Case.model_validate({"observations": {
+        "budget": {"step_ms": 10, "device_ms": 6, "exposed_comm_ms": 3.5, "launch_ms": 0.3, "host_ms": 0.2},
+        "collectives": [{"op": "all_reduce", "interval_ms": 3.5, "wait_ms": 2.5, "transfer_ms": 1.0, "late_rank": late}],
+    }})
+    fault = FAULTS["straggler"]
+    s = score(diagnose(case, load_rulebook()), fault.cause, fault.names)
+    assert (s.rank == 1) is named
+    assert (s.rank is None) is not named and s.top == "late-rank"

@@ -68,7 +68,7 @@ def test_the_case_comes_from_the_server(measured):
 
 @pytest.mark.parametrize("name", FAULTY)
 def test_the_true_cause_ranks_first(name, book, measured):
-    s = score(diagnosed(name, book, measured), FAULTS[name].cause)
+    s = score(diagnosed(name, book, measured), FAULTS[name].cause, FAULTS[name].names)
     assert s.rank == 1, f"{name}: {FAULTS[name].cause} ranked {s.rank} ({s.gain}; first: {s.top}; next: {s.runner_up})"
     assert s.grade == "measured"
 

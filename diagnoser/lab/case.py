@@ -2,7 +2,7 @@
 
     measure(url) -> Case      client probe, context sweep, a stream under a long prompt,
                               one profiled stream, /metrics, /server_info
-    score(diagnosis, cause) -> Score
+    score(diagnosis, cause, names) -> Score   where the true cause ranks, and what led it
 
 Nothing here knows which fault is on: every figure is read from the server over HTTP (the
 stream's chunk times and server stamps, a profile fetched through ``/start_profile``, the
@@ -178,13 +178,16 @@ def gain_text(h) -> str:
     return f"{h.gain.removable_ms:.2f} ms of {h.gain.step_ms:.2f} ({h.gain.speedup:.2f}x)" if h.gain else "not bounded"
 
 
-def score(diagnosis: Diagnosis, cause: str) -> Score:
+def score(diagnosis: Diagnosis, cause: str, names: tuple[tuple[str, object], ...] = ()) -> Score:
+    """Where ``cause`` ranks among the causes; with ``names``, only a firing whose evidence carries
+    those values counts (a late-rank finding that blames the wrong rank does not name the fault)."""
     ranked = causes(diagnosis)
     top = ranked[0].rule if ranked else None
     others = [h for h in ranked if h.rule != cause]
     runner_up = f"{others[0].rule} ({others[0].grade.value if others[0].grade else '-'}, {gain_text(others[0])})" if others else "-"
     for i, h in enumerate(ranked, 1):
-        if h.rule == cause:
+        carried = {e.name: e.value for e in h.evidence}
+        if h.rule == cause and all(carried.get(name) == value for name, value in names):
             return Score(i, h.grade.value if h.grade else None, gain_text(h), top, runner_up)
     return Score(None, None, "-", top, runner_up)
 

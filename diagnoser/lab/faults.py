@@ -23,6 +23,8 @@ class Fault:
     cause: str  # the rule id of the true cause
     what: str
     devices: tuple[str, ...] = CPU_AND_GPU  # where its mechanism exists (the GPU-only ones, and why, below)
+    # evidence the true cause must carry besides its id (name -> value): which rank is late, say
+    names: tuple[tuple[str, object], ...] = ()
 
     def has_form(self, device: str) -> bool:
         return device in self.devices
@@ -73,8 +75,9 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault(
             "straggler", "late-rank",
-            "tensor parallel over two processes (gloo); rank 1 computes its shard over a batch padded to 1024 rows "
-            "before every all-reduce, so rank 0 waits at each collective",
+            "tensor parallel over two processes (gloo; NCCL on two GPUs); rank 1 computes its shard over a padded "
+            "batch (1024 rows on gloo) before every all-reduce, so rank 0 waits at each collective",
+            names=(("collectives[all_reduce].late_rank", 1),),
         ),
         Fault(
             "kv-gather", "long-context-slowdown",
