@@ -27,16 +27,15 @@ pyver=$("$WORK/venv/bin/python3" -c 'import sys; print(f"{sys.version_info[0]}.{
   -d "$WORK/tree/.whl" pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection orjson 2>/dev/null
 (cd "$WORK/tree" && PATH="$WORK/venv/bin:$PATH" OUT="$WORK/out" bash bench/device_check.sh > /dev/null 2>&1) || true
 
-"$WORK/venv/bin/python3" - "$WORK/out" <<'EOF'
+"$WORK/venv/bin/python3" - "$WORK/out" "$REPO/bench" <<'EOF'
 import json, re, sys
 from pathlib import Path
 
+sys.path.insert(0, sys.argv[2])
+from device_limits import files_and_problems
+
 out = Path(sys.argv[1])
-files = sorted(p for p in out.rglob("*") if p.is_file())
-problems = []
-if len(files) > 8:
-    problems.append(f"{len(files)} files in OUT; the device tool brings back 8: {[p.name for p in files]}")
-problems += [f"name the device tool refuses: {p.name}" for p in files if not re.fullmatch(r"[A-Za-z0-9._-]+", p.name)]
+files, problems = files_and_problems(out)
 reports = [p for p in files if p.suffix == ".json" and not p.name.startswith("analyze_")]
 if not reports:
     problems.append("no probe report written")

@@ -33,17 +33,15 @@ began=$SECONDS
 (cd "$WORK/tree" && PATH="$WORK/venv/bin:$PATH" OUT="$WORK/out" SITE="$WORK/site" bash bench/lab_device_check.sh --device cpu > /dev/null 2>&1) || true
 echo "the check ran $((SECONDS - began)) s"
 
-"$WORK/venv/bin/python3" - "$WORK/out" <<'EOF'
+"$WORK/venv/bin/python3" - "$WORK/out" "$REPO/bench" <<'EOF'
 import json, re, sys
 from pathlib import Path
 
+sys.path.insert(0, sys.argv[2])
+from device_limits import files_and_problems
+
 out = Path(sys.argv[1])
-files = sorted(p for p in out.rglob("*") if p.is_file())
-problems = []
-if len(files) > 8:
-    problems.append(f"{len(files)} files in OUT; the device tool brings back 8: {[p.name for p in files]}")
-problems += [f"name the device tool refuses: {p.name}" for p in files if not re.fullmatch(r"[A-Za-z0-9._-]+", p.name)]
-problems += [f"{p.name}: over 16 MiB" for p in files if p.stat().st_size > 16 * 2**20]
+files, problems = files_and_problems(out)
 log = out / "lab_device_check.log"
 print("\n".join(line for line in log.read_text().splitlines() if line.startswith("==")) if log.exists() else "no log")
 results = [p for p in files if re.fullmatch(r"\d{4}-\d\d-\d\d-lab-.+\.json", p.name)]
