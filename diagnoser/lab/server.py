@@ -1,6 +1,8 @@
 """The lab's HTTP server: OpenAI-compatible streaming completions, Prometheus metrics, profiling.
 
-Served by FastAPI on uvicorn, as vLLM's API server is. Routes:
+Served by FastAPI on uvicorn, as vLLM's API server is; the model runs in the engine core's own
+process (``core.py``), and this process encodes prompts, detokenizes, writes the SSE and keeps
+the metrics from the core's per-step outputs. Routes:
 
 * ``GET /health``, ``GET /v1/models``;
 * ``POST /v1/completions`` and ``POST /v1/chat/completions``, ``stream`` true or false; with
