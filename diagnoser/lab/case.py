@@ -50,7 +50,7 @@ INTERFERENCE_TOKENS = 64
 LONG_PROMPT = 2048
 LONG_PROMPT_AFTER_S = 0.15
 # A measured gain under 15 % of the step is within the lab's run-to-run noise on a shared 2-core
-# box: five healthy servers, measured afresh, claimed 0-11 % of the step for host overhead (the
+# box: eleven healthy servers, measured afresh, claimed 0-12 % of the step for host overhead (the
 # eager loop's per-op Python dispatch, less the profiler's cost, both measured); every fault's
 # true cause claims over 20 %.
 NOISE_SHARE = 0.15
