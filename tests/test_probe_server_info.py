@@ -60,7 +60,7 @@ def test_the_lab_publishes_its_graph_setting(fault, device, graphs, max_batch):
     from diagnoser.lab.served import model_config, server_info
 
     faults = frozenset() if fault == "none" else frozenset({fault})
-    info = server_info(faults, model_config(faults, 32768, device))
+    info = server_info(faults, model_config(faults, 32768), device)
     assert ("enforce_eager" in info["model_config"]) == (device == "cuda")  # a CPU has no graphs to turn off
     s = settings_from_info(info)
     assert (s.cuda_graphs, s.cuda_graph_max_batch) == (graphs, max_batch)

@@ -234,7 +234,8 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
 
     def key(h: Hypothesis) -> tuple:
         own = keys[id(h)]
-        explained = [keys[id(p)] for r in (h.parent, *h.refines) if r and explains_parent(h, p := best.get(r))]
+        broader = [best.get(r) for r in (h.parent, *h.refines) if r]
+        explained = [keys[id(b)] for b in broader if explains_parent(h, b)]
         if not explained:
             return own
         return (*min(explained)[:STANDING], -1, *own[STANDING:])

@@ -138,7 +138,7 @@ def run_core(conn: Connection, faults: frozenset[str], device: str, vocab: int) 
     from diagnoser.lab.engine import Engine, Request
 
     try:
-        cfg = model_config(faults, vocab, device)
+        cfg = model_config(faults, vocab)
         tp = None
         if "straggler" in faults:
             from diagnoser.lab.straggler import TensorParallel

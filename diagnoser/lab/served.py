@@ -1,10 +1,10 @@
 """What the lab deploys for a set of faults: the model's shape, its tokenizer, and the settings it publishes.
 
-    model_config(faults, vocab, device) -> ModelConfig
+    model_config(faults, vocab) -> ModelConfig
     tokenizer_for(faults, vocab) -> Tokenizer
     decode_path(faults, device) -> str        how a step of single-token decodes runs
     capture_sizes(max_seqs) -> tuple          batch sizes a decode graph is captured for
-    server_info(faults, cfg) -> dict          vLLM's /server_info sections
+    server_info(faults, cfg, device) -> dict  vLLM's /server_info sections
 
 Both processes need these (the API server to encode prompts, size requests and answer
 ``/server_info``; the engine core to build the model), and the API server never imports
@@ -48,7 +48,6 @@ class ModelConfig:
     gather_per_block: bool = False
     per_expert_loop: bool = False
     seed: int = 0
-    enforce_eager: bool | None = None  # vLLM's name: decode steps are not replayed from CUDA graphs; None: no graphs exist (CPU)
 
 
 def decode_path(faults: frozenset[str], device: str) -> str:
@@ -75,7 +74,7 @@ def capture_sizes(max_seqs: int) -> tuple[int, ...]:
     return tuple(sizes + [max_seqs]) if max_seqs > 1 else (1,)
 
 
-def model_config(faults: frozenset[str], vocab: int, device: str) -> ModelConfig:
+def model_config(faults: frozenset[str], vocab: int) -> ModelConfig:
     small = "small-experts" in faults
     return ModelConfig(
         vocab=vocab,
@@ -84,7 +83,6 @@ def model_config(faults: frozenset[str], vocab: int, device: str) -> ModelConfig
         expert_hidden=64 if small else 256,
         per_expert_loop=small,
         gather_per_block="kv-gather" in faults,
-        enforce_eager=None if device != "cuda" else decode_path(faults, device) != "graph",
     )
 
 
@@ -93,7 +91,7 @@ def tokenizer_for(faults: frozenset[str], vocab: int) -> Tokenizer:
     return Tokenizer(vocab, reserved=max((RESERVED_TOKENS.get(f, 0) for f in faults), default=0))
 
 
-def server_info(faults: frozenset[str], cfg: ModelConfig) -> dict:
+def server_info(faults: frozenset[str], cfg: ModelConfig, device: str) -> dict:
     """The settings a deployment would show (vLLM's /server_info names): what an engineer reads
     from flags and generation config, not which fault is on."""
     sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -106,9 +104,9 @@ def server_info(faults: frozenset[str], cfg: ModelConfig) -> dict:
     slow = "detok-inline" in faults  # the slow (pure-Python) tokenizer, as --tokenizer-mode slow
     model = {"max_model_len": cfg.max_context, "vocab_size": cfg.vocab, "tokenizer_mode": "slow" if slow else "auto"}
     info: dict = {"engine": "diagnoser-lab", "model_config": model}
-    if cfg.enforce_eager is not None:  # a CPU server has no graphs to turn on or off, so it says nothing of them
-        model["enforce_eager"] = cfg.enforce_eager
-        if not cfg.enforce_eager:
+    if device == "cuda":  # a CPU server has no graphs to turn on or off, so it says nothing of them
+        model["enforce_eager"] = eager = decode_path(faults, device) != "graph"  # vLLM's name: no graph replay
+        if not eager:
             info["compilation_config"] = {"cudagraph_capture_sizes": list(capture_sizes(cfg.max_seqs))}
     return info | {
         "scheduler_config": {

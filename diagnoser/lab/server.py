@@ -109,7 +109,6 @@ class Job:
     ignore_eos: bool
     queue: asyncio.Queue
     arrival: float = field(default_factory=time.perf_counter)  # perf_counter: the core stamps on the same clock
-    scheduled: float | None = None
     first_token: float | None = None
     last_token: float | None = None
 
@@ -144,7 +143,7 @@ class Requests:
             if job is None:
                 continue
             if job.first_token is None:
-                job.first_token, job.scheduled = at, scheduled
+                job.first_token = at
                 m.ttft.observe(at - job.arrival)
                 if scheduled is not None:
                     m.queue_time.observe(scheduled - job.arrival)
@@ -205,7 +204,7 @@ def create_app(config: LabConfig) -> FastAPI:
 
     @app.get("/server_info")
     async def server_info() -> dict:
-        return published_settings(config.faults, state["core"].cfg)
+        return published_settings(config.faults, state["core"].cfg, config.device)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
