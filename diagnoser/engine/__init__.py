@@ -34,6 +34,7 @@ from diagnoser.engine.facts import (
     Server,
     Shares,
     Speculation,
+    StepMix,
     Stream,
 )
 from diagnoser.engine.loader import Rulebook, load_rulebook
@@ -56,7 +57,7 @@ __all__ = [
     "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ContextSweep",
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation", "Expectation", "HostCostFact", "Memory", "Metrics", "ObservedStep", "Platform", "Routing",
-    "RunDiff", "Shares", "Stream",
+    "RunDiff", "Shares", "StepMix", "Stream",
     "Check", "Finding", "Grade", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
     "diagnose", "ev", "load_rulebook", "load_specs", "rule", "undo",
 ]

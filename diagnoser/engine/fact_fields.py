@@ -29,6 +29,7 @@ from diagnoser.models.observations import (
     ServerConfig,
     SpeculationObs,
     StepBudget,
+    StepMixObs,
 )
 from diagnoser.models.runtime import HostCost, MemoryObs, PlatformObs, RoutingObs, StreamObs
 from diagnoser.models.serving import Expected, Percentiles, ServingMetrics
@@ -148,6 +149,7 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
         f.Memory: _model_fields(MemoryObs),
         f.Platform: _model_fields(PlatformObs),
         f.Stream: _model_fields(StreamObs),
+        f.StepMix: _model_fields(StepMixObs),
         f.Shares: _model_fields(BudgetShares),
         f.ObservedStep: _derived(ms=("ms", "the pinned observation as a step"), boundary=("", "where it was read")),
         f.Holds: _derived(rule=("", "a cause that concluded"), cap_ms=("ms", "the most a refinement may claim"),
@@ -164,7 +166,7 @@ SECTION = {
     "QuotedBound": "bound_inputs", "Layout": "workload.layout", "KernelSum": "kernel_sum_across_ranks",
     "ClaimedStep": "claimed_step", "BoundaryPair": "boundaries", "Claim": "claims", "Metrics": "metrics",
     "Expectation": "expected", "RunDiff": "runs", "HostCostFact": "host_costs", "Routing": "routing",
-    "Memory": "memory", "Platform": "platform", "Stream": "stream", "Shares": "budget_shares",
+    "Memory": "memory", "Platform": "platform", "Stream": "stream", "StepMix": "step_mix", "Shares": "budget_shares",
     "ObservedStep": "workload.observed", "Holds": "holds", "Unevaluable": "unevaluable",
 }
 

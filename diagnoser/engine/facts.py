@@ -140,6 +140,10 @@ class Stream(Fact):
     """Stream burstiness."""
 
 
+class StepMix(Fact):
+    """Decode-only, prefill and mixed steps of a trace."""
+
+
 class Shares(Fact):
     """A budget quoted only as shares of a step of unknown length."""
 
@@ -523,7 +527,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     facts += [_host_cost(c) for c in obs.host_costs]
     if obs.routing is not None:
         facts.append(_routing(obs.routing))
-    for fact_type, model in ((Memory, obs.memory), (Platform, obs.platform), (Stream, obs.stream)):
+    for fact_type, model in ((Memory, obs.memory), (Platform, obs.platform), (Stream, obs.stream), (StepMix, obs.step_mix)):
         if model is not None:
             facts.append(fact_type(**_fields(model)))
     if obs.budget_shares is not None and obs.budget is None:

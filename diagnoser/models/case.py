@@ -54,6 +54,11 @@ class Case(BaseModel):
     workload: Workload | None = Field(default=None, description="the pin: model, hardware, precision, context, batch, layout, observation")
     bound_inputs: BoundInputs | None = Field(default=None, description="a bound someone already computed, to be checked")
     observations: Observations = Field(default_factory=Observations, description="what traces, probes, metrics and reports established")
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=4096,
+        description="where each fact came from: a dotted field path (observations.server.max_num_seqs) -> endpoint, metric, file or flag",
+    )
 
     @field_validator("workload", mode="before")
     @classmethod

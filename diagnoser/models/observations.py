@@ -217,6 +217,9 @@ class SpeculationObs(_Obs):
     draft_length: int | None = Field(default=None, ge=1, description="k drafted tokens per cycle (when fixed)")
     drafted_per_cycle: float | None = Field(default=None, ge=0, description="measured drafted tokens per cycle (adaptive drafters)")
     acceptance: float | None = Field(default=None, ge=0, le=1, description="constant conditional acceptance a")
+    acceptance_rate: float | None = Field(
+        default=None, ge=0, le=1, description="accepted draft tokens / drafted tokens over a window (counters; not the conditional a)"
+    )
     mean_accepted_per_cycle: float | None = Field(default=None, ge=0, description="measured emitted tokens per cycle")
     draft_ms: float | None = Field(default=None, ge=0, description="time to draft k tokens per cycle")
     verify_ms: float | None = Field(default=None, ge=0, description="target-model verification time per cycle")
@@ -251,6 +254,19 @@ class ServerConfig(_Obs):
     async_scheduling: bool | None = Field(default=None, description="host scheduling overlaps the running step")
     max_context: int | None = Field(default=None, ge=1, description="configured maximum context length")
     max_num_seqs: int | None = Field(default=None, ge=1, description="most sequences the scheduler runs at once")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="most tokens the scheduler puts in one step, prefill chunks and decodes together"
+    )
+    long_prefill_token_threshold: int | None = Field(
+        default=None, ge=0, description="a prompt longer than this is prefilled at most this many tokens a step (0: no cap)"
+    )
+    torch_compile: bool | None = Field(
+        default=None, description="the model runs compiled (torch.compile/inductor); false: op by op in eager PyTorch"
+    )
+    structured_output_backend: str | None = Field(default=None, description="grammar engine for constrained decoding (xgrammar, guidance, outlines)")
+    kv_cache_tokens: int | None = Field(default=None, ge=1, description="tokens the allocated KV cache holds, all sequences together")
+    kv_cache_dtype: str | None = Field(default=None, description="storage format of the KV cache as configured (auto: the model's dtype)")
+    prefix_caching: bool | None = Field(default=None, description="automatic prefix caching is on")
     prefill_priority: bool | None = Field(default=None, description="prefill chunks are scheduled before any decode")
     tokenizer_fast: bool | None = Field(default=None, description="false when a slow (pure-Python) tokenizer is in use")
     multimodal: bool | None = Field(default=None, description="requests carry images, audio or video")
@@ -276,6 +292,19 @@ class Claim(str, Enum):  # claims is an open list: any other string is kept as w
     graphs_close_gap = "graphs_close_gap"
     fraction_is_normal = "fraction_is_normal"
     trace_rate_is_capacity = "trace_rate_is_capacity"
+
+
+class StepMixObs(_Obs):
+    """Engine steps told apart by what they held: decodes only, prefill only, or both (a long prompt
+    admitted between decodes). A decode stream pays a mixed step's extra time as one long gap."""
+
+    decode_steps: int = Field(default=0, ge=0, description="steps that only decoded")
+    prefill_steps: int = Field(default=0, ge=0, description="steps that only prefilled")
+    mixed_steps: int = Field(default=0, ge=0, description="steps that prefilled beside running decodes")
+    decode_step_ms: Positive | None = Field(default=None, description="median decode-only step")
+    mixed_step_ms: Positive | None = Field(default=None, description="median mixed step")
+    prefill_tokens_per_mixed_step: float | None = Field(default=None, ge=0, description="median prompt tokens a mixed step prefilled")
+    source: str = Field(default="", description="trace the steps were read from")
 
 
 class Observations(_Obs):
@@ -310,3 +339,4 @@ class Observations(_Obs):
     memory: MemoryObs | None = Field(default=None, description="KV usage, preemptions, offload")
     platform: PlatformObs | None = Field(default=None, description="build type, GPU architecture, device API, CPU threads")
     stream: StreamObs | None = Field(default=None, description="stalls and bursts a stream saw")
+    step_mix: StepMixObs | None = Field(default=None, description="decode-only, prefill and mixed steps in a trace")
