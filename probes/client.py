@@ -28,6 +28,7 @@ import httpx
 
 from diagnoser.errors import InputError
 from diagnoser.models.observations import BoundaryTimings, HostObs
+from diagnoser.models.runtime import StreamObs
 from diagnoser.models.probe_results import ClientFacts, LatencyStats
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
@@ -89,6 +90,11 @@ def run(ctx: ProbeContext) -> ClientFacts:
     with open_session(ctx, api) as (client, url, model), ThreadPoolExecutor(concurrency) as pool:
         body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, ctx.options)
         responses = list(pool.map(lambda _: stream_bounded(ctx, client, url, body), range(requests)))
+    return client_facts(responses, url, api, model, concurrency, max_tokens)
+
+
+def client_facts(responses: list[StreamedResponse], url: str, api: str, model: str, concurrency: int, max_tokens: int) -> ClientFacts:
+    """What the streams received, with vLLM bench serve's definitions (shared with ``diagnoser live``)."""
     metrics = [sm.request_metrics(r) for r in responses]
     per_chunk, source = mean_tokens_per_chunk(responses)
     tpot = sm.summary([m.tpot_ms for m in metrics if m.tpot_ms is not None])
@@ -96,7 +102,7 @@ def run(ctx: ProbeContext) -> ClientFacts:
         endpoint=url,
         api=api,
         model=model,
-        requests=requests,
+        requests=len(responses),
         concurrency=concurrency,
         max_tokens=max_tokens,
         definitions="vLLM bench serve: TTFT/E2EL to first/last choice event, ITL per chunk, TPOT=(E2EL-TTFT)/(tokens-1)",
@@ -123,16 +129,32 @@ def _p50(stats: LatencyStats | None) -> float | None:
     return _positive(stats.p50) if stats else None
 
 
+# A fifth of the gaps too short to be a step is not jitter: the client read chunks that waited for it
+# (a loaded host delays the reader; a proxy holds chunks), so its gaps are not token times.
+BURSTY_FRACTION = 0.2
+
+
+def is_bursty(facts: ClientFacts) -> bool:
+    return facts.bunching is not None and facts.bunching.bunched_fraction >= BURSTY_FRACTION
+
+
 def to_observations(facts: ClientFacts) -> dict[str, Any]:
-    """Boundary timings for the device/server/client comparison, and the ITL spike ratio."""
+    """Boundary timings for the device/server/client comparison, the ITL spike ratio, and the stream's bursts.
+
+    A bursty stream's median gap is a read pattern, not a token time: it is left out of the
+    per-token figures (the server's metrics or a trace give those) and said as a stream fact.
+    The worst gaps still are what the user waited, so the p99 stays.
+    """
     server = facts.server_timing
+    bursty = is_bursty(facts)
     itl_p50, itl_p99 = _p50(facts.itl_ms), _positive(facts.itl_ms.p99) if facts.itl_ms else None
+    typical = None if bursty else itl_p50
     updates: dict[str, Any] = {
         "boundaries": BoundaryTimings(
             device_step_ms=_positive(server.device_step_ms) if server else None,
             server_emission_ms=_positive(server.server_emission_ms) if server else None,
-            client_receipt_ms=(_positive(server.client_receipt_ms) if server else None) or itl_p50,
-            client_p50_ms=itl_p50,
+            client_receipt_ms=(_positive(server.client_receipt_ms) if server and not bursty else None) or typical,
+            client_p50_ms=typical,
             client_p99_ms=itl_p99,
             buffered_p99_ms=server.buffered_p99_ms if server else None,
             tokens_per_chunk=_positive(facts.tokens_per_chunk),
@@ -140,6 +162,12 @@ def to_observations(facts: ClientFacts) -> dict[str, Any]:
             itl_growth_ms_per_1k_output=facts.itl_growth_ms_per_1k_output,
         )
     }
-    if itl_p50 and itl_p99:
-        updates["host"] = HostObs(itl_spike_ratio=itl_p99 / itl_p50)
+    if typical and itl_p99:
+        updates["host"] = HostObs(itl_spike_ratio=itl_p99 / typical)
+    if facts.bunching is not None:
+        updates["stream"] = StreamObs(
+            bursty=bursty,
+            near_zero_gap_fraction=facts.bunching.bunched_fraction,
+            tokens_per_burst=facts.bunching.mean_burst_chunks * (facts.tokens_per_chunk or 1.0) if bursty else None,
+        )
     return updates
