@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("diagnoser.cli.probe_cmd:probe", "Measure device, bandwidth, kernels, graphs, collectives, client gaps."),
     "analyze": ("diagnoser.cli.analyze_cmd:analyze", "Turn profiler traces into a per-step critical-path budget."),
     "diagnose": ("diagnoser.cli.diagnose_cmd:diagnose", "Run the rule base over a case file and rank hypotheses."),
+    "live": ("diagnoser.cli.live_cmd:live", "Measure a running server (discover, load, profile) and diagnose it."),
     "whatif": ("diagnoser.cli.whatif_cmd:whatif", "Amdahl, speculation and batching calculators."),
     "tui": ("diagnoser.cli.tui_cmd:tui", "The guided session: from the pin to a decision, in the terminal."),
     "rules": ("diagnoser.cli.rules_cmd:rules", "List, show and test the rules."),

@@ -12,9 +12,10 @@ side rather than one silently winning.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
@@ -90,3 +91,26 @@ def apply_facts(case: Case, facts: SourcedFacts) -> Case:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InputError(f"{where}: {first['msg']} (from {facts.facts.get(where, Sourced(None, 'the case')).source})") from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def observation_facts(updates: dict[str, Any], source: str) -> SourcedFacts:
+    """Observation sections a probe or a trace produced (``{"budget": StepBudget(...)}``), field by
+    field, so each field carries ``source`` and one section can be filled from several sources."""
+    facts = SourcedFacts()
+    for key, value in updates.items():
+        if isinstance(value, BaseModel):
+            for name in value.model_fields_set:
+                facts.add(f"observations.{key}.{name}", _plain(getattr(value, name)), source)
+        elif value is not None and value != []:
+            facts.add(f"observations.{key}", _plain(value), source)
+    return facts

@@ -5,7 +5,7 @@
     with VllmServer(["--max-num-seqs", "1"]) as server:   # server.url, server.profile_dir, server.log
         ...
 
-vLLM lives in a virtual environment of its own (``scripts/install-real-vllm.sh``): its pins
+vLLM lives in a virtual environment of its own (``install.sh`` beside this file): its pins
 (torch, transformers, pydantic) must never reach diagnoser's. Nothing here downloads a model:
 the model is built from a config with seeded random weights, and the server runs offline.
 A server is a process group of its own (API server, engine core, worker); stopping it sends
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
-INSTALL_SCRIPT = ROOT / "scripts" / "install-real-vllm.sh"
+INSTALL_SCRIPT = Path(__file__).with_name("install.sh")
 BUILD_MODEL = Path(__file__).with_name("build_model.py")
 # Cold start with torch.compile takes about 175 s on a 2-core machine, 30-90 s with the compile cache warm.
 STARTUP_TIMEOUT_S = 420
@@ -55,7 +54,7 @@ def python_path(install: bool = True) -> Path:
     if given:
         return Path(given)
     if not install:
-        raise Unavailable("the real vLLM is not installed (bash scripts/install-real-vllm.sh)")
+        raise Unavailable("the real vLLM is not installed (bash diagnoser/real_vllm/install.sh)")
     with _locked("install"):
         done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:

@@ -2,8 +2,8 @@
 # Install the real vLLM (the CPU build from the registry) into a virtual environment of its own,
 # never into diagnoser's: its pins (torch, transformers, pydantic) must not reach ours.
 #
-#   bash scripts/install-real-vllm.sh            # prints the environment's python on the last line
-#   DIAGNOSER_VLLM_VENV=/path bash scripts/...   # somewhere else
+#   bash diagnoser/real_vllm/install.sh            # prints the environment's python on the last line
+#   DIAGNOSER_VLLM_VENV=/path bash diagnoser/real_vllm/install.sh   # somewhere else
 #
 # Idempotent: an environment that already imports vllm is kept (about 5 minutes and 3.5 GB otherwise).
 set -euo pipefail

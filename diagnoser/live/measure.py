@@ -1,0 +1,199 @@
+"""One live measurement, stage by stage, into a case whose every fact names its source.
+
+    measure(url, options, progress) -> Live     the case, and what could not be had and how to supply it
+
+The total time is bounded by ``options.duration_s``: the load gets what the other stages leave,
+and a stage that cannot run (no /metrics, no profiler) is named in ``missing`` with the way
+to supply what it would have given, never guessed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from diagnoser.errors import InputError
+from diagnoser.live import discover as disc
+from diagnoser.live.load import Shape, Window, run_load, scrape
+from diagnoser.live.profile import Profile, profile
+from diagnoser.live.prompts import WARM_UP_WORDS, fit, words
+from diagnoser.models.case import Case
+from diagnoser.models.serving import Run
+from diagnoser.readers.facts import SourcedFacts, apply_facts, observation_facts
+from diagnoser.probes.sse_client import request_body, stream
+
+# Bounds no option can lift: a live run is a guest on someone's server.
+MAX_REQUESTS = 256
+MAX_CONCURRENCY = 64
+MAX_TOKENS = 4096
+MAX_DURATION_S = 1800
+# The profiled load: short streams at the same concurrency, so the trace holds the load's steps.
+PROFILED_TOKENS = 48
+PROFILE_SETTLE_S = 120
+# Penalties and the like are measured both ways with alternating single streams (ABAB), so the
+# machine's drift falls on both sides; two pairs resolve the 1.5x a default penalty costs here.
+ABLATION_PAIRS = 2
+NEUTRAL_PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+
+
+@dataclass
+class Options:
+    duration_s: float = 180.0
+    concurrency: int = 4
+    requests: int = 16
+    max_tokens: int = 128
+    prompt_tokens: int = 64
+    model: str | None = None
+    profile: bool = True
+    profile_dir: Path | None = None
+    server_args: str | None = None
+    server_log: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # sampling fields or response_format sent with each request
+
+    def check(self) -> None:
+        for name, value, high in (("--requests", self.requests, MAX_REQUESTS), ("--concurrency", self.concurrency, MAX_CONCURRENCY),
+                                  ("--max-tokens", self.max_tokens, MAX_TOKENS), ("--prompt-tokens", self.prompt_tokens, 65536)):
+            if not 1 <= value <= high:
+                raise InputError(f"{name} must be 1..{high}, got {value}")
+        if not 10 <= self.duration_s <= MAX_DURATION_S:
+            raise InputError(f"--duration must be 10..{MAX_DURATION_S} s, got {self.duration_s:g}")
+
+
+@dataclass
+class Live:
+    case: Case
+    missing: list[str]
+    notes: list[str]
+
+
+def _warm_up(http: httpx.Client, url: str, model: str) -> float:
+    """One short request (a fresh server's first pays one-time costs); the tokens per word of its prompt."""
+    body = request_body("completions", model, words(WARM_UP_WORDS, 10_000), 8, {})
+    reply = stream(http, f"{url}/v1/completions", body, 120)
+    return (reply.prompt_tokens or WARM_UP_WORDS) / WARM_UP_WORDS
+
+
+def _per_token_ms(window: Window) -> float | None:
+    """Mean time per output token after the first over a window's streams (bursts average out)."""
+    from diagnoser.probes.serving_metrics import request_metrics
+
+    tpots = [m.tpot_ms for m in map(request_metrics, window.responses) if m.tpot_ms is not None]
+    return statistics.fmean(tpots) if tpots else None
+
+
+def _penalty_runs(url: str, model: str, shape: Shape, tokens_per_word: float, deadline: float) -> list[Run]:
+    """The server's default penalties against the same requests with the penalties neutral."""
+    sides: dict[bool, list[float]] = {True: [], False: []}
+    one = Shape(1, 1, shape.prompt_tokens, shape.max_tokens, shape.extra)
+    for i in range(ABLATION_PAIRS):
+        for default in (True, False):
+            extra = {**shape.extra, **({} if default else NEUTRAL_PENALTIES)}
+            window = run_load(url, model, Shape(1, 1, one.prompt_tokens, one.max_tokens, extra), tokens_per_word, deadline, seed=500 + i)
+            per_token = _per_token_ms(window)
+            if per_token is not None:
+                sides[default].append(per_token)
+    if not (sides[True] and sides[False]):
+        return []
+    return [
+        Run(name="server default (penalties on)", settings={"penalties": True}, baseline=True,
+            figures={"per_token_ms": statistics.fmean(sides[True])}, boundary="client_receipt"),
+        Run(name="penalties neutral in the request", settings={"penalties": False},
+            figures={"per_token_ms": statistics.fmean(sides[False])}, boundary="client_receipt"),
+    ]
+
+
+def measure(url: str, options: Options, progress: Callable[[str], None] = lambda _: None) -> Live:
+    options.check()
+    start = time.monotonic()
+    deadline = start + options.duration_s
+    facts, notes = SourcedFacts(), []
+    with httpx.Client(trust_env=False, timeout=30) as http:
+        progress("discover: /v1/models, /version, the configuration")
+        server = disc.discover(http, url, options.model)
+        facts.merge(server.facts)
+        if options.server_args:
+            from diagnoser.readers.server_args import from_command_line
+
+            facts.merge(from_command_line(options.server_args))
+        if options.server_log:
+            from diagnoser.readers.server_args import from_server_log
+
+            facts.merge(from_server_log(options.server_log))
+        progress("warm-up: one short request")
+        tokens_per_word = _warm_up(http, url, server.model)
+    prompt_tokens, max_tokens = fit(options.prompt_tokens, options.max_tokens, server.max_model_len)
+    shape = Shape(options.requests, options.concurrency, prompt_tokens, max_tokens, options.extra)
+
+    # the load gets the time the later stages do not need; a profile and an ablation take a fraction each
+    load_deadline = start + 0.5 * options.duration_s
+    progress(f"load: {shape.requests} streams of {max_tokens} tokens, {shape.concurrency} at a time")
+    window = run_load(url, server.model, shape, tokens_per_word, load_deadline)
+    if not window.responses:
+        raise InputError(f"{url}: no stream completed under load" + (f": {window.failed[0]}" if window.failed else ""))
+    from diagnoser.probes import client
+
+    client_obs = client.to_observations(client.client_facts(window.responses, f"{url}/v1/completions", "completions",
+                                                           server.model, shape.concurrency, max_tokens))
+    facts.merge(observation_facts(client_obs, f"client: {len(window.responses)} streams at concurrency {shape.concurrency}"))
+    facts.add("observations.metrics.concurrency", shape.concurrency, "client: requests in flight")
+    if window.before and window.after:
+        from diagnoser.readers.serving_metrics import from_window
+
+        facts.merge(from_window(window.before, window.after, window.gauges, window.duration_s))
+    else:
+        facts.missing.append("/metrics: no serving metrics (engine-side TTFT, ITL, queue time); expose /metrics or import a scrape")
+
+    if facts.value("observations.server.penalties") or facts.value("observations.server.repetition_penalty"):
+        progress("ablate: the server's default penalties, on and neutral, two pairs")
+        runs = _penalty_runs(url, server.model, shape, tokens_per_word, start + 0.7 * options.duration_s)
+        if runs:
+            facts.add("observations.runs", [r.model_dump(mode="json", exclude_none=True) for r in runs],
+                      "client: the same request with the server's default penalties and with them neutral, alternating")
+
+    if options.profile:
+        folder = options.profile_dir or server.profile_dir
+        profiled_shape = Shape(shape.concurrency, shape.concurrency, prompt_tokens, min(max_tokens, PROFILED_TOKENS), options.extra)
+        progress("profile: the same load twice, without and with the profiler")
+        twin = run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900)
+        found: Profile = profile(url, folder, lambda: run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900),
+                                 max(10.0, min(PROFILE_SETTLE_S, deadline - time.monotonic())))
+        if found.traces:
+            progress(f"analyze: {len(found.traces)} trace file(s)")
+            facts.merge(_trace_facts(found.traces, twin))
+        else:
+            facts.missing.append(f"profile: {found.note}")
+    case = apply_facts(Case(title=f"live: {server.model} at {url}"), facts)
+    return Live(case=case, missing=facts.missing, notes=notes + [f"{c.path}: {c.kept.value!r} ({c.kept.source}) against "
+                                                                 f"{c.other.value!r} ({c.other.source})" for c in facts.conflicts])
+
+
+def _trace_facts(traces: list[Path], twin: Window) -> SourcedFacts:
+    """The trace's budget, with the same load's engine inter-token time without the profiler as the
+    unprofiled step (what the profiler added lands in the host part and must not be claimed)."""
+    from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.facts import to_observations
+    from diagnoser.trace.kineto import read_kineto_many
+
+    found = to_observations(analyze_traces(read_kineto_many(traces)))
+    updates = {k: getattr(found, k) for k in found.model_fields_set}
+    unprofiled = _engine_itl_ms(twin)
+    if found.budget is not None and unprofiled is not None:
+        updates["budget"] = found.budget.model_copy(update={"unprofiled_step_ms": unprofiled})
+    names = ", ".join(p.name for p in traces)
+    return observation_facts(updates, f"trace: {names}")
+
+
+def _engine_itl_ms(window: Window) -> float | None:
+    if not (window.before and window.after):
+        return None
+    from diagnoser.readers.serving_metrics import from_window
+
+    twin = from_window(window.before, window.after, window.gauges, window.duration_s)
+    itl = twin.value("observations.metrics.itl_ms")
+    return itl.get("mean") if isinstance(itl, dict) else None
