@@ -1,0 +1,77 @@
+"""``diagnoser live`` against the real vLLM (CPU build, tiny local model), one real fault at a time.
+
+    python bench/bench_live.py [FAULT ...] [--cases DIR] [--duration S]
+
+For each fault (``diagnoser.real_vllm.faults``) a real vLLM server starts with that fault's flags,
+its background traffic (if any) runs beside the measurement, ``diagnoser live`` measures the server
+over HTTP and its profiler folder, and the diagnosis runs with the bundled rules. The table says
+where the true cause ranked among the causes, its grade and bounded gain, the best-ranked other
+cause, and how long the round took (server start-up included). For ``none`` the rank column lists
+any cause graded measured above the noise share instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from diagnoser.engine import diagnose, load_rulebook
+from diagnoser.lab.case import measured_above_noise, score
+from diagnoser.live.measure import Options, measure
+from diagnoser.probes.to_case import write_case
+from diagnoser.real_vllm import VllmServer
+from diagnoser.real_vllm.faults import FAULTS, background
+
+
+def run_fault(name: str, duration_s: float, progress=lambda line: None):
+    """(case, diagnosis, missing) for one fault on a fresh real server."""
+    fault = FAULTS[name]
+    options = {"duration_s": duration_s, "requests": 8, "concurrency": 4, "max_tokens": 64, **fault.live}
+    with VllmServer(fault.flags) as server, background(fault, server.url):
+        found = measure(server.url, Options(**options), progress)
+    return found.case, diagnose(found.case, load_rulebook()), found.missing
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("faults", nargs="*", help=f"faults to run (default: all of {', '.join(FAULTS)})")
+    parser.add_argument("--cases", type=Path, help="also write each measured case here, as FAULT.yaml")
+    parser.add_argument("--duration", type=float, default=90.0, help="seconds each live measurement may take")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each stage as it runs")
+    args = parser.parse_args()
+    unknown = [n for n in args.faults if n not in FAULTS]
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)} (known: {', '.join(FAULTS)})")
+    rows = []
+    for name in args.faults or list(FAULTS):
+        start = time.perf_counter()
+        progress = (lambda line: print(f"  {name}: {line}", file=sys.stderr)) if args.verbose else (lambda line: None)
+        case, result, _ = run_fault(name, args.duration, progress)
+        took = time.perf_counter() - start
+        if args.cases:
+            args.cases.mkdir(parents=True, exist_ok=True)
+            write_case(args.cases / f"{name}.yaml", case)
+        cause = FAULTS[name].cause
+        if cause is None:
+            noisy = measured_above_noise(result)
+            rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", score(result, "").runner_up, took))
+            continue
+        s = score(result, cause)
+        rank = str(s.rank) if s.rank else f"not named (first: {s.top})"
+        if s.rank and s.rank > 1:
+            rank += f" (first: {s.top})"
+        rows.append((name, cause, rank, s.grade or "-", s.gain, s.runner_up, took))
+        print(f"{name}: {rank}", file=sys.stderr)
+    header = ("fault", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row[:-1]) + f" | {row[-1]:.0f} s |")
+    failed = [r[0] for r in rows if r[1] != "-" and not r[2].startswith("1")] + [r[0] for r in rows if r[1] == "-" and not r[2].startswith("no ")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

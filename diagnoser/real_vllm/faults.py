@@ -1,0 +1,99 @@
+"""Faults made on the real vLLM by real means: its own flags, its default generation config, and
+the traffic beside the measurement. Each names the cause a diagnosis should put first.
+
+    FAULTS["max-num-seqs-1"].flags       vLLM flags the server starts with
+    with background(fault, url): ...     the other traffic the fault needs, bounded and stopped on exit
+
+A fault is the server's configuration or its traffic, never a patch to vLLM: the same flag on a
+production server does the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import httpx
+
+# The real CPU-build penalties seen in the field: repetition 1.2 and frequency/presence 0.5 as the default.
+PENALTIES = {"repetition_penalty": 1.2, "frequency_penalty": 0.5, "presence_penalty": 0.5}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+BACKGROUND_MAX_REQUESTS = 200
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Requests sent beside the measurement, one after another, ``pause_s`` apart."""
+
+    prompt: str | list[int]
+    max_tokens: int
+    pause_s: float
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    cause: str | None  # the rule that should rank first; None for the healthy server
+    how: str
+    flags: tuple[str, ...] = ()
+    traffic: Traffic | None = None
+    live: dict = field(default_factory=dict)  # live options the fault needs (more streams than it admits)
+
+
+def _repeated_phrase() -> str:
+    """A prompt whose last words occur earlier in it: the n-gram drafter proposes what followed them,
+    which a model continuing in its own way rejects (short outputs end before it settles into a loop)."""
+    return " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+
+
+FAULTS = {
+    f.name: f
+    for f in (
+        Fault("none", None, "the server as vLLM starts it"),
+        Fault("max-num-seqs-1", "admission-queueing", "--max-num-seqs 1 while the load keeps 4 streams in flight",
+              ("--max-num-seqs", "1"), live={"concurrency": 4}),
+        Fault("default-penalties", "default-penalties", "repetition 1.2, frequency and presence 0.5 as the default generation config",
+              ("--override-generation-config", json.dumps(PENALTIES))),
+        Fault("ngram-low-acceptance", "speculation-low-acceptance",
+              "n-gram speculation, 8 draft tokens, beside traffic whose drafts the model rejects",
+              ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase(), 8, 0.05)),
+        Fault("long-prompts", "prefill-stalls", "2000-token prompts arriving while the streams decode",
+              traffic=Traffic(list(range(1000, 3000)), 1, 0.5)),
+        Fault("enforce-eager", "compile-off", "--enforce-eager: no torch.compile (and no graphs where a GPU would capture them)",
+              ("--enforce-eager",)),
+    )
+}
+
+
+@contextmanager
+def background(fault: Fault, url: str, model: str = "tiny") -> Iterator[None]:
+    """The fault's other traffic, in a thread, until the block ends (at most BACKGROUND_MAX_REQUESTS)."""
+    if fault.traffic is None:
+        yield
+        return
+    stop = threading.Event()
+    traffic = fault.traffic
+
+    def send() -> None:
+        body = {"model": model, "prompt": traffic.prompt, "max_tokens": traffic.max_tokens, "temperature": 0.0}
+        with httpx.Client(trust_env=False, timeout=120) as http:
+            for _ in range(BACKGROUND_MAX_REQUESTS):
+                if stop.is_set():
+                    return
+                try:
+                    http.post(f"{url}/v1/completions", json=body)
+                except httpx.HTTPError:
+                    pass  # the server being stopped under it
+                if stop.wait(traffic.pause_s):
+                    return
+
+    thread = threading.Thread(target=send, name=f"{fault.name}-traffic", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=130)
