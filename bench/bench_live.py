@@ -17,21 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from diagnoser.engine import diagnose, load_rulebook
 from diagnoser.lab.case import measured_above_noise, score
-from diagnoser.live.measure import Options, measure
 from diagnoser.probes.to_case import write_case
-from diagnoser.real_vllm import VllmServer
-from diagnoser.real_vllm.faults import FAULTS, background
-
-
-def run_fault(name: str, duration_s: float, progress=lambda line: None):
-    """(case, diagnosis, missing) for one fault on a fresh real server."""
-    fault = FAULTS[name]
-    options = {"duration_s": duration_s, "requests": 8, "concurrency": 4, "max_tokens": 64, **fault.live}
-    with VllmServer(fault.flags) as server, background(fault, server.url):
-        found = measure(server.url, Options(**options), progress)
-    return found.case, diagnose(found.case, load_rulebook()), found.missing
+from diagnoser.real_vllm.faults import FAULTS, run_fault
 
 
 def main() -> int:
@@ -48,7 +36,8 @@ def main() -> int:
     for name in args.faults or list(FAULTS):
         start = time.perf_counter()
         progress = (lambda line: print(f"  {name}: {line}", file=sys.stderr)) if args.verbose else (lambda line: None)
-        case, result, _ = run_fault(name, args.duration, progress)
+        found, result = run_fault(name, args.duration, progress)
+        case = found.case
         took = time.perf_counter() - start
         if args.cases:
             args.cases.mkdir(parents=True, exist_ok=True)

@@ -97,3 +97,16 @@ def background(fault: Fault, url: str, model: str = "tiny") -> Iterator[None]:
     finally:
         stop.set()
         thread.join(timeout=130)
+
+
+def run_fault(name: str, duration_s: float = 90.0, progress=lambda line: None, **live_options):
+    """``diagnoser live`` on a fresh real server with ``name``'s fault: (the Live result, its diagnosis)."""
+    from diagnoser.engine import diagnose, load_rulebook
+    from diagnoser.live.measure import Options, measure
+    from diagnoser.real_vllm import VllmServer
+
+    fault = FAULTS[name]
+    options = {"duration_s": duration_s, "requests": 8, "concurrency": 4, "max_tokens": 64, **fault.live, **live_options}
+    with VllmServer(fault.flags) as server, background(fault, server.url):
+        found = measure(server.url, Options(**options), progress)
+    return found, diagnose(found.case, load_rulebook())

@@ -1,0 +1,53 @@
+"""``diagnoser live`` against the real vLLM (CPU build, tiny local model), each real fault on a fresh server.
+
+Marked ``real_vllm``: the first use installs vLLM in its own environment (``diagnoser/real_vllm/install.sh``)
+and builds the tiny model; ``.ci/run`` runs them. Each test starts and stops its own server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnoser.lab.case import measured_above_noise, score
+from diagnoser.real_vllm.faults import FAULTS, run_fault
+
+pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
+
+
+def leaves(tree: dict, prefix: str = "") -> set[str]:
+    """Dotted paths of every value in a dumped case section (a list counts as one value)."""
+    out = set()
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        out |= leaves(value, path + ".") if isinstance(value, dict) and value else {path}
+    return out
+
+
+def covered(path: str, sources: dict[str, str]) -> bool:
+    return any(path == s or path.startswith(s + ".") for s in sources)
+
+
+def test_healthy_server_shows_no_measured_cause_and_every_fact_names_its_source(tmp_path):
+    found, result = run_fault("none")
+    assert measured_above_noise(result) == []
+    case = found.case
+    assert case.observations.metrics is not None and case.observations.metrics.itl_ms is not None
+    assert case.observations.server.max_num_seqs is not None  # dev mode: /server_info was read
+    data = case.model_dump(mode="json", exclude_none=True, exclude_unset=True)
+    unsourced = [p for p in leaves(data.get("observations", {}), "observations.") if not covered(p, case.sources)]
+    assert unsourced == []
+    # the written case diagnoses to the same ranking
+    from diagnoser.engine import diagnose, load_rulebook
+    from diagnoser.models.case import load_case
+    from diagnoser.probes.to_case import write_case
+
+    write_case(tmp_path / "case.yaml", case)
+    again = diagnose(load_case(tmp_path / "case.yaml"), load_rulebook())
+    assert [h.rule for h in again.hypotheses] == [h.rule for h in result.hypotheses]
+
+
+@pytest.mark.parametrize("fault", ["max-num-seqs-1", "enforce-eager"])
+def test_real_fault_ranks_its_true_cause_first(fault):
+    found, result = run_fault(fault)
+    s = score(result, FAULTS[fault].cause)
+    assert s.rank == 1, f"{fault}: {FAULTS[fault].cause} ranked {s.rank}; first {s.top}; next {s.runner_up}; missing {found.missing}"
