@@ -77,7 +77,8 @@ def analyze(
 
     if case_in is not None:
         case_out = merged_case_path(case_in, "analyzed", case_out)
-    inputs = [*traces, *([case_in] if case_in is not None and case_in.exists() else [])]
+    case_existed = case_in is not None and case_in.exists()  # before the facts may create it
+    inputs = [*traces, *([case_in] if case_existed else [])]
     check_outputs([("--perfetto", perfetto_out), ("-o", output), ("--case-out", case_out)], inputs)
     case = _base_case(case_in, case_out)
 
@@ -89,7 +90,7 @@ def analyze(
     elif written:
         if case_out is not None:
             write_atomic(case_out, _case_text(case, case_out, observations))
-            kept = f" ({case_in} is unchanged)" if case_in is not None and case_in.exists() else ""
+            kept = f" ({case_in} is unchanged)" if case_existed else ""
             wrote(case_out, "the case with the trace facts", kept)
         if perfetto_out is not None:
             from diagnoser.trace.perfetto import perfetto_trace
@@ -141,6 +142,7 @@ def _case_text(case, path: Path, observations) -> str:
         "graph",
         "collectives",
         "host",
+        "step_mix",
         "kernel_sum_across_ranks_ms",
     )
     case = case.model_copy(
@@ -160,10 +162,13 @@ def _print_report(console, analysis, observations) -> None:
     if row is None:
         console.print("no step launched any device work: nothing to budget")
         return
+    which = "decode-only step" if analysis.decode_only else "step"
     console.print(
         f"[bold]{len(analysis.steps)} steps[/] ({analysis.method}) on ranks {analysis.ranks}; "
-        f"median step {analysis.median_step_ms:.3f} ms, spread (p90-p10) {analysis.step_spread_ms:.3f} ms"
+        f"median {which} {analysis.median_step_ms:.3f} ms, spread (p90-p10) {analysis.step_spread_ms:.3f} ms"
     )
+    if observations.step_mix is not None:
+        console.print(_step_mix_line(observations.step_mix, sum(s.kind == "empty" for s in analysis.steps)))
     console.print(f"[bold]Budget[/] of {row.step}, critical rank {row.rank}: {row.window_ns / 1e6:.3f} ms")
     waterfall = Table(show_header=True, header_style="bold")
     for name in ("part", "ms", "share", ""):
@@ -191,7 +196,8 @@ def _print_report(console, analysis, observations) -> None:
         f"kernel time summed over ranks and steps: {analysis.kernel_sum_across_ranks_ms:.3f} ms "
         "[italic](not elapsed time)[/]"
     )
-    kt = Table(title=f"Kernel classes, rank {row.rank}, all steps", header_style="bold")
+    steps = "decode-only steps" if analysis.decode_only else "all steps"
+    kt = Table(title=f"Kernel classes, rank {row.rank}, {steps}", header_style="bold")
     for name in (
         "class",
         "count/step",
@@ -236,6 +242,21 @@ def _print_report(console, analysis, observations) -> None:
         )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
+
+
+def _step_mix_line(mix, empty: int) -> str:
+    """The steps by what they held, since the budget above is of the decode-only ones alone."""
+    parts = []
+    if mix.decode_steps:
+        parts.append(f"{mix.decode_steps} decode-only (median {mix.decode_step_ms:.3g} ms)")
+    if mix.mixed_steps:
+        tokens = "" if mix.prefill_tokens_per_mixed_step is None else f", median {mix.prefill_tokens_per_mixed_step:g} prompt tokens"
+        parts.append(f"{mix.mixed_steps} mixed (median {mix.mixed_step_ms:.3g} ms{tokens})")
+    if mix.prefill_steps:
+        parts.append(f"{mix.prefill_steps} prefill")
+    if empty:
+        parts.append(f"{empty} empty")
+    return f"steps: {', '.join(parts)}"
 
 
 def _opt(value, spec: str = "g") -> str:

@@ -8,10 +8,13 @@ the first collective ends together on every rank, see ``ranks.py``); steps are m
 when names are unique (``ProfilerStep#551``), else by order. A synchronized step is limited by
 its slowest rank: ranks that wait for a late peer show the wait as communication, so the
 critical rank is the one with the most time outside exposed communication. The representative
-step is the one whose critical-rank time is the median.
+step is the one whose critical-rank time is the median, among the decode-only steps where vLLM's
+annotations tell them apart (``budget_steps``).
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -35,7 +38,7 @@ from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps, device_ops
 from diagnoser.trace.ranks import align_on_first_collective
-from diagnoser.trace.steps import Segmentation, segment_steps
+from diagnoser.trace.steps import Segmentation, StepKind, segment_steps
 
 
 class HtaView(BaseModel):
@@ -69,6 +72,8 @@ class RankStep(BaseModel):
     kernel_launches: int
     graph_ops: int
     hta: HtaView
+    kind: StepKind | None = Field(default=None, description="what a vLLM step held: decode, prefill, mixed or empty")
+    prefill_tokens: int | None = Field(default=None, description="prompt tokens the step prefilled (vLLM annotation)")
 
 
 class StepSummary(BaseModel):
@@ -76,6 +81,15 @@ class StepSummary(BaseModel):
     ranks: list[int]
     critical_rank: int
     step_ms: float = Field(description="window of the critical rank")
+    kind: StepKind | None = Field(default=None, description="what a vLLM step held: decode, prefill, mixed or empty")
+    prefill_tokens: int | None = Field(default=None, description="prompt tokens the step prefilled (vLLM annotation)")
+
+
+def budget_steps(steps: list[StepSummary]) -> list[StepSummary]:
+    """The steps a budget speaks for: the decode-only ones where the trace tells steps apart (a
+    prefill's time grows with its prompt, so mixing it in would move the median off the decode
+    loop), else all of them."""
+    return [s for s in steps if s.kind == "decode"] or steps
 
 
 class CollectiveRow(BaseModel):
@@ -102,11 +116,14 @@ class Analysis(BaseModel):
     steps: list[StepSummary]
     rank_steps: list[RankStep]
     representative: str | None
-    median_step_ms: float | None
-    step_spread_ms: float | None = Field(description="p90 - p10 of critical-rank step times")
-    kernel_table: list[KernelClassRow] = Field(description="critical rank, all steps")
+    median_step_ms: float | None = Field(description="median of critical-rank step times over the budget's steps")
+    step_spread_ms: float | None = Field(description="p90 - p10 of critical-rank step times over the budget's steps")
+    decode_only: bool = Field(
+        default=False, description="the budget's steps are the decode-only ones (vLLM annotations), not all"
+    )
+    kernel_table: list[KernelClassRow] = Field(description="critical rank, the budget's steps")
     copy_us: float = Field(
-        default=0.0, description="critical rank, all steps: copies and memsets in the device part (D2H is host time)"
+        default=0.0, description="critical rank, the budget's steps: copies and memsets in the device part (D2H is host time)"
     )
     collectives: list[CollectiveRow]
     kernel_sum_across_ranks_ms: float = Field(
@@ -114,6 +131,9 @@ class Analysis(BaseModel):
     )
     unassigned_ops: dict[int, int] = Field(description="per rank: device ops that belong to no step")
     notes: list[str]
+
+    def budget_keys(self) -> set[str]:
+        return {s.key for s in budget_steps(self.steps)}
 
     def budget(self, rank: int | None = None, key: str | None = None) -> RankStep | None:
         key = key or self.representative
@@ -180,7 +200,7 @@ def _rank_step(
     trace: RankTrace, ops: DeviceOps, sets: RankSets, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet
 ) -> RankStep | None:
     step = seg.steps[i]
-    window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None)
+    window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None, on_host=is_cpu_run(trace))
     if window is None:
         return None
     lo, hi, tail = window
@@ -212,6 +232,8 @@ def _rank_step(
         graph_launches=replay.graph_launches,
         kernel_launches=replay.kernel_launches,
         graph_ops=replay.graph_ops,
+        kind=step.kind,
+        prefill_tokens=step.prefill_tokens,
         hta=HtaView(
             span_us=hta.span_ns / 1000,
             idle_us=hta.idle_ns / 1000,
@@ -265,14 +287,25 @@ def analyze_traces(
         critical = max(rows, key=lambda r: (r.window_ns - r.parts_ns["exposed_comm"], r.window_ns))
         summaries.append(
             StepSummary(
-                key=key, ranks=[r.rank for r in rows], critical_rank=critical.rank, step_ms=critical.window_ns / 1e6
+                key=key,
+                ranks=[r.rank for r in rows],
+                critical_rank=critical.rank,
+                step_ms=critical.window_ns / 1e6,
+                kind=critical.kind,
+                prefill_tokens=critical.prefill_tokens,
             )
         )
 
-    times = np.array([s.step_ms for s in summaries])
+    budgeted = budget_steps(summaries)
+    decode_only = any(s.kind == "decode" for s in summaries)
+    kinds = Counter(s.kind for s in summaries if s.kind is not None)
+    if kinds and not decode_only:
+        held = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        notes.append(f"no decode-only step: the budget, median and kernel table are of all {len(summaries)} steps ({held})")
+    times = np.array([s.step_ms for s in budgeted])
     representative = None
     if len(times):
-        representative = summaries[int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])].key
+        representative = budgeted[int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])].key
     collectives = [
         CollectiveRow(
             step=key,
@@ -294,10 +327,12 @@ def analyze_traces(
     critical_rank = next((s.critical_rank for s in summaries if s.key == representative), None)
     table: list[KernelClassRow] = []
     copy_us = 0.0
-    for trace, ops, seg, _ in per_rank:
+    budget_keys = {s.key for s in budgeted}
+    for trace, ops, seg, keys in per_rank:
         if trace.rank == critical_rank:
-            table = kernel_table(trace, ops, seg.steps)
-            copy_us = device_copy_us(ops, seg.steps)
+            steps = [step for step, key in zip(seg.steps, keys) if key in budget_keys]
+            table = kernel_table(trace, ops, steps)
+            copy_us = device_copy_us(ops, steps)
     kernel_sum = sum(
         float((t.kernels["end"] - t.kernels["start"]).sum()) / 1e6 for t, _, seg, _ in per_rank if len(t.kernels)
     )
@@ -310,6 +345,7 @@ def analyze_traces(
         representative=representative,
         median_step_ms=float(np.median(times)) if len(times) else None,
         step_spread_ms=float(np.percentile(times, 90) - np.percentile(times, 10)) if len(times) else None,
+        decode_only=decode_only,
         kernel_table=table,
         copy_us=copy_us,
         collectives=collectives,

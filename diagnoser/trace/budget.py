@@ -1,7 +1,7 @@
 """The critical-path budget of one step on one rank: elapsed time split into parts that do not overlap.
 
     host_blocking(trace) -> IntervalSet
-    step_window(ops, step, next_step) -> (lo, hi, tail_from) | None
+    step_window(ops, step, next_step, on_host=False) -> (lo, hi, tail_from) | None
     rank_sets(ops) -> RankSets
     budget_parts(ops, sets, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]
     host_to_device(ops, sets, lo, hi) -> HostToDevice
@@ -9,7 +9,10 @@
 The window runs from the step's first device op to the next step's first device op (so the
 gap between steps, where sampling and scheduling happen, belongs to the step that caused it);
 the last step ends at the first device op launched after it, or at its own last device op
-when the trace holds none. Every instant of the window gets exactly one label,
+when the trace holds none. On a CPU run (``cpu_steps``) the "device" ops run on the thread that
+marks the steps, so nothing lags the host: the window is the step's host window, from its mark
+to the next step's, and the host time before a step's first op is that step's own.
+Every instant of the window gets exactly one label,
 in this order of precedence:
 
 * ``device``: some compute/memory kernel or copy runs (D2H copies excepted, see ``host``);
@@ -50,11 +53,14 @@ def host_blocking(trace: RankTrace) -> iv.IntervalSet:
     return iv.merge(rt["start"][blocking], rt["end"][blocking])
 
 
-def step_window(ops: DeviceOps, step: Step, next_step: Step | None) -> tuple[int, int, int] | None:
+def step_window(ops: DeviceOps, step: Step, next_step: Step | None, on_host: bool = False) -> tuple[int, int, int] | None:
     if not len(step.ops):
         return None
-    lo = int(ops.start[step.ops].min())
     last_end = int(ops.end[step.ops].max())
+    if on_host:
+        hi = next_step.host_start if next_step is not None else max(step.host_end, last_end)
+        return step.host_start, hi, min(last_end, hi)
+    lo = int(ops.start[step.ops].min())
     hi = last_end
     following = _following_start(ops, step, next_step)
     if following is not None and following > lo:

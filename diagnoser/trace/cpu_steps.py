@@ -23,7 +23,7 @@ import numpy as np
 
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.model import RankTrace, RuntimeKind, Table
-from diagnoser.trace.steps import _PROFILER_STEP
+from diagnoser.trace.steps import is_step_mark
 
 CPU_DEVICE = "CPU (no CUDA activity: CPU ops are the device part, the gaps between them host time)"
 LAUNCH_NAME = "cpu_op (runs on the host)"
@@ -37,7 +37,7 @@ def _engine_thread(trace: RankTrace) -> int:
     """The thread that marks steps, else the one whose operators take the most time."""
     ranges, ops = trace.ranges, trace.cpu_ops
     if len(ranges):
-        marked = [bool(_PROFILER_STEP.match(trace.strings[n])) for n in ranges["name"]]
+        marked = [is_step_mark(trace.strings[n]) for n in ranges["name"]]
         tids = ranges["tid"][np.array(marked, dtype=bool)]
         if len(tids):
             values, counts = np.unique(tids, return_counts=True)
@@ -67,7 +67,7 @@ def _annotated_names(trace: RankTrace, tid: int, start: np.ndarray, names: np.nd
     ranges = trace.ranges
     if not len(ranges):
         return names, strings
-    mine = np.flatnonzero((ranges["tid"] == tid) & ~np.array([bool(_PROFILER_STEP.match(trace.strings[n])) for n in ranges["name"]], dtype=bool))
+    mine = np.flatnonzero((ranges["tid"] == tid) & ~np.array([is_step_mark(trace.strings[n]) for n in ranges["name"]], dtype=bool))
     if not len(mine):
         return names, strings
     index = {s: i for i, s in enumerate(strings)}

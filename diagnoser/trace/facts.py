@@ -4,7 +4,9 @@
 
 Only the fields traces can establish are filled; the rest stay None so a rule that needs
 them asks for the right check. Kernel time summed over ranks goes to its own, explicitly
-labelled field: it is not elapsed time and must never be compared with a step.
+labelled field: it is not elapsed time and must never be compared with a step. Where vLLM's
+annotations tell decode-only steps from steps that prefilled, the per-step facts are of the
+decode-only ones (the loop a decode budget explains) and the others are counted in ``step_mix``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from diagnoser.models.observations import (
     KernelClassObs,
     Observations,
     StepBudget,
+    StepMixObs,
 )
 from diagnoser.trace.analysis import Analysis, CollectiveRow, RankStep
 
@@ -45,8 +48,9 @@ def step_budget(row: RankStep, spread_ms: float | None = None, segmentation: str
     )
 
 
-def _graph(analysis: Analysis, critical: RankStep) -> GraphReplayObs:
-    rows = [r for r in analysis.rank_steps if r.rank == critical.rank]
+def _graph(critical: RankStep, rows: list[RankStep]) -> GraphReplayObs:
+    """Over the critical rank's budgeted steps: vLLM replays graphs for decode-only steps and runs
+    a prefill piecewise or eagerly, which is no partial capture of the decode loop."""
     statuses = {r.graph_status for r in rows}
     status = GraphStatus(critical.graph_status) if len(statuses) == 1 else GraphStatus.partial
     return GraphReplayObs(
@@ -122,22 +126,42 @@ def _kernel_classes(analysis: Analysis) -> list[KernelClassObs]:
     return list(classes.values())
 
 
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _step_mix(analysis: Analysis, critical: RankStep) -> StepMixObs | None:
+    """Steps by what they held, where vLLM's annotations say it (None elsewhere)."""
+    kinds = [s for s in analysis.steps if s.kind is not None]
+    if not kinds:
+        return None
+    mixed = [s for s in kinds if s.kind == "mixed"]
+    return StepMixObs(
+        decode_steps=sum(s.kind == "decode" for s in kinds),
+        prefill_steps=sum(s.kind == "prefill" for s in kinds),
+        mixed_steps=len(mixed),
+        decode_step_ms=_median([s.step_ms for s in kinds if s.kind == "decode"]),
+        mixed_step_ms=_median([s.step_ms for s in mixed]),
+        prefill_tokens_per_mixed_step=_median([s.prefill_tokens for s in mixed if s.prefill_tokens is not None]),
+        source=f"diagnoser analyze, {analysis.sources[analysis.ranks.index(critical.rank)]}",
+    )
+
+
 def to_observations(analysis: Analysis) -> Observations:
     critical = analysis.budget()
     if critical is None:
         return Observations(kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms)
     same_step = [r for r in analysis.rank_steps if r.key == critical.key]
-    gaps = [
-        r.between_steps_ns / 1e6
-        for r in analysis.rank_steps
-        if r.rank == critical.rank and r.between_steps_ns is not None
-    ]
+    budgeted = analysis.budget_keys()
+    rows = [r for r in analysis.rank_steps if r.rank == critical.rank and r.key in budgeted]
+    gaps = [r.between_steps_ns / 1e6 for r in rows if r.between_steps_ns is not None]
     return Observations(
         budget=step_budget(critical, analysis.step_spread_ms, analysis.method),
         rank_budgets=[step_budget(r) for r in same_step],
         kernel_classes=_kernel_classes(analysis),
-        graph=_graph(analysis, critical),
+        graph=_graph(critical, rows),
         collectives=_collectives(analysis),
-        host=HostObs(gap_between_steps_ms=float(np.median(gaps))) if gaps else None,
+        host=HostObs(gap_between_steps_ms=_median(gaps)) if gaps else None,
+        step_mix=_step_mix(analysis, critical),
         kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms,
     )

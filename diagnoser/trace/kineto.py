@@ -1,7 +1,8 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON into the columnar model.
 
     read_kineto(path) -> RankTrace          one .json / .json.gz file
-    read_kineto_many(paths) -> list[RankTrace]   several ranks, parsed in parallel processes
+    read_kineto_many(paths) -> list[RankTrace]   several ranks, parsed in parallel processes;
+                                                 of several files, those with no work are skipped
 
 The whole document is decompressed in one streamed pass and parsed by orjson (the fastest
 JSON parser available to us); events are then bucketed by category once and each column is
@@ -341,6 +342,10 @@ def _base_us(path: Path, timed: list[_Events]) -> int:
     return math.floor(first)
 
 
+class NothingRecorded(InputError):
+    """A trace with none of the events analysed: vLLM's API server writes one beside each worker's."""
+
+
 def read_kineto(path: str | Path) -> RankTrace:
     path = Path(path)
     data = read_bytes(path)
@@ -352,7 +357,7 @@ def read_kineto(path: str | Path) -> RankTrace:
     if other:
         raise InputError(f"{path}: device type not supported: {other}; diagnoser reads CUDA and ROCm GPU traces")
     if router.empty():
-        raise InputError(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
+        raise NothingRecorded(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
     notes: list[str] = []
     rank = _rank(path, document, notes)
     rows = {"kernels": router.kernels, "copies": router.copies, "runtime": router.runtime, "ranges": router.ranges,
@@ -536,16 +541,47 @@ def _device(document: dict, devices: np.ndarray, notes: list[str]) -> tuple[str 
 PARALLEL_FROM_BYTES = 16 << 20  # below this, starting worker processes costs more than it saves
 
 
+def _read_if_any(path: Path) -> RankTrace | None:
+    """The trace, or None when it recorded nothing at all."""
+    try:
+        return read_kineto(path)
+    except NothingRecorded:
+        return None
+
+
+def _has_work(trace: RankTrace) -> bool:
+    return bool(len(trace.kernels) or len(trace.copies) or len(trace.cpu_ops))
+
+
+def _working(paths: list[Path], read: list[RankTrace | None]) -> list[RankTrace]:
+    """The traces that hold work, the others named in a note of the first: a profiler folder holds
+    the API server's near-empty trace beside each worker's, and it must not stop the workers' reading
+    (nor, with no rank of its own, pass for rank 0)."""
+    traces = [t for t in read if t is not None and _has_work(t)]
+    if not traces:
+        raise InputError(f"{', '.join(map(str, paths))}: no kernels, copies or CPU ops in any of these traces")
+    traces[0].notes.extend(
+        f"skipped {path}: no kernels, copies or CPU ops (vLLM's API server writes such a trace beside the worker's)"
+        for path, trace in zip(paths, read)
+        if trace is None or not _has_work(trace)
+    )
+    return traces
+
+
 def read_kineto_many(paths: list[Path], workers: int | None = None) -> list[RankTrace]:
-    """Read ranks in parallel processes (one per core at most); one rank per file, ranks unique."""
+    """Read ranks in parallel processes (one per core at most); one rank per file, ranks unique.
+    A single file is read whatever it holds, so its own error says what it lacks."""
+    if len(paths) < 2:
+        return [read_kineto(p) for p in paths]
     if workers is None and sum(p.stat().st_size for p in paths if p.exists()) < PARALLEL_FROM_BYTES:
         workers = 1
     workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
     if workers == 1:
-        traces = [read_kineto(p) for p in paths]
+        read = [_read_if_any(p) for p in paths]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            traces = list(pool.map(read_kineto, paths))
+            read = list(pool.map(_read_if_any, paths))
+    traces = _working(paths, read)
     seen: dict[int, str] = {}
     for trace in traces:
         if trace.rank in seen:

@@ -3,6 +3,7 @@
     segment_steps(trace, ops, step_range=None, steps_from="auto") -> Segmentation
 
 A step is a host-side window (``ProfilerStep#N``, a named ``record_function``/NVTX range,
+vLLM's per-step annotation (``engine_step``, see ``_engine_windows``),
 or, when nothing is annotated, the interval between the first ``cudaGraphLaunch`` calls of
 consecutive steps: one launch per step under full graphs, a fixed group of launches under
 piecewise graphs or speculation, see ``graph_steps``; without graphs, the repeats of an eager
@@ -11,6 +12,10 @@ Device work belongs to the step whose window contains the start of the host call
 launched it, so work that runs late (queued behind a deep stream) is still charged to the
 step that asked for it. Windowing is explicit: work launched outside every window, or with no
 launching call in the trace, is counted in ``Segmentation.unassigned`` rather than dropped.
+
+A step whose name is vLLM's annotation ``execute_context_N(tokens)_generation_M(tokens)`` also
+says what it held (``Step.kind``): a decode-only step is the loop a decode budget is about,
+while a step that prefilled a prompt is slower by the prompt's length, not by any fault of it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -28,6 +34,31 @@ from diagnoser.trace.ops import IS_KERNEL, DeviceOps
 from diagnoser.trace.step_pattern import pattern_steps
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# N requests in prefill, M decoding; the token counts in parentheses are absent in some versions
+# and carry more than the count in others (``execute_context_1(888_788544)_generation_0(0)``).
+_ENGINE_STEP = re.compile(r"^execute_context_(\d+)(?:\((\d*)[^)]*\))?_generation_(\d+)(?:\([^)]*\))?$")
+# One annotation is the trace's only step: cutting at it would only drop the work around it.
+MIN_ENGINE_STEPS = 2
+
+StepKind = Literal["decode", "prefill", "mixed", "empty"]
+
+
+def is_step_mark(name: str) -> bool:
+    """Whether a host range marks a whole step rather than a part of the model."""
+    return bool(_PROFILER_STEP.match(name) or _ENGINE_STEP.match(name))
+
+
+def engine_step_kind(name: str) -> tuple[StepKind | None, int | None]:
+    """(kind, prompt tokens prefilled) of a vLLM step annotation; (None, None) for any other name,
+    and no tokens where the annotation does not count them."""
+    found = _ENGINE_STEP.match(name)
+    if found is None:
+        return None, None
+    prefill, decode = int(found[1]), int(found[3])
+    kind: StepKind = "mixed" if prefill and decode else "prefill" if prefill else "decode" if decode else "empty"
+    return kind, int(found[2]) if found[2] else None
+
+
 @dataclass
 class Step:
     ordinal: int
@@ -35,11 +66,13 @@ class Step:
     host_start: int
     host_end: int
     ops: np.ndarray  # indices into DeviceOps launched inside the window
+    kind: StepKind | None = None  # from a vLLM step annotation; None for other steps
+    prefill_tokens: int | None = None  # prompt tokens the step prefilled, where the annotation says
 
 
 @dataclass
 class Segmentation:
-    method: str  # profiler_step | range | graph_launch | kernel_pattern | whole_trace
+    method: str  # profiler_step | range | engine_step | graph_launch | kernel_pattern | whole_trace
     steps: list[Step]
     unassigned: int = 0  # device ops launched outside every window or with no launch call
     notes: list[str] = field(default_factory=list)
@@ -71,6 +104,9 @@ def _host_windows(
     profiler = [i for i, n in enumerate(names) if _PROFILER_STEP.match(n)]
     if profiler and steps_from in ("auto", "marks"):
         return "profiler_step", [(names[i], int(ranges["start"][i]), int(ranges["end"][i])) for i in profiler], []
+    engine = np.array([i for i, n in enumerate(names) if _ENGINE_STEP.match(n)], dtype=np.int64)
+    if len(engine) >= MIN_ENGINE_STEPS and steps_from in ("auto", "marks"):
+        return "engine_step", _engine_windows(trace, ops, engine), []
     rt = trace.runtime
     graph = np.flatnonzero(rt["kind"] == RuntimeKind.graph_launch) if len(rt) else np.zeros(0, np.int64)
     if len(graph) >= 2 and steps_from in ("auto", "graphs"):
@@ -96,6 +132,19 @@ def _host_windows(
     if steps_from != "auto":
         raise InputError(f"{trace.source}: --steps-from {steps_from}: {STEPS_FROM[steps_from]}")
     return "whole_trace", [("whole trace", int(min(a.min() for a in everything)), last_end)], []
+
+
+def _engine_windows(trace: RankTrace, ops: DeviceOps, rows: np.ndarray) -> list[tuple[str, int, int]]:
+    """Windows from vLLM's step annotations. The annotation wraps the forward pass only: the
+    step's sampling (``_C::greedy_argmax``) runs after it ends, so a step lasts until the next
+    annotation starts, and the last one until the end of the work launched after it starts."""
+    ranges = trace.ranges
+    rows = rows[np.argsort(ranges["start"][rows], kind="stable")]
+    starts = ranges["start"][rows]
+    after_last = ops.end[ops.launch_start >= starts[-1]]
+    last_end = max(int(ranges["end"][rows[-1]]), int(after_last.max()) if len(after_last) else 0)
+    bounds = [*starts.tolist(), last_end]
+    return [(trace.strings[ranges["name"][row]], bounds[i], bounds[i + 1]) for i, row in enumerate(rows.tolist())]
 
 
 def _pattern_windows(trace: RankTrace, ops: DeviceOps, last_end: int) -> tuple[str, list[tuple[str, int, int]], list[str]] | None:
@@ -137,7 +186,7 @@ def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = Non
     inside = (launch >= 0) & (slot >= 0)
     inside[inside] &= launch[inside] < ends[slot[inside]]
     steps = [
-        Step(ordinal=i, name=name, host_start=lo, host_end=hi, ops=np.flatnonzero(inside & (slot == i)))
+        Step(i, name, lo, hi, np.flatnonzero(inside & (slot == i)), *engine_step_kind(name))
         for i, (name, lo, hi) in enumerate(windows)
     ]
     unassigned = int((~inside).sum())
