@@ -66,7 +66,7 @@ def _profile_dir(config: dict) -> Path | None:
 
 
 def discover(http: httpx.Client, url: str, model: str | None = None) -> Server:
-    from diagnoser.readers.metrics_info import from_info_gauges
+    from diagnoser.readers.metrics_info import from_metrics_text
     from diagnoser.readers.vllm_config import from_vllm_config
 
     facts = SourcedFacts()
@@ -83,12 +83,12 @@ def discover(http: httpx.Client, url: str, model: str | None = None) -> Server:
     else:
         sglang = _json(http, f"{url}/get_server_info")
         if isinstance(sglang, dict):
-            from diagnoser.readers.vllm_config import from_sglang_server_info
+            from diagnoser.readers.server_args import from_sglang_args
 
-            facts.merge(from_sglang_server_info(sglang, "/get_server_info"))
+            facts.merge(from_sglang_args(sglang, lambda key: f"/get_server_info {key}"))
         else:
             facts.missing.append(HOW_TO_SUPPLY)
     text = scrape(http, url)
     if text:
-        facts.merge(from_info_gauges(text, "/metrics"))
+        facts.merge(from_metrics_text(text, "/metrics"))
     return Server(url, name, limit, facts, folder)

@@ -143,9 +143,7 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
     facts.merge(observation_facts(client_obs, f"client: {len(window.responses)} streams at concurrency {shape.concurrency}"))
     facts.add("observations.metrics.concurrency", shape.concurrency, "client: requests in flight")
     if window.before and window.after:
-        from diagnoser.readers.serving_metrics import from_window
-
-        facts.merge(from_window(window.before, window.after, window.gauges, window.duration_s))
+        facts.merge(_window_facts(window))
     else:
         facts.missing.append("/metrics: no serving metrics (engine-side TTFT, ITL, queue time); expose /metrics or import a scrape")
 
@@ -160,12 +158,14 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
         folder = options.profile_dir or server.profile_dir
         profiled_shape = Shape(shape.concurrency, shape.concurrency, prompt_tokens, min(max_tokens, PROFILED_TOKENS), options.extra)
         progress("profile: the same load twice, without and with the profiler")
-        twin = run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900)
-        found: Profile = profile(url, folder, lambda: run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900),
+        twins = [run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900)]
+        profiled: list[Window] = []
+        found: Profile = profile(url, folder, lambda: profiled.append(run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900)),
                                  max(10.0, min(PROFILE_SETTLE_S, deadline - time.monotonic())))
         if found.traces:
+            twins.append(run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900))
             progress(f"analyze: {len(found.traces)} trace file(s)")
-            facts.merge(_trace_facts(found.traces, twin))
+            facts.merge(_trace_facts(found.traces, _profiler_cost_ms(profiled, twins)))
         else:
             facts.missing.append(f"profile: {found.note}")
     case = apply_facts(Case(title=f"live: {server.model} at {url}"), facts)
@@ -173,27 +173,33 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
                                                                  f"{c.other.value!r} ({c.other.source})" for c in facts.conflicts])
 
 
-def _trace_facts(traces: list[Path], twin: Window) -> SourcedFacts:
-    """The trace's budget, with the same load's engine inter-token time without the profiler as the
-    unprofiled step (what the profiler added lands in the host part and must not be claimed)."""
+def _profiler_cost_ms(profiled: list[Window], twins: list[Window]) -> float | None:
+    """What the profiler added per token: the profiled load's mean time per token less the mean of
+    the same load's before and after it (like for like at the client, the machine's drift cancelled)."""
+    with_profiler = _per_token_ms(profiled[0]) if profiled else None
+    without = [t for t in map(_per_token_ms, twins) if t is not None]
+    if with_profiler is None or len(without) < 2:
+        return None
+    return with_profiler - statistics.fmean(without)
+
+
+def _trace_facts(traces: list[Path], profiler_cost_ms: float | None) -> SourcedFacts:
+    """The trace's budget, with the step less what the profiler added as the unprofiled step (the
+    profiler's own time lands in the host part and must not be claimed)."""
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.kineto import read_kineto_many
 
     found = to_observations(analyze_traces(read_kineto_many(traces)))
     updates = {k: getattr(found, k) for k in found.model_fields_set}
-    unprofiled = _engine_itl_ms(twin)
-    if found.budget is not None and unprofiled is not None:
-        updates["budget"] = found.budget.model_copy(update={"unprofiled_step_ms": unprofiled})
+    if found.budget is not None and profiler_cost_ms is not None and found.budget.step_ms - profiler_cost_ms > 0:
+        updates["budget"] = found.budget.model_copy(update={"unprofiled_step_ms": found.budget.step_ms - max(0.0, profiler_cost_ms)})
     names = ", ".join(p.name for p in traces)
     return observation_facts(updates, f"trace: {names}")
 
 
-def _engine_itl_ms(window: Window) -> float | None:
-    if not (window.before and window.after):
-        return None
+def _window_facts(window: Window) -> SourcedFacts:
+    from diagnoser.readers.prometheus import parse_scrape
     from diagnoser.readers.serving_metrics import from_window
 
-    twin = from_window(window.before, window.after, window.gauges, window.duration_s)
-    itl = twin.value("observations.metrics.itl_ms")
-    return itl.get("mean") if isinstance(itl, dict) else None
+    return from_window(parse_scrape(window.before), parse_scrape(window.after), [parse_scrape(g) for g in window.gauges], window.duration_s)
