@@ -62,7 +62,7 @@ def lab_facts(info: dict, where: str = "/server_info") -> SourcedFacts:
 
     The lab states graphs only through ``enforce_eager`` (as vLLM did before ``cudagraph_mode``).
     """
-    facts = facts_from_sections(info, lambda s, k: f"{where} {s}.{k}", graphs_when_mode_absent=True)
+    facts = facts_from_sections(info, lambda s, k: f"{where} {s}.{k}", legacy=True)
     facts.add(SERVER + "engine", text(info.get("engine")), f"{where} engine")
     for field, value in sampling_settings(section(info, "default_sampling_params"), info.get("sampler")).items():
         facts.add(SERVER + field, value, f"{where} " + ("sampler" if field == "sampling" and value != "greedy" else "default_sampling_params"))

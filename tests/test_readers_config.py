@@ -129,7 +129,8 @@ def test_graphs_need_a_capturing_mode_sizes_and_no_eager():
     eager = from_vllm_config({"model_config": {"enforce_eager": True}, "compilation_config": {**compilation, "mode": 0}}, WHERE)
     assert (eager.value(S + "cuda_graphs"), eager.value(S + "torch_compile")) == (False, False)
     assert eager.facts[S + "cuda_graphs"].source == f"{WHERE}.model_config.enforce_eager"
-    no_sizes = from_vllm_config({"model_config": {"enforce_eager": False}, "compilation_config": {**compilation, "cudagraph_capture_sizes": []}}, WHERE)
+    nothing_to_capture = {**compilation, "cudagraph_capture_sizes": []}
+    no_sizes = from_vllm_config({"model_config": {"enforce_eager": False}, "compilation_config": nothing_to_capture}, WHERE)
     assert S + "cuda_graphs" not in no_sizes  # a capturing mode with nothing to capture: unknown, not on
     unstated_eager = from_vllm_config({"compilation_config": compilation}, WHERE)
     assert S + "cuda_graphs" not in unstated_eager
@@ -262,7 +263,9 @@ def test_expert_parallel_from_the_asked_args_and_the_engine_line(tmp_path):
     )
     facts = from_server_log(log)
     assert facts.value("workload.layout.ep") == 8
-    assert facts.facts["workload.layout.ep"].source == "server.log:1 enable_expert_parallel + server.log:2 tensor_parallel_size + server.log:2 data_parallel_size"
+    assert facts.facts["workload.layout.ep"].source == (
+        "server.log:1 enable_expert_parallel + server.log:2 tensor_parallel_size + server.log:2 data_parallel_size"
+    )
     assert (facts.value(S + "cuda_graphs"), facts.value(S + "torch_compile")) == (False, False)
     assert facts.facts[S + "cuda_graphs"].source == "server.log:2 enforce_eager"
 
@@ -442,3 +445,7 @@ def test_the_lab_layout_still_gives_a_server_config():
     assert facts.facts[S + "max_num_seqs"].source == "/server_info scheduler_config.max_num_seqs"
     with _server({}) as http:
         assert read_server_info(http, "http://nothing") is None
+    eager = server_info(frozenset({"eager-launches"}), model_config(frozenset(), 32768), "cuda")
+    with _server({"/server_info": (200, json.dumps(eager))}) as http:
+        settings = read_server_info(http, "http://lab")
+    assert settings.cuda_graphs is False and settings.torch_compile is None  # the lab's eager flag is about graphs only

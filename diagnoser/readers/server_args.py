@@ -111,8 +111,6 @@ def _typed(kind: str, value: str, flag_name: str) -> Any:
         return whole_number(value, flag_name)
     if kind == "json":
         return _json(value, flag_name)
-    if kind == "bool":
-        return value.lower() == "true"
     return value
 
 
@@ -145,7 +143,7 @@ def _program(tokens: list[str]) -> tuple[str, str, list[str]]:
 
 def _vllm_level(value: str, written: str) -> tuple[str, Any]:
     """``-O`` takes a compilation config (JSON) or an optimization level (0-3)."""
-    if value.lstrip().startswith("{"):
+    if value.lstrip().startswith("{") and written == "-O":
         return "compilation_config", _json(value, written)
     return "optimization_level", whole_number(value, written)
 
@@ -160,55 +158,63 @@ def _set_dotted(args: dict, dest: str, sub: str, value: Any) -> None:
     node[last] = value
 
 
+def _split_flag(token: str, vllm: bool) -> tuple[str, str, str, str | None]:
+    """(the flag as written, its destination name, a dotted sub-key, an inline value)."""
+    raw, eq, inline = token.partition("=")
+    if vllm and re.fullmatch(r"-O\d+", raw):  # -O3: an optimization level written into the flag
+        return "-O", "O", "", raw[2:]
+    name, _, sub = raw.lstrip("-").replace("-", "_").partition(".")
+    return raw.partition(".")[0], name, sub, inline if eq else None
+
+
+def _next_value(tokens: list[str], i: int, raw: str, kind: str) -> tuple[str | None, int]:
+    """The value after a flag, or None for a switch (a flag followed by a flag, or last)."""
+    if kind == "bool":
+        given = i < len(tokens) and tokens[i].lower() in ("true", "false")
+        return (tokens[i], i + 1) if given else (None, i)
+    if i < len(tokens) and not _is_flag(tokens[i]):
+        return tokens[i], i + 1
+    if kind in ("int", "json", "dotted", "level"):
+        raise InputError(f"server args: {raw} needs a value")
+    return None, i
+
+
 def _parse_flags(tokens: list[str], kinds: dict[str, str], aliases: dict[str, str], vllm: bool) -> tuple[dict, dict[str, str]]:
     """Flags as (destination name -> typed value) and how each destination was written."""
     args: dict[str, Any] = {}
     written: dict[str, str] = {}
     i = 0
     while i < len(tokens):
-        token = tokens[i]
-        i += 1
+        token, i = tokens[i], i + 1
         if not _is_flag(token):
             continue  # the model, or a value nothing asked for
-        raw, eq, inline = token.partition("=")
-        if vllm and raw.startswith("-O") and not raw.startswith("-O.") and raw != "-O":
-            inline, eq, raw = raw[2:], "=", "-O"  # -O3
-        name = raw.lstrip("-").replace("-", "_")
-        name, dot, sub = name.partition(".")
-        negated = vllm and name.startswith("no_") and kinds.get(name[3:]) == "bool"
+        raw, name, sub, value = _split_flag(token, vllm)
+        negated = vllm and name.startswith("no_") and kinds.get(aliases.get(name[3:], name[3:])) == "bool"
         dest = aliases.get(name[3:] if negated else name, name[3:] if negated else name)
-        kind = "dotted" if dot else kinds.get(dest, "text")
-        if negated:
-            args[dest], written[dest] = False, raw
-            continue
-        if kind == "bool":
-            value = inline if eq else (tokens[i] if i < len(tokens) and tokens[i].lower() in ("true", "false") else None)
-            i += 0 if eq or value is None else 1
-            args[dest], written[dest] = (value is None or value.lower() == "true"), raw
-            continue
-        if kind == "ints":
-            values = [inline] if eq else []
-            while not eq and i < len(tokens) and not _is_flag(tokens[i]):
+        kind = "dotted" if sub else "level" if vllm and raw in ("-O", "--optimization-level") else kinds.get(dest, "text")
+        if kind == "ints" and value is None:
+            values = []
+            while i < len(tokens) and not _is_flag(tokens[i]):
                 values.append(tokens[i])
                 i += 1
             args[dest], written[dest] = [whole_number(v, raw) for v in values], raw
             continue
-        if not eq:
-            if i >= len(tokens) or _is_flag(tokens[i]):
-                if kind in ("int", "json", "dotted") or (vllm and raw == "-O"):
-                    raise InputError(f"server args: {raw} needs a value")
-                args[dest], written[dest] = True, raw  # a switch this reader does not know: kept, maps to nothing
-                continue
-            inline = tokens[i]
-            i += 1
-        if vllm and raw in ("-O", "--optimization-level") and not dot:
-            dest, value = _vllm_level(inline, raw) if raw == "-O" else ("optimization_level", whole_number(inline, raw))
-            args[dest], written[dest] = value, raw
-        elif dot:
-            _set_dotted(args, dest, sub, _scalar(inline))
-            written.setdefault(dest, raw.split(".")[0])
+        if value is None and not negated:
+            value, i = _next_value(tokens, i, raw, kind)
+        written.setdefault(dest, raw)
+        if negated:
+            args[dest] = False
+        elif kind == "bool" or value is None:  # a switch this reader does not know is kept, and maps to nothing
+            args[dest] = value is None or value.lower() == "true"
+        elif kind == "ints":
+            args[dest] = [whole_number(value, raw)]
+        elif kind == "level":
+            dest, args_value = _vllm_level(value, raw)
+            args[dest], written[dest] = args_value, raw
+        elif kind == "dotted":
+            _set_dotted(args, dest, sub, _scalar(value))
         else:
-            args[dest], written[dest] = _typed(kind, inline, raw), raw
+            args[dest] = _typed(kind, value, raw)
     return args, written
 
 

@@ -170,13 +170,14 @@ def _model(cfg: dict, at: Source) -> Iterable[Fact]:
         yield SERVER + field, value, at("model_config", "override_generation_config." + "+".join(keys))
 
 
-def _compilation(cfg: dict, at: Source, graphs_when_mode_absent: bool | None) -> Iterable[Fact]:
+def _compilation(cfg: dict, at: Source, legacy: bool) -> Iterable[Fact]:
     c, eager = section(cfg, "compilation_config"), flag(section(cfg, "model_config").get("enforce_eager"))
     mode_key = "mode" if "mode" in c else "level"
-    on = compiled(compile_mode_on(c.get(mode_key)), eager)
-    compile_source = at("model_config", "enforce_eager") if eager is True else at("compilation_config", mode_key)
-    yield SERVER + "torch_compile", on, compile_source
-    mode = graph_mode_on(c["cudagraph_mode"]) if "cudagraph_mode" in c else graphs_when_mode_absent
+    if not (legacy and mode_key not in c):  # a legacy eager flag speaks of graphs, not of compiling
+        on = compiled(compile_mode_on(c.get(mode_key)), eager)
+        compile_source = at("model_config", "enforce_eager") if eager is True else at("compilation_config", mode_key)
+        yield SERVER + "torch_compile", on, compile_source
+    mode = graph_mode_on(c["cudagraph_mode"]) if "cudagraph_mode" in c else (True if legacy else None)
     graphs, largest, because = graph_state(eager, mode, sizes(c.get("cudagraph_capture_sizes")))
     if "cudagraph_mode" not in c:  # the mode was assumed: not being eager is what was stated
         because = tuple(dict.fromkeys(("enforce_eager", *(k for k in because if k != "cudagraph_mode"))))
@@ -222,19 +223,21 @@ def _parallel(cfg: dict, at: Source) -> Iterable[Fact]:
 
 
 def _others(cfg: dict, at: Source) -> Iterable[Fact]:
-    yield SERVER + "structured_output_backend", text(section(cfg, "structured_outputs_config").get("backend")), at("structured_outputs_config", "backend")
+    backend = text(section(cfg, "structured_outputs_config").get("backend"))
+    yield SERVER + "structured_output_backend", backend, at("structured_outputs_config", "backend")
     yield SERVER + "attention_backend", text(section(cfg, "attention_config").get("backend")), at("attention_config", "backend")
     yield "observations.platform.device_api", text(section(cfg, "device_config").get("device")), at("device_config", "device")
 
 
-def facts_from_sections(cfg: dict, at: Source, *, graphs_when_mode_absent: bool | None = None) -> SourcedFacts:
+def facts_from_sections(cfg: dict, at: Source, *, legacy: bool = False) -> SourcedFacts:
     """Facts from vLLM-named sections; ``at`` names where each (section, key) was read.
 
-    ``graphs_when_mode_absent`` is for documents older than ``cudagraph_mode`` (vLLM before 0.10,
-    and this project's lab), where a non-eager engine replayed graphs.
+    ``legacy`` is for documents that predate ``cudagraph_mode`` and the compilation mode (this
+    project's lab, like vLLM before 0.10): there a non-eager engine replayed graphs, and the eager
+    flag said nothing about compiling.
     """
     facts = SourcedFacts()
-    readers = (_scheduler(cfg, at), _model(cfg, at), _compilation(cfg, at, graphs_when_mode_absent), _speculation(cfg, at),
+    readers = (_scheduler(cfg, at), _model(cfg, at), _compilation(cfg, at, legacy), _speculation(cfg, at),
                _cache(cfg, at), _parallel(cfg, at), _others(cfg, at))
     for produced in readers:
         for path, value, source in produced:
