@@ -36,7 +36,7 @@ MAX_DURATION_S = 1800
 # The profiled load: short streams at the same concurrency, so the trace holds the load's steps.
 PROFILED_TOKENS = 48
 PROFILE_SETTLE_S = 120
-# Penalties and the like are measured both ways with alternating single streams (ABAB), so the
+# Request-level switches (default penalties, response_format) are measured both ways with alternating single streams (ABAB), so the
 # machine's drift falls on both sides; two pairs resolve the 1.5x a default penalty costs here.
 ABLATION_PAIRS = 2
 NEUTRAL_PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -87,25 +87,56 @@ def _per_token_ms(window: Window) -> float | None:
     return statistics.fmean(tpots) if tpots else None
 
 
-def _penalty_runs(url: str, model: str, shape: Shape, tokens_per_word: float, deadline: float) -> list[Run]:
-    """The server's default penalties against the same requests with the penalties neutral."""
-    sides: dict[bool, list[float]] = {True: [], False: []}
-    one = Shape(1, 1, shape.prompt_tokens, shape.max_tokens, shape.extra)
+@dataclass(frozen=True)
+class Ablation:
+    """A request-level switch measured both ways: the load as served, and with the switch undone in the request."""
+
+    setting: str
+    served: str
+    undone: str
+    undo: Callable[[dict[str, Any]], dict[str, Any]]  # the request's extra fields without the mechanism
+
+
+ABLATIONS = {
+    "penalties": Ablation("penalties", "server default (penalties on)", "penalties neutral in the request",
+                          lambda extra: {**extra, **NEUTRAL_PENALTIES}),
+    "structured_output": Ablation("structured_output", "response_format as asked", "the same requests without response_format",
+                                  lambda extra: {k: v for k, v in extra.items() if k not in ("response_format", "guided_json")}),
+}
+
+
+def _ablation_runs(ablations: list[Ablation], url: str, model: str, shape: Shape, tokens_per_word: float, deadline: float) -> list[Run]:
+    """Single streams as served, then with each switch undone, in turn (ABAC, twice), so drift falls on every
+    side: one baseline run with every switch on, and a run per switch that differs from it in that one."""
+    served_ms: list[float] = []
+    undone_ms: dict[str, list[float]] = {a.setting: [] for a in ablations}
     for i in range(ABLATION_PAIRS):
-        for default in (True, False):
-            extra = {**shape.extra, **({} if default else NEUTRAL_PENALTIES)}
-            window = run_load(url, model, Shape(1, 1, one.prompt_tokens, one.max_tokens, extra), tokens_per_word, deadline, seed=500 + i)
-            per_token = _per_token_ms(window)
-            if per_token is not None:
-                sides[default].append(per_token)
-    if not (sides[True] and sides[False]):
-        return []
-    return [
-        Run(name="server default (penalties on)", settings={"penalties": True}, baseline=True,
-            figures={"per_token_ms": statistics.fmean(sides[True])}, boundary="client_receipt"),
-        Run(name="penalties neutral in the request", settings={"penalties": False},
-            figures={"per_token_ms": statistics.fmean(sides[False])}, boundary="client_receipt"),
+        for ablation in ablations:
+            for served in (True, False):
+                extra = shape.extra if served else ablation.undo(shape.extra)
+                window = run_load(url, model, Shape(1, 1, shape.prompt_tokens, shape.max_tokens, extra), tokens_per_word, deadline, seed=500 + i)
+                per_token = _per_token_ms(window)
+                if per_token is not None:
+                    (served_ms if served else undone_ms[ablation.setting]).append(per_token)
+    on = {a.setting: True for a in ablations}
+    runs = [Run(name=" + ".join(a.served for a in ablations), settings=on, baseline=True,
+                figures={"per_token_ms": statistics.fmean(served_ms)}, boundary="client_receipt")] if served_ms else []
+    runs += [
+        Run(name=a.undone, settings={**on, a.setting: False}, figures={"per_token_ms": statistics.fmean(undone_ms[a.setting])},
+            boundary="client_receipt")
+        for a in ablations if served_ms and undone_ms[a.setting]
     ]
+    return runs if len(runs) > 1 else []
+
+
+def _ablations(facts: SourcedFacts, extra: dict[str, Any]) -> list[Ablation]:
+    """The switches this load turns on: the server's default penalties, the user's response_format."""
+    found = []
+    if facts.value("observations.server.penalties") or facts.value("observations.server.repetition_penalty"):
+        found.append(ABLATIONS["penalties"])
+    if "response_format" in extra or "guided_json" in extra:
+        found.append(ABLATIONS["structured_output"])
+    return found
 
 
 def measure(url: str, options: Options, progress: Callable[[str], None] = lambda _: None) -> Live:
@@ -147,12 +178,14 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
     else:
         facts.missing.append("/metrics: no serving metrics (engine-side TTFT, ITL, queue time); expose /metrics or import a scrape")
 
-    if facts.value("observations.server.penalties") or facts.value("observations.server.repetition_penalty"):
-        progress("ablate: the server's default penalties, on and neutral, two pairs")
-        runs = _penalty_runs(url, server.model, shape, tokens_per_word, start + 0.7 * options.duration_s)
-        if runs:
-            facts.add("observations.runs", [r.model_dump(mode="json", exclude_none=True) for r in runs],
-                      "client: the same request with the server's default penalties and with them neutral, alternating")
+    ablations = _ablations(facts, options.extra)
+    runs = []
+    if ablations:
+        progress("ablate: " + "; ".join(f"{a.served} against {a.undone}" for a in ablations) + f", {ABLATION_PAIRS} rounds")
+        runs = _ablation_runs(ablations, url, server.model, shape, tokens_per_word, start + 0.7 * options.duration_s)
+    if runs:
+        facts.add("observations.runs", [r.model_dump(mode="json", exclude_none=True) for r in runs],
+                  "client: the same request with each switch as served and undone, alternating")
 
     if options.profile:
         folder = options.profile_dir or server.profile_dir

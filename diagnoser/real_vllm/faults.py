@@ -22,6 +22,13 @@ import httpx
 PENALTIES = {"repetition_penalty": 1.2, "frequency_penalty": 0.5, "presence_penalty": 0.5}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 BACKGROUND_MAX_REQUESTS = 200
+# A schema whose grammar keeps the mask busy: free text inside a few fields, an array of numbers.
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+                   "scores": {"type": "array", "items": {"type": "number"}}},
+    "required": ["title", "tags", "scores"],
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,9 @@ FAULTS = {
               ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase(), 8, 0.05)),
         Fault("long-prompts", "prefill-stalls", "2000-token prompts arriving while the streams decode",
               traffic=Traffic(list(range(1000, 3000)), 1, 0.5)),
+        Fault("structured-output", "structured-output-overhead",
+              "every request decodes under a JSON schema (response_format), the grammar's mask built each step",
+              live={"extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}}),
         Fault("enforce-eager", "compile-off", "--enforce-eager: no torch.compile (and no graphs where a GPU would capture them)",
               ("--enforce-eager",)),
     )
