@@ -1,11 +1,31 @@
-"""Work that piles onto one rank or waits for memory: expert-load imbalance and KV-cache pressure.
+"""Work that piles onto one rank or waits for memory or a slot: expert-load imbalance, KV-cache
+pressure, and more requests than the scheduler admits.
 
 An EP step lasts as long as its busiest rank, so balanced ranks would each do the mean load;
 the MoE time the busiest rank spends above the mean is what balancing can recover. A KV cache
 that runs out preempts sequences, which then redo their prefill inside other streams' decode.
+Requests beyond what the scheduler runs at once wait in its queue, and that wait is part of their
+time to first token, measured by the server as queue time.
 """
 
-from diagnoser.engine import AS, MATCH, NOT, TEST, W, Budget, Finding, KernelClass, Memory, Routing, RuleSet, ev, load_specs, rule
+from diagnoser.engine import (
+    AS,
+    MATCH,
+    NOT,
+    TEST,
+    W,
+    Budget,
+    Finding,
+    KernelClass,
+    Memory,
+    Metrics,
+    Routing,
+    RuleSet,
+    Server,
+    ev,
+    load_specs,
+    rule,
+)
 
 SPECS = load_specs(__file__)
 
@@ -13,11 +33,49 @@ SPECS = load_specs(__file__)
 IMBALANCE = 1.25
 # A cache over 95 % full with requests queued is out of room, not merely well used.
 KV_FULL = 0.95
+# A request that waits a fifth of its first-token time to be admitted waits on capacity, not on
+# the scheduler's next pass: a healthy server queues 0-1 ms of a 40-50 ms first token (under 3 %);
+# admission-limited ones queued about 1,640 of 1,689 ms (max_num_seqs 1, 4 streams) and about 285
+# of 317 ms (max_num_seqs 4, 8 streams), 90 % and more.
+QUEUE_SHARE = 0.2
+# Under 5 ms of queueing is a wait for the running step to end, whatever its share of a short first token.
+MIN_QUEUE_MS = 5.0
+# The queue time and the figure it is part of, read at the same statistic: means first, then medians;
+# the first-token time first, then the whole request's latency.
+QUEUE_PAIRS = (
+    ("queue_mean_ms", "ttft_mean_ms"),
+    ("queue_p50_ms", "ttft_p50_ms"),
+    ("queue_mean_ms", "request_latency_mean_ms"),
+    ("queue_p50_ms", "request_latency_p50_ms"),
+)
 
 
 def balanced_saving_ms(moe_ms: float, imbalance: float) -> float:
     """MoE time the busiest rank would lose at the mean load: ``T x (1 - mean/max)``."""
     return moe_ms * (1.0 - 1.0 / imbalance)
+
+
+def queue_pair(m) -> tuple[str, str] | None:
+    """The first (queue, whole) pair of Metrics fields the window reported both halves of."""
+    return next(((q, whole) for q, whole in QUEUE_PAIRS if q in m and whole in m), None)
+
+
+def queued(m) -> bool:
+    """The measured wait to be admitted is a notable share of the time it is part of."""
+    pair = queue_pair(m)
+    if pair is None:
+        return False
+    wait, whole = m[pair[0]], m[pair[1]]
+    return wait >= MIN_QUEUE_MS and wait >= QUEUE_SHARE * whole
+
+
+def queue_not_timed(m) -> bool:
+    """No queue share to judge by: no (queue, whole) pair, and no queue figure alone that is under a step's wait."""
+    return queue_pair(m) is None and all(m[q] >= MIN_QUEUE_MS for q in ("queue_mean_ms", "queue_p50_ms") if q in m)
+
+
+def _admission(m) -> list:
+    return [ev(f"metrics.{n}", m[n]) for n in ("concurrency", "running_sequences", "waiting_requests") if n in m]
 
 
 class CapacityRules(RuleSet):
@@ -58,3 +116,36 @@ class CapacityRules(RuleSet):
     )
     def kv_full(self, usage, waiting):
         return Finding(evidence=[ev("memory.kv_cache_usage", usage), ev("memory.waiting_requests", waiting)])
+
+    @rule(SPECS["admission-queueing"], AS.m << Metrics(), TEST(lambda m: queued(m)))
+    def admission_queue_timed(self, m):
+        """The wait to be admitted, timed by the server, is a share of the first-token time (or the request) it is part of."""
+        wait, whole = queue_pair(m)
+        return Finding(
+            evidence=[ev(f"metrics.{wait}", m[wait], "ms"), ev(f"metrics.{whole}", m[whole], "ms"), *_admission(m)],
+            removable_ms=m[wait],
+            step_ms=m[whole],
+            detail=f"Requests wait {m[wait]:.4g} of {m[whole]:.4g} ms to be admitted: the gain is on the "
+            f"{'first-token time' if whole.startswith('ttft') else 'request latency'}, not on the per-token rate.",
+        )
+
+    @rule(
+        SPECS["admission-queueing"],
+        AS.m << Metrics(concurrency=MATCH.streams),
+        Server(max_num_seqs=MATCH.admitted),
+        TEST(lambda m, streams, admitted: streams > admitted and queue_not_timed(m)),
+    )
+    def more_streams_than_admitted(self, m, streams, admitted):
+        return Finding(
+            evidence=[ev("metrics.concurrency", streams), ev("server.max_num_seqs", admitted)],
+            detail=f"{streams:g} requests in flight against {admitted} the scheduler runs at once: the rest wait; "
+            "the server's queue time would bound it.",
+        )
+
+    @rule(SPECS["admission-queueing"], AS.m << Metrics(waiting_requests=MATCH.waiting), TEST(lambda m, waiting: waiting > 0 and queue_not_timed(m)))
+    def requests_waiting(self, m, waiting):
+        return Finding(
+            evidence=_admission(m),
+            detail=f"Up to {waiting:g} requests waited to be admitted in the window; the server's queue time would bound it.",
+        )
+

@@ -46,14 +46,15 @@ def any_change(slower: str, faster: str) -> bool:
 # the change must be the slower one. regression-located leaves these to the mechanism rules, so
 # one measured delta is held by one hypothesis.
 ABLATIONS = {
-    "cuda_graphs": switched_off,  # graphs-off
+    "cuda_graphs": switched_off,  # graphs-off (compile-off on a CPU, where the eager flag turns compilation off)
+    "torch_compile": switched_off,  # compile-off
     "attention_backend": any_change,  # slow-attention-backend
     "kernel_backend": any_change,  # slow-kernel-path
     "max_context": larger,  # max-context-work
     "threads": larger,  # cpu-oversubscribed
-    "penalties": switched_on,  # penalty-over-history
+    "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead
-    "speculative": switched_on,  # speculation-slowdown
+    "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more

@@ -18,6 +18,8 @@ from diagnoser.engine import (
     Graph,
     KernelClass,
     Metrics,
+    P,
+    Platform,
     Reference,
     Routing,
     RuleSet,
@@ -29,6 +31,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.launch import on_cpu
 
 SPECS = load_specs(__file__)
 
@@ -142,6 +145,23 @@ MOE_AND_REFERENCE = (
 
 
 class KernelRules(RuleSet):
+    @rule(SPECS["compile-off"], *ablation("torch_compile"))
+    def compile_off_measured(self, d):
+        """The same workload compiled and not: the delta is what the lost fusion costs."""
+        return ablation_finding(d)
+
+    @rule(SPECS["compile-off"], Platform(device_api=P(on_cpu) & MATCH.api), *ablation("cuda_graphs"))
+    def compile_off_measured_on_cpu(self, api, d):
+        """On a CPU there are no CUDA graphs: the engine's eager flag (enforce_eager) turns compilation off,
+        so the runs it tells apart are compiled and not."""
+        finding = ablation_finding(d, ev("platform.device_api", api))
+        finding.detail += " On a CPU the eager flag turns compilation off; there are no CUDA graphs."
+        return finding
+
+    @rule(SPECS["compile-off"], Server(torch_compile=False), NOT(RunDiff(setting="torch_compile")))
+    def compile_off_by_flag(self):
+        return Finding(evidence=[ev("server.torch_compile", False)], detail="The same workload compiled would bound it.")
+
     @rule(SPECS["slow-kernel-path"], *ablation("kernel_backend"))
     def kernel_backend_measured(self, d):
         return ablation_finding(d, key=d["slower"])

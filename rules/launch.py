@@ -48,6 +48,11 @@ def host_without_profiler(host_ms: float, profiled_step_ms: float, unprofiled_st
 SCHEDULER_SHARE = 0.3
 
 
+def on_cpu(api) -> bool:
+    """The engine runs on the host's CPU: there are no CUDA graphs to turn on, so graphs off is no fault."""
+    return isinstance(api, str) and api.strip().lower() == "cpu"
+
+
 def not_replaying(g) -> bool:
     """The trace or log shows no graph replay at the live batch."""
     return g.get("status") == "none" or g.get("replayed_at_live_batch") is False
@@ -72,7 +77,10 @@ class LaunchRules(RuleSet):
 
     @rule(SPECS["graphs-off"], *ablation("cuda_graphs"))
     def graphs_off_measured(self, d, parent_cap_ms):
-        """Graphs on and off at the same workload: the delta is the launch cost graphs remove."""
+        """Graphs on and off at the same workload: the delta is the launch cost graphs remove (on a CPU the
+        eager flag turns compilation off instead: compile-off)."""
+        if self.platform_is_cpu():
+            return None
         return ablation_finding(d, ev("server.cuda_graphs", False))
 
     @rule(SPECS["launch-gaps"], Budget(launch_ms=MATCH.launch, step_ms=MATCH.step), TEST(lambda launch, step: notable(launch, step)))
@@ -81,10 +89,14 @@ class LaunchRules(RuleSet):
 
     @rule(SPECS["graphs-off"], Server(cuda_graphs=False))
     def graphs_off_by_flag(self, parent_cap_ms):
+        if self.platform_is_cpu():
+            return None
         return Finding(evidence=[ev("server.cuda_graphs", False)], removable_ms=parent_cap_ms)
 
     @rule(SPECS["graphs-off"], Graph(status="none"), NOT(Server(cuda_graphs=True)))
     def graphs_off_in_trace(self, parent_cap_ms):
+        if self.platform_is_cpu():
+            return None
         return Finding(evidence=[ev("graph.status", "none")], removable_ms=parent_cap_ms)
 
     @rule(
@@ -190,3 +202,7 @@ class LaunchRules(RuleSet):
     @rule(SPECS["host-overhead"], Shares(host=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
     def host_share(self, share):
         return share_finding("host", share)
+
+    def platform_is_cpu(self) -> bool:
+        """The case's platform is a CPU: there are no CUDA graphs to turn on, so graphs off is no fault there."""
+        return any(isinstance(f, Platform) and on_cpu(f.get("device_api")) for f in self.facts.values())

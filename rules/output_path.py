@@ -21,6 +21,7 @@ from diagnoser.engine import (
     Reference,
     RuleSet,
     Server,
+    StepMix,
     Stream,
     ev,
     load_specs,
@@ -45,12 +46,22 @@ BURST_RATIO = 2.0
 # A stream's worst gap is a maximum over hundreds of intervals, so it needs a wider margin than
 # the p99/p50 ratio: four steps is a prefill chunk's worth of work, not jitter or a late wake-up.
 STALL_RATIO = 4.0
+# A mixed step twice the decode-only step holds a prefill as long as a whole decode step, which every
+# decoding stream waits out as one long gap. The real server's 2000-token prompts made 30-190 ms mixed
+# steps against a 2.35 ms decode step (13-80x); a short prompt beside the decodes adds a fraction of a step.
+MIXED_STEP_RATIO = 2.0
 # What a penalty cost that scans the history grows with.
 HISTORY_GROWTH = frozenset({"output_length", "context"})
 
 
 def penalties_on(s) -> bool:
     return s.get("repetition_penalty") is True or s.get("penalties") is True
+
+
+def served_with_penalties(d) -> bool:
+    """The baseline run (the server as it serves) has the penalties on and the other run takes them off: the
+    penalties are the server's standing configuration, not a change someone made to the requests."""
+    return d["before"] == "true"
 
 
 def _penalty_flags(s) -> list:
@@ -61,9 +72,32 @@ def _penalty_flags(s) -> list:
 
 
 class OutputPathRules(RuleSet):
-    @rule(SPECS["penalty-over-history"], *ablation("penalties"))
+    @rule(SPECS["penalty-over-history"], *ablation("penalties"), TEST(lambda d: not served_with_penalties(d)))
     def penalties_measured(self, d, parent_cap_ms):
+        """Penalties added to a baseline without them: the delta is the penalties' cost."""
         return ablation_finding(d)
+
+    @rule(
+        SPECS["penalty-over-history"],
+        *ablation("penalties"),
+        NOT(Server(penalties=True)),
+        NOT(Server(repetition_penalty=True)),
+        TEST(lambda d: served_with_penalties(d)),
+    )
+    def penalties_removed_measured(self, d, parent_cap_ms):
+        """Penalties taken off a baseline that had them, with no server setting known to turn them on."""
+        return ablation_finding(d)
+
+    @rule(
+        SPECS["default-penalties"],
+        AS.s << Server(),
+        *ablation("penalties"),
+        TEST(lambda s, d: penalties_on(s) and served_with_penalties(d)),
+    )
+    def default_penalties_measured(self, s, d):
+        """The server as it serves (the baseline) has its penalties on; the same request with them overridden to
+        neutral is the change: the delta is what every request pays."""
+        return ablation_finding(d, *_penalty_flags(s))
 
     @rule(
         SPECS["client-gap"],
@@ -235,6 +269,26 @@ class OutputPathRules(RuleSet):
             removable_ms=stall - step,
             step_ms=stall,
             detail="Prefill runs before any decode: the gain is on the worst stall a stream saw, not on the median step.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        AS.x << StepMix(mixed_steps=MATCH.mixed_steps, decode_step_ms=MATCH.decode, mixed_step_ms=MATCH.mixed),
+        TEST(lambda mixed_steps, decode, mixed: mixed_steps > 0 and mixed >= MIXED_STEP_RATIO * decode),
+    )
+    def prefill_in_mixed_steps(self, x, mixed_steps, decode, mixed):
+        """Steps that prefill beside running decodes, against the decode-only steps of the same trace: each
+        decoding stream waits the difference once per mixed step."""
+        evidence = [ev("step_mix.mixed_steps", mixed_steps), ev("step_mix.decode_steps", x.get("decode_steps", 0)),
+                    ev("step_mix.mixed_step_ms", mixed, "ms"), ev("step_mix.decode_step_ms", decode, "ms")]
+        if "prefill_tokens_per_mixed_step" in x:
+            evidence.append(ev("step_mix.prefill_tokens_per_mixed_step", x["prefill_tokens_per_mixed_step"]))
+        return Finding(
+            evidence=evidence,
+            removable_ms=mixed - decode,
+            step_ms=mixed,
+            detail=f"{mixed_steps} steps prefilled beside running decodes and took {mixed / decode:.3g}x a decode-only step: "
+            "the gain is on those steps' intervals (the stall each stream sees), not on the median step.",
         )
 
     @rule(SPECS["prefill-stalls"], Server(prefill_priority=True), NOT(Stream(worst_stall_ms=W())))

@@ -20,8 +20,10 @@ from diagnoser.engine import (
     Finding,
     Metrics,
     ObservedStep,
+    P,
     RuleSet,
     Server,
+    Stream,
     W,
     ev,
     load_specs,
@@ -42,6 +44,35 @@ CONCURRENCY_RATIO = 2.0
 # At 80 % of the memory-only ceiling little is left to recover: kernels rarely sustain more than
 # ~90 % of peak bandwidth over a whole step.
 NEAR_BOUND = 0.8
+# When a fifth of a stream's chunk gaps are too short to be a step, chunks are read together after
+# stalls: the median gap mixes near-zero gaps with stalls. A stream read as it is made, one token a
+# step, has almost none (a few per cent from scheduling jitter).
+NEAR_ZERO_SHARE = 0.2
+# Per-token figures within 25 % of each other agree within streaming jitter (the client-gap slack).
+TIMING_AGREEMENT = 1.25
+# Boundaries on the engine's side of the transport: their per-token figures are the server's.
+ENGINE_SIDE = frozenset({"device_step", "engine", "server_emission"})
+
+
+def bursty(s) -> bool:
+    return s.get("bursty") is True or s.get("near_zero_gap_fraction", 0) >= NEAR_ZERO_SHARE
+
+
+def disagree(client: float, served: float) -> bool:
+    return max(client, served) >= TIMING_AGREEMENT * min(client, served)
+
+
+def engine_side(boundary) -> bool:
+    return boundary in ENGINE_SIDE
+
+
+def speculating(method) -> bool:
+    """A speculative method is configured: a step then makes several tokens, so it is no token time."""
+    return bool(method)
+
+
+def _burst_evidence(s) -> list:
+    return [ev(f"stream.{n}", s[n]) for n in ("bursty", "near_zero_gap_fraction", "tokens_per_burst") if n in s]
 
 
 def expected_rate(e) -> str:
@@ -162,6 +193,50 @@ class RateGuards(RuleSet):
         return Finding(
             evidence=[ev("budget.step_ms", budget, "ms"), ev("observed_device_step_ms", observed, "ms")],
             detail=f"The budget's step is {budget / observed:.2f}x the device step observed for this workload.",
+        )
+
+    @rule(
+        SPECS["client-timing-bursty"],
+        AS.s << Stream(),
+        Boundaries(client_token_ms=MATCH.client),
+        Metrics(boundary=P(engine_side), per_token_ms=MATCH.served),
+        TEST(lambda s, client, served: bursty(s) and disagree(client, served)),
+    )
+    def client_receipt_in_bursts(self, s, client, served):
+        """The client's median inter-chunk interval per token, from a bursty stream, against the engine's per-token time."""
+        return Finding(
+            evidence=[*_burst_evidence(s), ev("boundaries.client_token_ms", client, "ms"), ev("engine_per_token_ms", served, "ms")],
+            detail=f"The client's per-token interval is {client:.4g} ms, the engine's {served:.4g} ms.",
+        )
+
+    @rule(
+        SPECS["client-timing-bursty"],
+        AS.s << Stream(),
+        Boundaries(client_token_ms=MATCH.client),
+        OR(Budget(step_ms=MATCH.served), Boundaries(device_step_ms=MATCH.served)),
+        NOT(Server(speculative=P(speculating))),
+        TEST(lambda s, client, served: bursty(s) and disagree(client, served)),
+    )
+    def client_receipt_in_bursts_against_the_step(self, s, client, served):
+        """Against the traced step, which is a token's time when each step makes one token (no speculation)."""
+        return Finding(
+            evidence=[*_burst_evidence(s), ev("boundaries.client_token_ms", client, "ms"), ev("engine_per_token_ms", served, "ms")],
+            detail=f"The client's per-token interval is {client:.4g} ms, the traced step {served:.4g} ms.",
+        )
+
+    @rule(
+        SPECS["client-timing-bursty"],
+        AS.s << Stream(),
+        Metrics(boundary="client_receipt", itl_p50_ms=MATCH.client),
+        OR(Budget(step_ms=MATCH.served), Boundaries(device_step_ms=MATCH.served)),
+        NOT(Server(speculative=P(speculating))),
+        TEST(lambda s, client, served: bursty(s) and disagree(client, served)),
+    )
+    def client_itl_in_bursts(self, s, client, served):
+        """A client-side median ITL from a bursty stream against the traced step."""
+        return Finding(
+            evidence=[*_burst_evidence(s), ev("metrics.itl_p50_ms", client, "ms"), ev("engine_per_token_ms", served, "ms")],
+            detail=f"The client's median inter-token interval is {client:.4g} ms, the traced step {served:.4g} ms.",
         )
 
     def flags(self, *names: str) -> list[str]:

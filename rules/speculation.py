@@ -13,7 +13,9 @@ from diagnoser.engine import (
     TEST,
     Finding,
     HostCostFact,
+    Metrics,
     RuleSet,
+    RunDiff,
     Server,
     Speculation,
     W,
@@ -23,7 +25,7 @@ from diagnoser.engine import (
 )
 from diagnoser.whatif import expected_tokens_per_cycle
 
-from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.comparison import SLOWER, ablation, ablation_finding
 
 SPECS = load_specs(__file__)
 
@@ -34,6 +36,11 @@ LONG_CONTEXT = 8192
 # 9 ms step, 1.8 steps), and fewer than half a draft token per cycle is accepted, so most drafting
 # is discarded work. (a = 0.2, k = 7 gives 1.25 tokens, a 0.70x slowdown at the reference's costs.)
 MIN_TOKENS_PER_CYCLE = 1.5
+# A cycle verifies k+1 tokens and emits 1 + k x rate of them (rate: accepted / drafted tokens, from
+# the counters). Keeping under half of what it verifies, a cycle throws away most of its verify work
+# and all its rejected drafting: 20 % of 8 drafts keeps 2.6 of 9 tokens (29 %), and the real server's
+# time per token rose from 2.35 to 3.99 ms; EAGLE-like 70 % of 3 drafts keeps 3.1 of 4 (78 %).
+MIN_KEPT_SHARE = 0.5
 
 
 class SpeculationRules(RuleSet):
@@ -96,6 +103,55 @@ class SpeculationRules(RuleSet):
         )
 
     @rule(
+        SPECS["speculation-low-acceptance"],
+        AS.s << Speculation(acceptance_rate=MATCH.rate, ordinary_step_ms=MATCH.ordinary),
+        AS.m << Metrics(),
+        TEST(lambda s, m, ordinary: low_acceptance(s) and slower_than_ordinary(m, ordinary)),
+    )
+    def low_acceptance_against_ordinary(self, s, m, ordinary):
+        """Time per token with speculation against the ordinary step of the same workload: the excess is what it costs."""
+        per_token = time_per_token(m)
+        return Finding(
+            evidence=[*acceptance_evidence(s), ev("metrics.tpot_ms", per_token, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms")],
+            removable_ms=per_token - ordinary,
+            step_ms=per_token,
+            detail=f"{kept(s)} Gains are per emitted token.",
+        )
+
+    @rule(
+        SPECS["speculation-low-acceptance"],
+        AS.s << Speculation(acceptance_rate=MATCH.rate),
+        TEST(lambda s: low_acceptance(s)),
+        *ablation("speculative"),
+    )
+    def low_acceptance_measured(self, s, d):
+        """Speculation on and off at the same load, with the counters saying why it is slower."""
+        finding = ablation_finding(d, *acceptance_evidence(s))
+        finding.detail = f"{kept(s)} {finding.detail}"
+        return finding
+
+    @rule(
+        SPECS["speculation-low-acceptance"],
+        AS.s << Speculation(acceptance_rate=MATCH.rate),
+        NOT(RunDiff(setting="speculative")),
+        TEST(lambda s: low_acceptance(s) and "ordinary_step_ms" not in s),
+    )
+    def low_acceptance_from_counters(self, s):
+        return Finding(evidence=acceptance_evidence(s), detail=f"{kept(s)} An ordinary step or a run with speculation off would bound the loss.")
+
+    @rule(
+        SPECS["speculation-low-acceptance"],
+        AS.s << Speculation(acceptance_rate=MATCH.rate, ordinary_step_ms=W()),
+        NOT(RunDiff(setting="speculative")),
+        NOT(Metrics(tpot_p50_ms=W())),
+        NOT(Metrics(tpot_mean_ms=W())),
+        TEST(lambda s: low_acceptance(s)),
+    )
+    def low_acceptance_untimed(self, s):
+        """An ordinary step, but no time per token with speculation to hold it against."""
+        return Finding(evidence=acceptance_evidence(s), detail=f"{kept(s)} A time per output token (TPOT) would bound the loss.")
+
+    @rule(
         SPECS["speculation-inactive-overhead"],
         Server(speculative=P(lambda m: bool(m)) & MATCH.method, speculative_active=False),
         NOT(HostCostFact(name="speculation", measured=True, ms_per_step=0)),
@@ -103,3 +159,46 @@ class SpeculationRules(RuleSet):
     def speculation_inactive_overhead(self, method):
         """A speculation host cost measured at zero says the pipeline is off too: nothing to name."""
         return Finding(evidence=[ev("server.speculative", method), ev("server.speculative_active", False)])
+
+
+def drafts_per_cycle(s) -> float | None:
+    """k: the fixed draft length, else the drafted tokens per cycle measured for an adaptive drafter."""
+    return s.get("draft_length", s.get("drafted_per_cycle"))
+
+
+def emitted_per_cycle(s) -> float | None:
+    """Tokens a verify cycle emits: the bonus token plus the accepted share of its k drafts."""
+    k, rate = drafts_per_cycle(s), s.get("acceptance_rate")
+    return None if k is None or rate is None else 1 + k * rate
+
+
+def low_acceptance(s) -> bool:
+    """The cycle keeps under MIN_KEPT_SHARE of the k+1 tokens it verifies."""
+    emitted = emitted_per_cycle(s)
+    return emitted is not None and emitted < MIN_KEPT_SHARE * (drafts_per_cycle(s) + 1)
+
+
+def time_per_token(m) -> float | None:
+    """Time per output token with speculation on: TPOT (a chunk interval is several tokens under speculation)."""
+    return m.get("tpot_p50_ms", m.get("tpot_mean_ms"))
+
+
+def slower_than_ordinary(m, ordinary: float) -> bool:
+    per_token = time_per_token(m)
+    return per_token is not None and per_token >= SLOWER * ordinary
+
+
+def acceptance_evidence(s) -> list:
+    k = drafts_per_cycle(s)
+    return [
+        ev("speculation.acceptance_rate", s["acceptance_rate"]),
+        ev("speculation.draft_length" if "draft_length" in s else "speculation.drafted_per_cycle", k),
+        ev("emitted_tokens_per_cycle", emitted_per_cycle(s)),
+        ev("verified_tokens_per_cycle", k + 1),
+    ]
+
+
+def kept(s) -> str:
+    k, emitted = drafts_per_cycle(s), emitted_per_cycle(s)
+    return (f"At {s['acceptance_rate']:.0%} of {k:g} drafts accepted a cycle emits {emitted:.3g} of the {k + 1:g} tokens "
+            f"it verifies ({emitted / (k + 1):.0%}).")
