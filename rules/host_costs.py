@@ -86,7 +86,7 @@ class HostCostRules(RuleSet):
         return host_cost_finding(c, None)
 
     @rule(SPECS["structured-output-overhead"], *ablation("structured_output"))
-    def structured_output_measured(self, d, parent_cap_ms):
+    def structured_output_measured(self, d):
         return ablation_finding(d)
 
     @rule(

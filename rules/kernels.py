@@ -16,6 +16,7 @@ from diagnoser.engine import (
     Finding,
     Grade,
     Graph,
+    Host,
     KernelClass,
     Metrics,
     P,
@@ -31,7 +32,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
-from diagnoser.rules.launch import on_cpu
+from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
 
 SPECS = load_specs(__file__)
 
@@ -144,6 +145,14 @@ MOE_AND_REFERENCE = (
 )
 
 
+def in_step_host_ms(b, host: float, step: float, between: float) -> float:
+    """Host time between the ops inside the step: the host part less the wait between steps, less what the
+    profiler added (it records every op, so its cost lands in these gaps)."""
+    unprofiled = b.get("unprofiled_step_ms")
+    inside = max(0.0, host - between)
+    return host_without_profiler(inside, step, unprofiled) if unprofiled else inside
+
+
 class KernelRules(RuleSet):
     @rule(SPECS["compile-off"], *ablation("torch_compile"))
     def compile_off_measured(self, d):
@@ -157,6 +166,28 @@ class KernelRules(RuleSet):
         finding = ablation_finding(d, ev("platform.device_api", api))
         finding.detail += " On a CPU the eager flag turns compilation off; there are no CUDA graphs."
         return finding
+
+    @rule(
+        SPECS["compile-off"],
+        Server(torch_compile=False),
+        AS.b << Budget(host_ms=MATCH.host, step_ms=MATCH.step),
+        Host(gap_between_steps_ms=MATCH.between),
+        NOT(RunDiff(setting="torch_compile")),
+        TEST(lambda b, host, step, between: notable(in_step_host_ms(b, host, step, between), step)),
+    )
+    def compile_off_in_the_step(self, b, host, step, between):
+        """Uncompiled, the host time between ops inside the step is each op's Python dispatch, which compiled code
+        does not pay; the wait between steps (scheduling) stays. Fusion's savings are not counted, so it is a floor."""
+        removable = in_step_host_ms(b, host, step, between)
+        unprofiled = b.get("unprofiled_step_ms")
+        return Finding(
+            evidence=[ev("server.torch_compile", False), ev("budget.host_ms", host, "ms"), ev("host.gap_between_steps_ms", between, "ms"),
+                      ev("budget.step_ms", step, "ms"), *([ev("budget.unprofiled_step_ms", unprofiled, "ms")] if unprofiled else [])],
+            removable_ms=removable,
+            step_ms=min(step, unprofiled) if unprofiled else step,
+            detail=f"{removable:.3g} ms of host time sits between the ops inside the step (dispatch), besides {between:.3g} ms between "
+            "steps; compiled, the ops run as generated code without it (fusion's own savings come on top).",
+        )
 
     @rule(SPECS["compile-off"], Server(torch_compile=False), NOT(RunDiff(setting="torch_compile")))
     def compile_off_by_flag(self):

@@ -36,8 +36,8 @@ MAX_DURATION_S = 1800
 # The profiled load: short streams at the same concurrency, so the trace holds the load's steps.
 PROFILED_TOKENS = 48
 PROFILE_SETTLE_S = 120
-# Request-level switches (default penalties, response_format) are measured both ways with alternating single streams (ABAB), so the
-# machine's drift falls on both sides; two pairs resolve the 1.5x a default penalty costs here.
+# Request-level switches (default penalties, response_format) are measured both ways in alternating loads, so
+# the machine's drift falls on both sides.
 ABLATION_PAIRS = 2
 NEUTRAL_PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
 
@@ -106,15 +106,17 @@ ABLATIONS = {
 
 
 def _ablation_runs(ablations: list[Ablation], url: str, model: str, shape: Shape, tokens_per_word: float, deadline: float) -> list[Run]:
-    """Single streams as served, then with each switch undone, in turn (ABAC, twice), so drift falls on every
-    side: one baseline run with every switch on, and a run per switch that differs from it in that one."""
+    """The load's shape as served, then with each switch undone, in turn (ABAC, twice), so drift falls on every
+    side: one baseline run with every switch on, and a run per switch that differs from it in that one. At the
+    load's concurrency, since a per-sequence cost (penalties over each sequence's tokens) grows with the batch."""
     served_ms: list[float] = []
     undone_ms: dict[str, list[float]] = {a.setting: [] for a in ablations}
     for i in range(ABLATION_PAIRS):
         for ablation in ablations:
             for served in (True, False):
                 extra = shape.extra if served else ablation.undo(shape.extra)
-                window = run_load(url, model, Shape(1, 1, shape.prompt_tokens, shape.max_tokens, extra), tokens_per_word, deadline, seed=500 + i)
+                batch = Shape(shape.concurrency, shape.concurrency, shape.prompt_tokens, shape.max_tokens, extra)
+                window = run_load(url, model, batch, tokens_per_word, deadline, seed=500 + i)
                 per_token = _per_token_ms(window)
                 if per_token is not None:
                     (served_ms if served else undone_ms[ablation.setting]).append(per_token)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -98,6 +99,7 @@ class VllmServer:
     def __init__(self, args: list[str] | tuple[str, ...] = (), workdir: str | Path | None = None, moe: bool = False,
                  dev_mode: bool = True, kv_cache_gib: int = 1) -> None:
         self.args = list(args)
+        self.owns_workdir = workdir is None  # a folder of its own is removed with the server, profiles and all
         self.workdir = Path(workdir) if workdir else Path(cache_dir() / "servers" / f"{os.getpid()}-{time.monotonic_ns()}")
         self.moe, self.dev_mode, self.kv_cache_gib = moe, dev_mode, kv_cache_gib
         self.proc: subprocess.Popen | None = None
@@ -167,3 +169,5 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -33,9 +33,10 @@ SCHEMA = {
 
 @dataclass(frozen=True)
 class Traffic:
-    """Requests sent beside the measurement, one after another, ``pause_s`` apart."""
+    """Requests sent beside the measurement, one after another, ``pause_s`` apart; ``prompt(i)`` is the
+    i-th request's prompt (distinct prompts where prefix caching would otherwise make a repeat free)."""
 
-    prompt: str | list[int]
+    prompt: Callable[[int], str | list[int]]
     max_tokens: int
     pause_s: float
 
@@ -50,10 +51,16 @@ class Fault:
     live: dict = field(default_factory=dict)  # live options the fault needs (more streams than it admits)
 
 
-def _repeated_phrase() -> str:
+def _repeated_phrase(i: int) -> str:
     """A prompt whose last words occur earlier in it: the n-gram drafter proposes what followed them,
     which a model continuing in its own way rejects (short outputs end before it settles into a loop)."""
-    return " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+    return " ".join([f"the quick brown fox {i} jumps over the lazy dog"] * 12)
+
+
+def _long_prompt(i: int) -> list[int]:
+    """2000 token ids, different for every request: the same prompt twice would be a prefix-cache hit, its
+    prefill a single block."""
+    return [1000 + (7 * i + j) % 20000 for j in range(2000)]
 
 
 FAULTS = {
@@ -66,9 +73,9 @@ FAULTS = {
               ("--override-generation-config", json.dumps(PENALTIES))),
         Fault("ngram-low-acceptance", "speculation-low-acceptance",
               "n-gram speculation, 8 draft tokens, beside traffic whose drafts the model rejects",
-              ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase(), 8, 0.05)),
+              ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase, 8, 0.05)),
         Fault("long-prompts", "prefill-stalls", "2000-token prompts arriving while the streams decode",
-              traffic=Traffic(list(range(1000, 3000)), 1, 0.5)),
+              traffic=Traffic(_long_prompt, 1, 0.5)),
         Fault("structured-output", "structured-output-overhead",
               "every request decodes under a JSON schema (response_format), the grammar's mask built each step",
               live={"extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}}),
@@ -88,11 +95,11 @@ def background(fault: Fault, url: str, model: str = "tiny") -> Iterator[None]:
     traffic = fault.traffic
 
     def send() -> None:
-        body = {"model": model, "prompt": traffic.prompt, "max_tokens": traffic.max_tokens, "temperature": 0.0}
         with httpx.Client(trust_env=False, timeout=120) as http:
-            for _ in range(BACKGROUND_MAX_REQUESTS):
+            for i in range(BACKGROUND_MAX_REQUESTS):
                 if stop.is_set():
                     return
+                body = {"model": model, "prompt": traffic.prompt(i), "max_tokens": traffic.max_tokens, "temperature": 0.0}
                 try:
                     http.post(f"{url}/v1/completions", json=body)
                 except httpx.HTTPError:
