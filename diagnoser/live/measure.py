@@ -79,12 +79,18 @@ def _warm_up(http: httpx.Client, url: str, model: str) -> float:
     return (reply.prompt_tokens or WARM_UP_WORDS) / WARM_UP_WORDS
 
 
-def _per_token_ms(window: Window) -> float | None:
-    """Mean time per output token after the first over a window's streams (bursts average out)."""
+def _per_token_ms(window: Window) -> tuple[float | None, str]:
+    """Mean time per output token over a window's streams, and where it was read: the engine's own
+    (vllm:request_time_per_output_token_seconds over the window) where the server has metrics, since a
+    client on a loaded host reads chunks in bursts; else the client's (E2EL - TTFT) / (tokens - 1)."""
+    if window.before and window.after:
+        tpot = _window_facts(window).value("observations.metrics.tpot_ms")
+        if isinstance(tpot, dict) and tpot.get("mean"):
+            return tpot["mean"], "engine"
     from diagnoser.probes.serving_metrics import request_metrics
 
     tpots = [m.tpot_ms for m in map(request_metrics, window.responses) if m.tpot_ms is not None]
-    return statistics.fmean(tpots) if tpots else None
+    return (statistics.fmean(tpots), "client_receipt") if tpots else (None, "client_receipt")
 
 
 @dataclass(frozen=True)
@@ -111,21 +117,24 @@ def _ablation_runs(ablations: list[Ablation], url: str, model: str, shape: Shape
     load's concurrency, since a per-sequence cost (penalties over each sequence's tokens) grows with the batch."""
     served_ms: list[float] = []
     undone_ms: dict[str, list[float]] = {a.setting: [] for a in ablations}
+    boundaries = set()
     for i in range(ABLATION_PAIRS):
         for ablation in ablations:
             for served in (True, False):
                 extra = shape.extra if served else ablation.undo(shape.extra)
                 batch = Shape(shape.concurrency, shape.concurrency, shape.prompt_tokens, shape.max_tokens, extra)
                 window = run_load(url, model, batch, tokens_per_word, deadline, seed=500 + i)
-                per_token = _per_token_ms(window)
+                per_token, boundary = _per_token_ms(window)
                 if per_token is not None:
                     (served_ms if served else undone_ms[ablation.setting]).append(per_token)
+                    boundaries.add(boundary)
+    boundary = boundaries.pop() if len(boundaries) == 1 else "unknown"
     on = {a.setting: True for a in ablations}
     runs = [Run(name=" + ".join(a.served for a in ablations), settings=on, baseline=True,
-                figures={"per_token_ms": statistics.fmean(served_ms)}, boundary="client_receipt")] if served_ms else []
+                figures={"per_token_ms": statistics.fmean(served_ms)}, boundary=boundary)] if served_ms else []
     runs += [
         Run(name=a.undone, settings={**on, a.setting: False}, figures={"per_token_ms": statistics.fmean(undone_ms[a.setting])},
-            boundary="client_receipt")
+            boundary=boundary)
         for a in ablations if served_ms and undone_ms[a.setting]
     ]
     return runs if len(runs) > 1 else []
@@ -187,7 +196,8 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
         runs = _ablation_runs(ablations, url, server.model, shape, tokens_per_word, start + 0.7 * options.duration_s)
     if runs:
         facts.add("observations.runs", [r.model_dump(mode="json", exclude_none=True) for r in runs],
-                  "client: the same request with each switch as served and undone, alternating")
+                  ("/metrics vllm:request_time_per_output_token_seconds" if runs[0].boundary == "engine" else "client TPOT")
+                  + " over loads with each switch as served and undone, alternating")
 
     if options.profile:
         folder = options.profile_dir or server.profile_dir
@@ -210,9 +220,9 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
 
 def _profiler_cost_ms(profiled: list[Window], twins: list[Window]) -> float | None:
     """What the profiler added per token: the profiled load's mean time per token less the mean of
-    the same load's before and after it (like for like at the client, the machine's drift cancelled)."""
-    with_profiler = _per_token_ms(profiled[0]) if profiled else None
-    without = [t for t in map(_per_token_ms, twins) if t is not None]
+    the same load's before and after it (like for like, the machine's drift cancelled)."""
+    with_profiler = _per_token_ms(profiled[0])[0] if profiled else None
+    without = [t for t, _ in map(_per_token_ms, twins) if t is not None]
     if with_profiler is None or len(without) < 2:
         return None
     return with_profiler - statistics.fmean(without)

@@ -75,7 +75,7 @@ FAULTS = {
               "n-gram speculation, 8 draft tokens, beside traffic whose drafts the model rejects",
               ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase, 8, 0.05)),
         Fault("long-prompts", "prefill-stalls", "2000-token prompts arriving while the streams decode",
-              traffic=Traffic(_long_prompt, 1, 0.5)),
+              traffic=Traffic(_long_prompt, 1, 0.1)),
         Fault("structured-output", "structured-output-overhead",
               "every request decodes under a JSON schema (response_format), the grammar's mask built each step",
               live={"extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}}),

@@ -23,9 +23,11 @@ from diagnoser.models.observations import (
     KernelClassObs,
     Observations,
     StepBudget,
+    SpeculationObs,
     StepMixObs,
 )
 from diagnoser.trace.analysis import Analysis, CollectiveRow, RankStep
+from diagnoser.trace.steps import decode_tokens
 
 
 def step_budget(row: RankStep, spread_ms: float | None = None, segmentation: str | None = None) -> StepBudget:
@@ -147,6 +149,28 @@ def _step_mix(analysis: Analysis, critical: RankStep) -> StepMixObs | None:
     )
 
 
+# Steps of each kind needed before their medians are compared: fewer is one request's luck.
+MIN_STEPS_EACH = 3
+
+
+def _speculation(rows: list[RankStep]) -> SpeculationObs | None:
+    """A trace holding decode steps that verified drafts and decode steps that did not, at the same number of
+    sequences: the plain step is the ordinary step speculation is weighed against (it still pays the drafter's
+    own lookup, so it bounds the loss from below), the other the verify cycle."""
+    by_batch: dict[int, tuple[list[float], list[float]]] = {}
+    for r in rows:
+        counts = decode_tokens(r.step)
+        if counts is None:
+            continue
+        plain, verify = by_batch.setdefault(counts[0], ([], []))
+        (verify if counts[1] > counts[0] else plain).append(r.window_ns / 1e6)
+    usable = [(plain, verify) for plain, verify in by_batch.values() if min(len(plain), len(verify)) >= MIN_STEPS_EACH]
+    if not usable:
+        return None
+    plain, verify = max(usable, key=lambda pv: len(pv[0]) + len(pv[1]))
+    return SpeculationObs(ordinary_step_ms=_median(plain), verify_ms=_median(verify))
+
+
 def to_observations(analysis: Analysis) -> Observations:
     critical = analysis.budget()
     if critical is None:
@@ -163,5 +187,6 @@ def to_observations(analysis: Analysis) -> Observations:
         collectives=_collectives(analysis),
         host=HostObs(gap_between_steps_ms=_median(gaps)) if gaps else None,
         step_mix=_step_mix(analysis, critical),
+        speculation=_speculation(rows),
         kernel_sum_across_ranks_ms=analysis.kernel_sum_across_ranks_ms,
     )

@@ -36,7 +36,7 @@ from diagnoser.trace.step_pattern import pattern_steps
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 # N requests in prefill, M decoding; the token counts in parentheses are absent in some versions
 # and carry more than the count in others (``execute_context_1(888_788544)_generation_0(0)``).
-_ENGINE_STEP = re.compile(r"^execute_context_(\d+)(?:\((\d*)[^)]*\))?_generation_(\d+)(?:\([^)]*\))?$")
+_ENGINE_STEP = re.compile(r"^execute_context_(\d+)(?:\((\d*)[^)]*\))?_generation_(\d+)(?:\((\d*)[^)]*\))?$")
 # One annotation is the trace's only step: cutting at it would only drop the work around it.
 MIN_ENGINE_STEPS = 2
 
@@ -57,6 +57,15 @@ def engine_step_kind(name: str) -> tuple[StepKind | None, int | None]:
     prefill, decode = int(found[1]), int(found[3])
     kind: StepKind = "mixed" if prefill and decode else "prefill" if prefill else "decode" if decode else "empty"
     return kind, int(found[2]) if found[2] else None
+
+
+def decode_tokens(name: str) -> tuple[int, int] | None:
+    """(sequences decoding, tokens they fed) of a vLLM step annotation that only decoded and counts its tokens;
+    more tokens than sequences is a step verifying speculative drafts (k + 1 tokens for k drafts)."""
+    found = _ENGINE_STEP.match(name)
+    if found is None or int(found[1]) or not int(found[3]) or not found[4]:
+        return None
+    return int(found[3]), int(found[4])
 
 
 @dataclass
