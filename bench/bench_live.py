@@ -7,7 +7,8 @@ its background traffic (if any) runs beside the measurement, ``diagnoser live`` 
 over HTTP and its profiler folder, and the diagnosis runs with the bundled rules. The table says
 where the true cause ranked among the causes, its grade and bounded gain, the best-ranked other
 cause, and how long the round took (server start-up included). For ``none`` the rank column lists
-any cause graded measured above the noise share instead.
+any cause graded measured above the noise share instead (host-overhead above the host time a healthy
+real vLLM spends per step here: ``faults.HOST_BASELINE_SHARE``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from diagnoser.lab.case import measured_above_noise, score
+from diagnoser.lab.case import score
 from diagnoser.probes.to_case import write_case
-from diagnoser.real_vllm.faults import FAULTS, run_fault
+from diagnoser.real_vllm.faults import FAULTS, healthy_problems, run_fault
 
 
 def main() -> int:
@@ -44,7 +45,7 @@ def main() -> int:
             write_case(args.cases / f"{name}.yaml", case)
         cause = FAULTS[name].cause
         if cause is None:
-            noisy = measured_above_noise(result)
+            noisy = healthy_problems(result)
             rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", score(result, "").runner_up, took))
             continue
         s = score(result, cause)

@@ -10,8 +10,8 @@ import platform
 
 import pytest
 
-from diagnoser.lab.case import measured_above_noise, score
-from diagnoser.real_vllm.faults import FAULTS, run_fault
+from diagnoser.lab.case import score
+from diagnoser.real_vllm.faults import FAULTS, healthy_problems, run_fault
 
 pytestmark = [
     pytest.mark.real_vllm,
@@ -35,7 +35,7 @@ def covered(path: str, sources: dict[str, str]) -> bool:
 
 def test_healthy_server_shows_no_measured_cause_and_every_fact_names_its_source(tmp_path):
     found, result = run_fault("none")
-    assert measured_above_noise(result) == []
+    assert healthy_problems(result) == []
     case = found.case
     assert case.observations.metrics is not None and case.observations.metrics.itl_ms is not None
     assert case.observations.server.max_num_seqs is not None  # dev mode: /server_info was read
