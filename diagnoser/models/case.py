@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from diagnoser.models.documents import load_model
 from diagnoser.models.observations import Observations
@@ -54,7 +54,8 @@ class Case(BaseModel):
     workload: Workload | None = Field(default=None, description="the pin: model, hardware, precision, context, batch, layout, observation")
     bound_inputs: BoundInputs | None = Field(default=None, description="a bound someone already computed, to be checked")
     observations: Observations = Field(default_factory=Observations, description="what traces, probes, metrics and reports established")
-    sources: dict[str, str] = Field(
+    sources: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.\[\]-]*$", max_length=300)],
+                  Annotated[str, StringConstraints(max_length=2000)]] = Field(
         default_factory=dict,
         max_length=4096,
         description="where each fact came from: a dotted field path (observations.server.max_num_seqs) -> endpoint, metric, file or flag",

@@ -19,7 +19,8 @@ M = TypeVar("M", bound=BaseModel)
 def validation_message(err: ValidationError, where: str) -> str:
     """One line naming the first bad field, for the CLI."""
     first = err.errors()[0]
-    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    # a key is the document's own text: a newline or escape in it must not break the one line
+    loc = ".".join(str(part) if str(part).isprintable() else repr(str(part)) for part in first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     return f"{where}: {loc}: {msg}{more}"
