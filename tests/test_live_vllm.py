@@ -67,9 +67,11 @@ def test_without_dev_mode_live_names_what_it_could_not_get_and_takes_the_command
 
     with VllmServer(["--enforce-eager"], dev_mode=False) as server:
         bare = measure(server.url, Options(duration_s=45, requests=4, concurrency=2, max_tokens=32, profile=False))
-        told = measure(server.url, Options(duration_s=60, requests=4, concurrency=2, max_tokens=32, profile=False,
+        # as a user would: the command line for the settings, the profiler's folder for the trace
+        told = measure(server.url, Options(duration_s=90, requests=4, concurrency=2, max_tokens=32, profile_dir=server.profile_dir,
                                            server_args="vllm serve tiny --enforce-eager --max-model-len 4096"))
     assert HOW_TO_SUPPLY in bare.missing
+    assert told.case.observations.budget is not None  # the trace from --profile-dir
     assert bare.case.observations.metrics.itl_ms is not None  # /metrics and the stream still measured
     assert bare.case.observations.server.torch_compile is None  # not guessed
     assert told.case.observations.server.torch_compile is False
