@@ -85,13 +85,14 @@ FAULTS = {
 }
 
 
-# A healthy real vLLM (CPU build, tiny model, 2 cores) spends a third of its decode step on the host: its
-# model runner's Python between the compiled model's calls and the scheduler's round trip through the
-# engine core, which the CPU build does not overlap (it runs without async scheduling). Three healthy
-# servers measured by `diagnoser live` put 14, 35 and 37 % of the step there, the profiler's own cost
-# taken out; so host-overhead up to 45 % is that baseline, not a fault. Every other cause must stay under
-# the lab's noise share (15 %), which no healthy server's other causes came near.
-HOST_BASELINE_SHARE = 0.45
+# A healthy real vLLM (CPU build, tiny model, 2 cores) spends a third to a half of its decode step on the
+# host: its model runner's Python between the compiled model's calls and the scheduler's round trip through
+# the engine core, which the CPU build does not overlap (it runs without async scheduling). Four healthy
+# servers measured by `diagnoser live` put 14, 35, 37 and 47 % of the step there, the profiler's own cost
+# (estimated from two short loads, and noisy) taken out; so host-overhead up to 60 % is that baseline, not a
+# fault. Every other cause must stay under the lab's noise share (15 %), which no healthy server's other
+# causes came near.
+HOST_BASELINE_SHARE = 0.6
 BASELINE_CAUSES = {"host-overhead": HOST_BASELINE_SHARE}
 
 
