@@ -71,6 +71,14 @@ def speculating(method) -> bool:
     return bool(method)
 
 
+def burst_finding(s, client_field: str, client_what: str, client: float, served_what: str, served: float) -> Finding:
+    """The client's per-token figure from a bursty stream beside the engine-side one it disagrees with."""
+    return Finding(
+        evidence=[*_burst_evidence(s), ev(client_field, client, "ms"), ev("engine_per_token_ms", served, "ms")],
+        detail=f"The client's {client_what} is {client:.4g} ms, {served_what} {served:.4g} ms.",
+    )
+
+
 def _burst_evidence(s) -> list:
     return [ev(f"stream.{n}", s[n]) for n in ("bursty", "near_zero_gap_fraction", "tokens_per_burst") if n in s]
 
@@ -204,10 +212,7 @@ class RateGuards(RuleSet):
     )
     def client_receipt_in_bursts(self, s, client, served):
         """The client's median inter-chunk interval per token, from a bursty stream, against the engine's per-token time."""
-        return Finding(
-            evidence=[*_burst_evidence(s), ev("boundaries.client_token_ms", client, "ms"), ev("engine_per_token_ms", served, "ms")],
-            detail=f"The client's per-token interval is {client:.4g} ms, the engine's {served:.4g} ms.",
-        )
+        return burst_finding(s, "boundaries.client_token_ms", "per-token interval", client, "the engine's", served)
 
     @rule(
         SPECS["client-timing-bursty"],
@@ -219,10 +224,7 @@ class RateGuards(RuleSet):
     )
     def client_receipt_in_bursts_against_the_step(self, s, client, served):
         """Against the traced step, which is a token's time when each step makes one token (no speculation)."""
-        return Finding(
-            evidence=[*_burst_evidence(s), ev("boundaries.client_token_ms", client, "ms"), ev("engine_per_token_ms", served, "ms")],
-            detail=f"The client's per-token interval is {client:.4g} ms, the traced step {served:.4g} ms.",
-        )
+        return burst_finding(s, "boundaries.client_token_ms", "per-token interval", client, "the traced step", served)
 
     @rule(
         SPECS["client-timing-bursty"],
@@ -234,10 +236,7 @@ class RateGuards(RuleSet):
     )
     def client_itl_in_bursts(self, s, client, served):
         """A client-side median ITL from a bursty stream against the traced step."""
-        return Finding(
-            evidence=[*_burst_evidence(s), ev("metrics.itl_p50_ms", client, "ms"), ev("engine_per_token_ms", served, "ms")],
-            detail=f"The client's median inter-token interval is {client:.4g} ms, the traced step {served:.4g} ms.",
-        )
+        return burst_finding(s, "metrics.itl_p50_ms", "median inter-token interval", client, "the traced step", served)
 
     def flags(self, *names: str) -> list[str]:
         metrics = next(f for f in self.facts.values() if isinstance(f, Metrics))
