@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import statistics
 import threading
 import time
@@ -99,8 +100,6 @@ def test_a_speculating_trace_gives_the_ordinary_step_and_the_verify_cycle_at_one
     events = json.load(gzip.open(next(NGRAM.glob("rank0*.gz"))))["traceEvents"]
     marks = sorted((e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_context")),
                    key=lambda e: e["ts"])
-    import re
-
     plain: dict[int, list[float]] = {}
     verify: dict[int, list[float]] = {}
     for mark, nxt in zip(marks, marks[1:]):

@@ -24,7 +24,6 @@ HOW_TO_SUPPLY = (
 
 @dataclass
 class Server:
-    url: str
     model: str
     max_model_len: int | None
     facts: SourcedFacts
@@ -91,4 +90,4 @@ def discover(http: httpx.Client, url: str, model: str | None = None) -> Server:
     text = scrape(http, url)
     if text:
         facts.merge(from_metrics_text(text, "/metrics"))
-    return Server(url, name, limit, facts, folder)
+    return Server(name, limit, facts, folder)

@@ -20,7 +20,7 @@ import httpx
 
 from diagnoser.errors import InputError
 from diagnoser.live import discover as disc
-from diagnoser.live.load import Shape, Window, run_load, scrape
+from diagnoser.live.load import Shape, Window, run_load
 from diagnoser.live.profile import Profile, profile
 from diagnoser.live.prompts import WARM_UP_WORDS, fit, words
 from diagnoser.models.case import Case
@@ -154,7 +154,7 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
     options.check()
     start = time.monotonic()
     deadline = start + options.duration_s
-    facts, notes = SourcedFacts(), []
+    facts = SourcedFacts()
     with httpx.Client(trust_env=False, timeout=30) as http:
         progress("discover: /v1/models, /version, the configuration")
         server = disc.discover(http, url, options.model)
@@ -214,8 +214,8 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
         else:
             facts.missing.append(f"profile: {found.note}")
     case = apply_facts(Case(title=f"live: {server.model} at {url}"), facts)
-    return Live(case=case, missing=facts.missing, notes=notes + [f"{c.path}: {c.kept.value!r} ({c.kept.source}) against "
-                                                                 f"{c.other.value!r} ({c.other.source})" for c in facts.conflicts])
+    disagreements = [f"{c.path}: {c.kept.value!r} ({c.kept.source}) against {c.other.value!r} ({c.other.source})" for c in facts.conflicts]
+    return Live(case=case, missing=facts.missing, notes=disagreements)
 
 
 def _profiler_cost_ms(profiled: list[Window], twins: list[Window]) -> float | None:

@@ -15,6 +15,7 @@ SIGINT to the group, as Ctrl-C would, and kills whatever is left after a grace p
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -115,8 +116,6 @@ class VllmServer:
 
     def command(self, port: int) -> list[str]:
         profiler = {"profiler": "torch", "torch_profiler_dir": str(self.profile_dir), "torch_profiler_with_stack": False}
-        import json
-
         return [
             str(python_path()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model(self.moe)),
             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
