@@ -97,13 +97,16 @@ def gaps_ms(chunks: list[Chunk]) -> list[float]:
 
 
 def burst_sizes(gaps: list[float]) -> tuple[list[int], int]:
-    """Runs of chunks separated by gaps under ``BUNCH_FRACTION`` of the mean gap; and the bunched count."""
+    """Runs of chunks separated by gaps above ``BUNCH_FRACTION`` of the mean gap; and the bunched count.
+
+    A stream read whole in one go (every gap zero, so the threshold is zero too) is one burst.
+    """
     if not gaps:
         return [], 0
     threshold = BUNCH_FRACTION * statistics.fmean(gaps)
     sizes, bunched = [1], 0
     for gap in gaps:
-        if gap < threshold:
+        if gap <= threshold:
             sizes[-1] += 1
             bunched += 1
         else:

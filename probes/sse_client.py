@@ -13,7 +13,9 @@ chunk>, "step_ms": <engine time per token for it>}``; the probe uses it when pre
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +24,8 @@ import httpx
 
 from diagnoser.errors import InputError
 from diagnoser.probes.base import ProbeTimeout
+
+_LINE_BREAK = re.compile(r"\r\n|\n|\r")
 
 APIS = {"completions": "completions", "chat": "chat/completions"}
 
@@ -143,6 +147,25 @@ def _record(data: dict[str, Any], response: StreamedResponse, now_s: float, now_
         response.prompt_tokens = usage.get("prompt_tokens")
 
 
+def _lines_by_read(reply: httpx.Response) -> Iterator[tuple[float, int, str]]:
+    """Each complete line with the time of the network read that completed it.
+
+    Events a buffering proxy wrote together arrive in one read and so get one receipt time;
+    stamping each line as it is parsed would instead spread them by the client's own parsing
+    speed, which on a busy host is large enough to hide the burst. A CRLF split across two
+    reads yields one extra empty line, which SSE treats as a separator anyway.
+    """
+    pending = ""
+    for text in reply.iter_text():
+        now_s, now_ns = time.perf_counter(), time.time_ns()
+        pending += text
+        *lines, pending = _LINE_BREAK.split(pending)
+        for line in lines:
+            yield now_s, now_ns, line
+    if pending:
+        yield time.perf_counter(), time.time_ns(), pending
+
+
 def stream(client: httpx.Client, url: str, body: dict[str, Any], timeout_s: float) -> StreamedResponse:
     """Send one streaming request and timestamp every event as it is parsed off the wire."""
     response = StreamedResponse(start_s=time.perf_counter())
@@ -151,8 +174,7 @@ def stream(client: httpx.Client, url: str, body: dict[str, Any], timeout_s: floa
             if reply.status_code != 200:
                 reply.read()
                 raise InputError(f"{url}: HTTP {reply.status_code}: {_server_message(reply)}")
-            for line in reply.iter_lines():
-                now_s, now_ns = time.perf_counter(), time.time_ns()
+            for now_s, now_ns, line in _lines_by_read(reply):
                 if now_s - response.start_s > timeout_s:
                     raise ProbeTimeout(f"{url}: stream still open after {timeout_s:.0f} s")
                 if not line.startswith("data:"):

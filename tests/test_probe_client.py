@@ -53,6 +53,8 @@ def test_bursts_by_hand():
     sizes, bunched = sm.burst_sizes([0.1, 0.1, 11.8, 0.1, 0.1])
     assert sizes == [3, 3] and bunched == 4
     assert sm.burst_sizes([10.0, 9.0, 11.0]) == ([1, 1, 1, 1], 0)
+    # a stream that arrived in one read: every gap zero, all four chunks one burst
+    assert sm.burst_sizes([0.0, 0.0, 0.0]) == ([4], 3)
 
 
 def test_linear_fit_by_hand():
