@@ -105,8 +105,10 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
         facts = probe(url, max_tokens=33, requests=2)
     # Tokens 1-4, 5-8, ... leave together: within a burst chunks arrive ~0 ms apart, between
     # bursts 4 steps apart. Per request 32 gaps, 24 of them inside a burst.
+    # A client stalled on the busy host reads several bursts (or a whole stream) at once, which
+    # can only raise the share; nothing splits a burst, so it cannot fall below 24 of 32.
     bunching = facts.bunching
-    assert bunching.bunched_fraction == pytest.approx(24 / 32, abs=0.1)
+    assert 24 / 32 - 0.1 <= bunching.bunched_fraction <= 1.0
     # bursts of 4, 4, ..., 4, 1 (mean 3.56); a stalled client may merge two, never split one
     assert bunching.max_burst_chunks >= 4 and 3 <= bunching.mean_burst_chunks <= 6
     assert facts.itl_ms.p50 < 0.25 * step
@@ -120,7 +122,7 @@ def test_buffering_fault_shows_as_bursts_and_is_located_after_emission():
     updates = client.to_observations(facts)
     assert updates["boundaries"].device_step_ms == pytest.approx(step)
     # the median gap is a burst's read pattern, not a token time: no per-token figure or spike ratio from it
-    assert updates["stream"].bursty and updates["stream"].near_zero_gap_fraction == pytest.approx(24 / 32, abs=0.1)
+    assert updates["stream"].bursty and updates["stream"].near_zero_gap_fraction == bunching.bunched_fraction
     assert updates["boundaries"].client_receipt_ms is None and "host" not in updates
     assert updates["boundaries"].client_p99_ms >= 2 * step
     # the rule base, given only what the probe measured, points past the server at buffering
