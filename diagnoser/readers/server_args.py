@@ -23,6 +23,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from diagnoser.artifacts.artifact import Artifact
 from diagnoser.errors import InputError
 from diagnoser.readers.facts import SourcedFacts
 from diagnoser.readers.vllm_config import (
@@ -106,7 +107,7 @@ def _scalar(value: str) -> Any:
         return value
 
 
-def _typed(kind: str, value: str, flag_name: str) -> Any:
+def typed(kind: str, value: str, flag_name: str) -> Any:
     if kind == "int":
         return whole_number(value, flag_name)
     if kind == "json":
@@ -214,12 +215,13 @@ def _parse_flags(tokens: list[str], kinds: dict[str, str], aliases: dict[str, st
         elif kind == "dotted":
             _set_dotted(args, dest, sub, _scalar(value))
         else:
-            args[dest] = _typed(kind, value, raw)
+            args[dest] = typed(kind, value, raw)
     return args, written
 
 
-def from_command_line(line: str) -> SourcedFacts:
-    """Facts a ``vllm serve``, vLLM api_server or ``sglang.launch_server`` command line states."""
+def from_command_line(line: str, origin: str = "--server-args") -> SourcedFacts:
+    """Facts a ``vllm serve``, vLLM api_server or ``sglang.launch_server`` command line states;
+    ``origin`` names where the line was read (the option that gave it, or a file and line)."""
     if len(line) > MAX_BYTES:
         raise InputError("server args: longer than 64 MB; that is not a command line")
     engine, launched, rest = _program(_tokens(line))
@@ -229,30 +231,18 @@ def from_command_line(line: str) -> SourcedFacts:
     def render(name: str) -> str:
         head, _, rest_of = name.partition(".")
         shown = written.get(head, "--" + head.replace("_", "-"))
-        return f"--server-args {shown}" + (f" {rest_of}" if rest_of else "")
+        return f"{origin} {shown}" + (f" {rest_of}" if rest_of else "")
 
     facts = SourcedFacts()
-    facts.add(SERVER + "engine", engine, f"--server-args {launched}")
+    facts.add(SERVER + "engine", engine, f"{origin} {launched}")
     return facts.merge(from_engine_args(args, render) if vllm else from_sglang_args(args, render))
 
 
 # ---------------------------------------------------------------------------------------------
 # the vLLM server log
 
-_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_NON_DEFAULT = re.compile(r"non-default args: (\{.*?)\s*$")  # a cut dict is caught, not skipped
 _ENGINE_LINE = re.compile(r"Initializing an? (?:V1 )?LLM engine \(([^)]*)\) with config: (.*?)\s*$")
-
-
-def _read_text(path: str | Path, what: str) -> tuple[str, bool]:
-    """The file's first 64 MB as text, and whether there was more."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise InputError(f"cannot read {what} {path}: {err.strerror or err}") from None
-    if b"\0" in data[:4096]:
-        raise InputError(f"{path}: binary data, not a {what}")
-    return data[:MAX_BYTES].decode("utf-8", errors="replace"), len(data) > MAX_BYTES
 
 
 def _config_lines(lines: Iterable[str]) -> tuple[tuple[int, str] | None, tuple[int, str] | None]:
@@ -266,27 +256,33 @@ def _config_lines(lines: Iterable[str]) -> tuple[tuple[int, str] | None, tuple[i
     return args, engine
 
 
-def from_server_log(path: str | Path) -> SourcedFacts:
-    """Facts from a vLLM server log's engine-config line (what runs) and non-default args (what was asked)."""
-    content, cut = _read_text(path, "server log")
-    args_line, engine_line = _config_lines(content.splitlines())
-    name = Path(path).name
+def vllm_log_config(artifact: Artifact) -> SourcedFacts | None:
+    """Facts from a vLLM log's engine-config line (what runs) and non-default args (what was asked);
+    None when the log has neither line (an excerpt of the periodic lines only)."""
+    args_line, engine_line = _config_lines(artifact.lines)
     if args_line is None and engine_line is None:
-        raise InputError(f"{name}: no 'non-default args' or 'Initializing a V1 LLM engine' line; is this a vLLM server log?")
+        return None
     facts = SourcedFacts()
     if engine_line is not None:
         number, body = engine_line
-        facts.merge(from_engine_args(repr_fields(body), lambda n: f"{name}:{number} {n}"))
-        facts.add(SERVER + "engine", "vllm", f"{name}:{number}")
+        facts.merge(from_engine_args(repr_fields(body), lambda n: f"{artifact.at(number)} {n}"))
+        facts.add(SERVER + "engine", "vllm", artifact.at(number))
     if args_line is not None:
         number, body = args_line
-        asked = repr_value(body)
+        asked = repr_value(body) if body.endswith("}") else None
         if not isinstance(asked, dict):
-            raise InputError(f"{name}:{number}: the non-default args are not a readable dict")
-        facts.merge(from_engine_args(asked, lambda n: f"{name}:{number} {n}"))
-        _expert_parallel_across_lines(facts, asked, f"{name}:{number} enable_expert_parallel")
-    if cut:
-        facts.missing.append(f"{name}: only its first 64 MB were read; a later restart's settings were not")
+            raise InputError(f"{artifact.at(number)}: the non-default args are not a readable dict")
+        facts.merge(from_engine_args(asked, lambda n: f"{artifact.at(number)} {n}"))
+        _expert_parallel_across_lines(facts, asked, f"{artifact.at(number)} enable_expert_parallel")
+    return facts
+
+
+def from_server_log(path: str | Path) -> SourcedFacts:
+    """The settings a vLLM server log states; a file with neither config line is refused."""
+    artifact = Artifact.load(path)
+    facts = vllm_log_config(artifact)
+    if facts is None:
+        raise InputError(f"{artifact.name}: no 'non-default args' or 'Initializing a V1 LLM engine' line; is this a vLLM server log?")
     return facts
 
 
