@@ -36,7 +36,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
+def read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
     try:
         # non-blocking open: a FIFO without a writer opens at once (and then reads as empty)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -68,7 +68,7 @@ def _read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
 def read_text(path: str | Path, what: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """The file's UTF-8 text, read with the same cap; YAML documents come in through here too."""
     path = Path(path)
-    raw = _read_bytes(path, what, max_bytes)
+    raw = read_bytes(path, what, max_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -14,6 +14,7 @@ The case the user named is only read; the merged case is written to a path of it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,17 @@ def merged_case(case_path: str | Path, report: ProbeReport) -> Case | None:
         raise InputError(f"{path}: probe facts do not fit the case: {err.errors()[0]['msg']}") from None
 
 
-def write_case(path: str | Path, case: Case) -> None:
-    """The case as YAML, or JSON for a ``.json`` path, written atomically."""
+def case_text(case: Case, as_json: bool = False, comments: Sequence[str] = ()) -> str:
+    """The case as YAML (with ``comments`` above it, for the reader) or as JSON."""
     data = case.model_dump(mode="json", exclude_none=True)
-    if Path(path).suffix.lower() == ".json":
+    if as_json:
         import orjson
 
-        write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
+    header = "".join(f"# {line}\n" for text in comments for line in text.splitlines())
+    return header + yaml.safe_dump(data, sort_keys=False)
+
+
+def write_case(path: str | Path, case: Case, comments: Sequence[str] = ()) -> None:
+    """The case as YAML, or JSON for a ``.json`` path, written atomically."""
+    write_atomic(path, case_text(case, Path(path).suffix.lower() == ".json", comments))

@@ -1,4 +1,5 @@
-"""``diagnoser diagnose CASE``: run the rule base over a case file and print ranked hypotheses."""
+"""``diagnoser diagnose CASE|FILE...``: run the rule base over a case, or over the case that
+artifacts (benchmark results, logs, scrapes; see ``case from``) make, and print ranked hypotheses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from diagnoser.errors import InputError
 
 
 @click.command("diagnose")
-@click.argument("case_path", metavar="CASE")
+@click.argument("inputs", nargs=-1, required=True, metavar="CASE|FILE...")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.option("--markdown", is_flag=True, help="Print the diagnosis as Markdown.")
 @click.option("--html", is_flag=True, help="Print the diagnosis as one self-contained HTML page.")
@@ -19,13 +20,15 @@ from diagnoser.errors import InputError
 )
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 def diagnose(
-    case_path: str, as_json: bool, markdown: bool, html: bool, rule_paths: tuple[str, ...], thresholds: tuple[str, ...], output: str | None
+    inputs: tuple[str, ...], as_json: bool, markdown: bool, html: bool, rule_paths: tuple[str, ...], thresholds: tuple[str, ...], output: str | None
 ) -> None:
-    """Rank hypotheses for CASE (JSON/YAML case file), with checks, bounded gains and undo criteria."""
+    """Rank hypotheses for CASE (JSON/YAML case file) or for the case FILE... make (benchmark results, logs,
+    metrics scrapes, command lines, nvidia-smi; a case file among them is the base they add to), with checks,
+    bounded gains and undo criteria."""
     from diagnoser.engine import diagnose as run_diagnosis
     from diagnoser.engine import load_rulebook
     from diagnoser.fileio import write_atomic
-    from diagnoser.models.case import load_case
+    from diagnoser.artifacts.build import load_inputs
     from diagnoser.report import render_html, render_json, render_markdown, render_text
 
     chosen = [flag for flag, on in (("--json", as_json), ("--markdown", markdown), ("--html", html)) if on]
@@ -34,9 +37,14 @@ def diagnose(
     from diagnoser.engine.thresholds import parse_threshold, thresholds_set
     from diagnoser.fileio import check_outputs
 
-    check_outputs([("-o", output)], [case_path, *rule_paths])
+    check_outputs([("-o", output)], [*inputs, *rule_paths])
     settings = dict(parse_threshold(t) for t in thresholds)
-    case = load_case(case_path)
+    case, imported = load_inputs(inputs)
+    if imported is not None:
+        from diagnoser.cli.case_cmd import report_import
+
+        report_import(imported, "diagnose")
+    case_path = inputs[0] if len(inputs) == 1 else "the artifacts"
     rulebook = load_rulebook(rule_paths)
     with thresholds_set(rulebook, settings) as before:
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from diagnoser.errors import InputError
 from diagnoser.readers.facts import SourcedFacts
-from diagnoser.readers.prometheus import parse_scrape
+from diagnoser.readers.prometheus import Scrape, parse_scrape
 from diagnoser.readers.vllm_config import SERVER, facts_from_sections
 
 _INFO = re.compile(r"vllm:(\w+_config)_info")
@@ -35,23 +35,26 @@ def label_value(label: str) -> Any:
     return label
 
 
-def info_sections(text: str, where: str = "/metrics") -> tuple[dict[str, list[dict]], bool]:
-    """Each ``vllm:*_config_info`` gauge's samples as label dicts (one per engine), and whether any vLLM metric appeared."""
-    try:
-        scrape = parse_scrape(text)
-    except InputError as err:
-        raise InputError(f"{where}: {err}") from None
-    sections = {
+def info_sections(scrape: Scrape) -> dict[str, list[dict]]:
+    """Each ``vllm:*_config_info`` gauge's samples as label dicts (one per engine)."""
+    return {
         match.group(1): [{k: label_value(v) for k, v in labels} for labels in scrape.samples[name]]
         for name in sorted(scrape.names)
         if (match := _INFO.fullmatch(name)) is not None
     }
-    return sections, any(name.startswith("vllm:") for name in scrape.names)
 
 
 def from_metrics_text(text: str, where: str = "/metrics") -> SourcedFacts:
+    try:
+        scrape = parse_scrape(text)
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+    return from_scrape(scrape, where)
+
+
+def from_scrape(scrape: Scrape, where: str = "/metrics") -> SourcedFacts:
     """Facts from the info gauges; every engine's sample is read, so engines that differ show as conflicts."""
-    sections, seen_vllm = info_sections(text, where)
+    sections, seen_vllm = info_sections(scrape), any(name.startswith("vllm:") for name in scrape.names)
     facts = SourcedFacts()
     for name, samples in sections.items():
         for labels in samples:
@@ -59,7 +62,7 @@ def from_metrics_text(text: str, where: str = "/metrics") -> SourcedFacts:
             facts.merge(facts_from_sections({name: labels}, lambda s, k: f"{where} vllm:{s}_info{{{k}{engine}}}"))
     if seen_vllm:
         facts.add(SERVER + "engine", "vllm", f"{where} vllm:* metric names")
-    if not sections:
+    if seen_vllm and not sections:
         facts.missing.append(f"{where}: no vllm:*_config_info gauge; start vLLM with VLLM_SERVER_DEV_MODE=1 and read "
                              "/server_info?config_format=json, or give the server's command line or log")
     return facts
