@@ -20,6 +20,7 @@ from diagnoser.engine import (
     HostCostFact,
     Reference,
     RuleSet,
+    RunDiff,
     Server,
     StepMix,
     Stream,
@@ -107,6 +108,18 @@ class OutputPathRules(RuleSet):
         """The server as it serves (the baseline) has its penalties on; the same request with them overridden to
         neutral is the change: the delta is what every request pays."""
         return ablation_finding(d, *_penalty_flags(s))
+
+    @rule(
+        SPECS["default-penalties"],
+        AS.s << Server(),
+        NOT(RunDiff(setting="penalties")),
+        TEST(lambda s: penalties_on(s)),
+    )
+    def default_penalties_configured(self, s):
+        """The server's own settings put the penalty pass into every request: a cost known to exist, named
+        before it is timed; the A/B with the penalties neutral (the check) measures it."""
+        return Finding(evidence=_penalty_flags(s), grade=Grade.indicated,
+                       detail="The server's settings turn penalties on for every request; not yet timed against neutral penalties.")
 
     @rule(
         SPECS["client-gap"],
