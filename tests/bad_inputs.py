@@ -418,11 +418,57 @@ def output_cases(report: dict) -> list[Case]:
     ]
 
 
+def _text_mutations(text: bytes, rng: random.Random, count: int) -> list[tuple[str, bytes]]:
+    """Lines of a log or a table damaged the way copies get damaged: a number turned to letters, a
+    line cut in the middle, a line repeated until the file is large."""
+    lines = text.split(b"\n")
+    numbered = [i for i, line in enumerate(lines) if re.search(rb"\d", line)]
+    out = []
+    for _ in range(count if numbered else 0):
+        i = rng.choice(numbered)
+        damaged = list(lines)
+        if rng.random() < 0.5:
+            damaged[i] = re.sub(rb"\d+(\.\d+)?", b"x1y", lines[i])
+            out.append((f"line {i + 1} numbers made text", b"\n".join(damaged)))
+        else:
+            damaged[i] = lines[i][: len(lines[i]) // 2]
+            out.append((f"line {i + 1} cut in half", b"\n".join(damaged)))
+    longest = max(lines, key=len)
+    out.append(("one line repeated 20,000 times", b"\n".join([*lines, *[longest] * 20_000])))
+    return out
+
+
+def artifact_cases(rng: random.Random) -> list[Case]:
+    """Every real artifact sample (tests/data/artifacts/<format>/), damaged, through ``case from``;
+    and one of each format through ``diagnose`` beside a healthy scrape."""
+    out = []
+    folder = REPO / "tests" / "data" / "artifacts"
+    for path in sorted(p for p in folder.glob("*/*") if p.is_file() and p.name != "README.md"):
+        label, raw = f"artifact {path.parent.name}/{path.name}", path.read_bytes()
+        name = "a" + path.suffix
+        argv = ["case", "from", f"{{dir}}/{name}"]
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            mutated = value_mutations(doc, rng, 4) + structural_mutations(doc, rng, 2)
+            out += [Case(f"{label}: {what}", argv, {name: _json(m)}) for what, m in mutated]
+        out += [Case(f"{label}: {what}", argv, {name: text}) for what, text in _text_mutations(raw, rng, 3)]
+        out += [Case(f"{label}: {what}", argv, {name: text}) for what, text in broken_texts(raw, False)[:5]]
+    scrape = (REPO / "tests" / "data" / "vllm" / "healthy" / "metrics_after.txt").read_bytes()
+    for kind in sorted(d for d in folder.iterdir() if d.is_dir() and d.name != "prometheus"):
+        path = next(p for p in sorted(kind.iterdir()) if p.name != "README.md")
+        out.append(Case(f"diagnose {kind.name}/{path.name} with a scrape", ["diagnose", "{dir}/a", "{dir}/m.txt", "--json"],
+                        {"a": path.read_bytes(), "m.txt": scrape}))
+    return out + special_paths(lambda p: ["case", "from", p], "case from")
+
+
 def corpus(report: dict) -> list[Case]:
     rng = random.Random(SEED)
     return (
         case_cases(rng) + workload_cases(rng) + config_cases(rng) + probe_report_cases(rng, report)
-        + trace_cases(rng) + rule_cases() + flag_cases() + output_cases(report)
+        + trace_cases(rng) + rule_cases() + flag_cases() + output_cases(report) + artifact_cases(rng)
     )
 
 
