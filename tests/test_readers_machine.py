@@ -107,6 +107,7 @@ def test_collect_env():
     gpu = read("collect-env", "vllm-0.16.0-2x-l40s.txt")
     assert gpu == {
         "observations.server.engine": "vllm",
+        "observations.server.engine_version": "0.16.0",  # line 124 "vLLM Version : 0.16.0"
         "observations.platform.device_api": "cuda",
         "observations.platform.os": "Ubuntu 22.04.5 LTS (x86_64)",
         "observations.probe.gpu_name": "NVIDIA L40S",
@@ -115,6 +116,7 @@ def test_collect_env():
     cpu = read("collect-env", "vllm-0.32.0-cpu-here.txt")
     assert cpu == {
         "observations.server.engine": "vllm",
+        "observations.server.engine_version": "0.32.0",  # line 88
         "observations.platform.device_api": "cpu",
         "observations.platform.os": "Debian GNU/Linux 12 (bookworm) (x86_64)",
     }

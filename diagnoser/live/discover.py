@@ -73,6 +73,7 @@ def discover(http: httpx.Client, url: str, model: str | None = None) -> Server:
     version = _json(http, f"{url}/version")
     if isinstance(version, dict) and isinstance(version.get("version"), str):
         facts.add("observations.server.engine", "vllm", "/version")
+        facts.add("observations.server.engine_version", version["version"][:100], "/version version")
     info = _json(http, f"{url}/server_info?config_format=json")
     config = info.get("vllm_config") if isinstance(info, dict) else None
     folder = None

@@ -233,6 +233,7 @@ class ServerConfig(_Obs):
     """Serving-engine settings that decide which costs exist at all."""
 
     engine: str | None = Field(default=None, description="vllm, sglang, trt-llm, ...")
+    engine_version: str | None = Field(default=None, max_length=100, description="release or build of the engine, as it reports it (0.32.0)")
     cuda_graphs: bool | None = Field(default=None, description="decode replays CUDA graphs (false: eager, e.g. enforce-eager)")
     cuda_graph_max_batch: int | None = Field(default=None, ge=0, description="largest batch size captured in a graph")
     custom_allreduce: bool | None = Field(default=None, description="the engine's custom all-reduce is in use (false: plain NCCL)")

@@ -4,7 +4,7 @@
 Labels are those of vllm/collect_env.py and torch/utils/collect_env.py: "PyTorch version",
 "Is CUDA available", "GPU models and configuration", "vLLM Version", "GPU Topology"; older
 releases print "label: value", newer ones pad the label into a column ("label   : value").
-Versions (vLLM, torch, CUDA, driver) have no field in the case and are not read.
+vLLM's version is read; torch, CUDA and driver versions have no field in the case and are not.
 """
 
 from __future__ import annotations
@@ -84,7 +84,10 @@ def read(artifact: Artifact) -> SourcedFacts:
         raise InputError(f"{artifact.name}: a collect-env report without its PyTorch version line (cut short?)")
     facts = SourcedFacts()
     if "vLLM Version" in labels:
-        facts.add("observations.server.engine", "vllm", artifact.at(labels["vLLM Version"][1]))
+        version, line = labels["vLLM Version"]
+        facts.add("observations.server.engine", "vllm", artifact.at(line))
+        if version not in _NONE:
+            facts.add("observations.server.engine_version", version.split()[0].removeprefix("v"), artifact.at(line))
     api = _device_api(labels)
     if api:
         facts.add("observations.platform.device_api", api[0], artifact.at(api[1]))

@@ -245,14 +245,14 @@ _NON_DEFAULT = re.compile(r"non-default args: (\{.*?)\s*$")  # a cut dict is cau
 _ENGINE_LINE = re.compile(r"Initializing an? (?:V1 )?LLM engine \(([^)]*)\) with config: (.*?)\s*$")
 
 
-def _config_lines(lines: Iterable[str]) -> tuple[tuple[int, str] | None, tuple[int, str] | None]:
-    """The last ``non-default args`` dict and the last engine-config text, each with its line number."""
+def _config_lines(lines: Iterable[str]) -> tuple[tuple[int, str] | None, tuple[int, str, str] | None]:
+    """The last ``non-default args`` dict, and the last engine-config line's version and text, each with its line number."""
     args = engine = None
     for number, line in enumerate(lines, 1):
         if (m := _NON_DEFAULT.search(line)) is not None:
             args = (number, m.group(1))
         elif (m := _ENGINE_LINE.search(line)) is not None:
-            engine = (number, m.group(2))
+            engine = (number, m.group(1), m.group(2))
     return args, engine
 
 
@@ -264,9 +264,10 @@ def vllm_log_config(artifact: Artifact) -> SourcedFacts | None:
         return None
     facts = SourcedFacts()
     if engine_line is not None:
-        number, body = engine_line
+        number, version, body = engine_line
         facts.merge(from_engine_args(repr_fields(body), lambda n: f"{artifact.at(number)} {n}"))
         facts.add(SERVER + "engine", "vllm", artifact.at(number))
+        facts.add(SERVER + "engine_version", version.strip().removeprefix("v") or None, artifact.at(number))
     if args_line is not None:
         number, body = args_line
         asked = repr_value(body) if body.endswith("}") else None
