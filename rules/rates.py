@@ -106,8 +106,13 @@ class RateGuards(RuleSet):
             detail=f"Observed {observed:.4g} ms per step against a {floor:.4g} ms floor.",
         )
 
-    @rule(SPECS["rate-includes-prefill"], OR(Metrics(rate_includes_prefill=True), Metrics(window_includes_warmup=True)))
+    @rule(
+        SPECS["rate-includes-prefill"],
+        OR(Metrics(rate_includes_prefill=True), Metrics(window_includes_warmup=True)),
+        NOT(Metrics(per_token_ms=W())),
+    )
     def rate_includes_prefill(self):
+        """Only while the rate is the figure compared: a per-token time beside it counts decode alone."""
         return Finding(evidence=[ev(f"metrics.{name}", True) for name in self.flags("rate_includes_prefill", "window_includes_warmup")])
 
     @rule(

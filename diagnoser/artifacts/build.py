@@ -1,12 +1,14 @@
 """Artifacts into one case: each file recognised by content, read, and merged with its sources.
 
 Facts from different files that disagree are all kept (``SourcedFacts.conflicts``) and shown
-side by side; the first file given wins the case field, so the user orders by trust. Files of a
-format that reads several at once (scrapes of one server) go to it together.
+side by side; the case field takes the most direct measurement's (``_PRECEDENCE``), and among
+files of one kind the first given. Files of a format that reads several at once (scrapes of one
+server) go to it together.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +27,26 @@ MAX_FILES = 64
 class Imported:
     facts: SourcedFacts
     formats: list[tuple[str, str]] = field(default_factory=list)  # (file, format name) in the order given
+    set_aside: list[str] = field(default_factory=list)  # figures read but not put in the case, and why
 
     def disagreements(self) -> list[str]:
         return [f"{c.path}: {c.kept.value!r} ({c.kept.source}) against {c.other.value!r} ({c.other.source})" for c in self.facts.conflicts]
+
+
+# Which file's figure fills a case field when files disagree: the most direct measurement first
+# (the engine's counters over the window, then a benchmark client's, then what a log summarises),
+# then what the engine resolved (its log) before what was asked (a command line); the user's order
+# decides within one kind.
+_PRECEDENCE = {
+    "prometheus": 0, "aiperf-server-metrics": 0,
+    "vllm-bench-serve": 1, "sglang-bench-serving": 1, "aiperf-json": 1, "aiperf-csv": 1, "aiperf-records": 1, "guidellm": 1,
+    "vllm-log": 2, "sglang-log": 2,
+    "command-line": 3, "engine-args-yaml": 3,
+}
+_METRICS = "observations.metrics."
+_BOUNDARY = _METRICS + "boundary"
+_STATED = re.compile(r"((?:observations|workload)\.[\w.]+)")  # the fact a "not stated" note opens with
+_TIMED = ("ttft_ms", "tpot_ms", "itl_ms", "request_latency_ms", "queue_ms", "prefill_ms")
 
 
 def read_artifacts(paths: Sequence[str | Path]) -> Imported:
@@ -40,15 +59,57 @@ def read_artifacts(paths: Sequence[str | Path]) -> Imported:
         if found is None:
             raise InputError(f"{artifact.name}: not a format diagnoser reads; it knows: {known()}")
         recognised.append((artifact, found))
-    imported = Imported(SourcedFacts(), [(a.name, f.name) for a, f in recognised])
+    pieces: list[tuple[int, int, SourcedFacts]] = []
     combined: set[str] = set()
-    for artifact, found in recognised:
+    for order, (artifact, found) in enumerate(recognised):
         if found.combine is None:
-            imported.facts.merge(found.read(artifact))
-        elif found.name not in combined:
+            facts = found.read(artifact)
+        elif found.name in combined:
+            continue
+        else:
             combined.add(found.name)
-            imported.facts.merge(found.combine([a for a, f in recognised if f.name == found.name]))
+            facts = found.combine([a for a, f in recognised if f.name == found.name])
+        pieces.append((_PRECEDENCE.get(found.name, len(_PRECEDENCE)), order, facts))
+    pieces.sort(key=lambda piece: piece[:2])
+    imported = Imported(SourcedFacts(), [(a.name, f.name) for a, f in recognised])
+    imported.set_aside = _one_boundary([facts for _, _, facts in pieces])
+    for _, _, facts in pieces:
+        imported.facts.merge(facts)
+    # a file that could not give a figure says so; another file that gave it makes the note stale
+    imported.facts.missing = [line for line in imported.facts.missing if _STATED.match(line) is None
+                              or _STATED.match(line).group(1) not in imported.facts]
     return imported
+
+
+def _timed(facts: SourcedFacts) -> bool:
+    return any(_METRICS + name in facts for name in _TIMED)
+
+
+def _one_boundary(pieces: list[SourcedFacts]) -> list[str]:
+    """``observations.metrics`` is read at one boundary. When the engine's own latencies are there
+    (a scrape window), a client's become boundary timings (its median and p99 gap, its first
+    token), the client-side TPOT and latency are set aside and said so; a file with no latency
+    at all (a log's peaks and rates) does not claim a boundary."""
+    engine_timed = any(p.value(_BOUNDARY) == "engine" and _timed(p) for p in pieces)
+    set_aside = []
+    for piece in pieces:
+        if not _timed(piece):
+            piece.facts.pop(_BOUNDARY, None)
+            continue
+        if not engine_timed or piece.value(_BOUNDARY) == "engine":
+            continue
+        boundary = piece.facts.pop(_BOUNDARY, None)
+        itl, ttft = piece.facts.pop(_METRICS + "itl_ms", None), piece.facts.pop(_METRICS + "ttft_ms", None)
+        if itl is not None:
+            for field, key in (("client_p50_ms", "p50"), ("client_receipt_ms", "p50"), ("client_p99_ms", "p99")):
+                piece.add(f"observations.boundaries.{field}", itl.value.get(key), f"{itl.source} {key}")
+        if ttft is not None:
+            piece.add("observations.boundaries.ttft_ms", ttft.value.get("p50") or ttft.value.get("mean"), ttft.source)
+        for name in _TIMED:
+            if (dropped := piece.facts.pop(_METRICS + name, None)) is not None:
+                where = boundary.value if boundary is not None else "client"
+                set_aside.append(f"{dropped.source}: the {where} {name} (the case's metrics are the engine's, from the scrapes)")
+    return set_aside
 
 
 # Case paths that are a setting of the run, and the name ``Run.settings`` knows it by.

@@ -29,6 +29,8 @@ def report_import(imported, prefix: str) -> None:
         click.echo(f"{prefix}: read {file} as {kind}", err=True)
     for line in imported.disagreements():
         click.echo(f"{prefix}: disagree: {line}", err=True)
+    for line in imported.set_aside:
+        click.echo(f"{prefix}: set aside: {line}", err=True)
     for line in imported.facts.missing:
         click.echo(f"{prefix}: not stated: {line}", err=True)
 
@@ -66,3 +68,12 @@ def case_from(files: tuple[str, ...], output: Path | None, title: str, runs: tup
         return
     write_case(output, found, comments)
     click.echo(f"case: wrote the case to {output} (diagnoser diagnose {output} ranks its causes)", err=True)
+
+
+@case.command("formats")
+def case_formats() -> None:
+    """List the artifact formats `case from` recognises, in the order it tries them."""
+    from diagnoser.artifacts.formats import formats
+
+    for found in formats():
+        click.echo(f"{found.name:24} {found.what}")
