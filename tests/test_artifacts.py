@@ -203,3 +203,11 @@ def test_a_fault_recorded_now_is_named_from_its_files(tmp_path):
         pytest.skip(str(err))
     causes = [h.rule for h in _diagnosis(folder).hypotheses if h.kind == "cause"]
     assert causes[0] == "admission-queueing", causes
+
+
+def test_case_formats_lists_every_format_and_case_from_needs_files():
+    listed = run_cli("case", "formats")
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [f.name for f in formats()]
+    empty = run_cli("case", "from")
+    assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1
