@@ -12,6 +12,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    P,
     TEST,
     W,
     Budget,
@@ -117,6 +118,17 @@ class CapacityRules(RuleSet):
     def kv_full(self, usage, waiting):
         return Finding(evidence=[ev("memory.kv_cache_usage", usage), ev("memory.waiting_requests", waiting)])
 
+    @rule(
+        SPECS["kv-cache-pressure"],
+        Memory(kv_cache_usage=MATCH.usage),
+        NOT(Memory(waiting_requests=W())),
+        Metrics(waiting_requests=MATCH.waiting),
+        TEST(lambda usage, waiting: usage >= KV_FULL and waiting > 0),
+    )
+    def kv_full_server_queue(self, usage, waiting):
+        """The server's waiting count (a metrics scrape or a log) beside a full cache: they wait for blocks."""
+        return Finding(evidence=[ev("memory.kv_cache_usage", usage), ev("metrics.waiting_requests", waiting)])
+
     @rule(SPECS["admission-queueing"], AS.m << Metrics(), TEST(lambda m: queued(m)))
     def admission_queue_timed(self, m):
         """The wait to be admitted, timed by the server, is a share of the first-token time (or the request) it is part of."""
@@ -142,8 +154,14 @@ class CapacityRules(RuleSet):
             "the server's queue time would bound it.",
         )
 
-    @rule(SPECS["admission-queueing"], AS.m << Metrics(waiting_requests=MATCH.waiting), TEST(lambda m, waiting: waiting > 0 and queue_not_timed(m)))
+    @rule(
+        SPECS["admission-queueing"],
+        AS.m << Metrics(waiting_requests=MATCH.waiting),
+        NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL))),
+        TEST(lambda m, waiting: waiting > 0 and queue_not_timed(m)),
+    )
     def requests_waiting(self, m, waiting):
+        """Requests wait for a sequence slot or for KV blocks; with the cache full it is the blocks (kv-cache-pressure)."""
         return Finding(
             evidence=_admission(m),
             detail=f"Up to {waiting:g} requests waited to be admitted in the window; the server's queue time would bound it.",

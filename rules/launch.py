@@ -15,7 +15,6 @@ from diagnoser.engine import (
     Finding,
     Graph,
     Host,
-    Layout,
     Platform,
     Reference,
     RuleSet,
@@ -114,18 +113,6 @@ class LaunchRules(RuleSet):
                 ev("graph.live_units", live),
             ]
         return Finding(evidence=[*evidence, ev("graph.max_captured_batch", largest)], removable_ms=parent_cap_ms)
-
-    @rule(
-        SPECS["graph-capture-too-small"],
-        Server(cuda_graphs=True, cuda_graph_max_batch=MATCH.largest),
-        Layout(batch=MATCH.live, dp=MATCH.dp),
-        TEST(lambda live, dp, largest: live // dp > largest),
-    )
-    def graph_capture_below_batch(self, live, dp, largest, parent_cap_ms):
-        return Finding(
-            evidence=[ev("workload.batch_per_dp_rank", live // dp), ev("server.cuda_graph_max_batch", largest)],
-            removable_ms=parent_cap_ms,
-        )
 
     @rule(
         SPECS["graph-not-replaying"],

@@ -77,6 +77,21 @@ def throttled(p) -> bool:
     return bool(p.get("throttled")) or (ratio is not None and ratio < CLOCK_RATIO)
 
 
+def throttle_finding(p, device_ms: float | None) -> Finding:
+    """At most the device time the lower clocks stretched: ``device * (1 - ratio)``; without clocks, indicated."""
+    ratio = clock_ratio(p)
+    evidence = [ev("probe.throttle_reasons", ", ".join(p.get("throttled", [])) or "none reported")]
+    if ratio is not None:
+        evidence.append(ev("probe.clock_ratio", ratio))
+    bounded = ratio is not None and device_ms is not None
+    return Finding(
+        evidence=evidence,
+        removable_ms=device_ms * (1 - ratio) if bounded else None,
+        detail="" if bounded else "Clock ratio or step not measured: read clocks during a timed run to bound the gain.",
+        missing=[] if ratio is not None else ["probe.sm_clock_mhz"],
+    )
+
+
 
 class MachineRules(RuleSet):
     @rule(SPECS["cpu-oversubscribed"], *ablation("threads"))
@@ -86,16 +101,18 @@ class MachineRules(RuleSet):
 
     @rule(SPECS["clock-throttle"], AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
     def clock_throttle(self, p, device):
-        ratio = clock_ratio(p)
-        evidence = [ev("probe.throttle_reasons", ", ".join(p.get("throttled", [])) or "none reported")]
-        if ratio is not None:
-            evidence.append(ev("probe.clock_ratio", ratio))
-        return Finding(
-            evidence=evidence,
-            removable_ms=device * (1 - ratio) if ratio is not None else None,
-            detail="" if ratio is not None else "Clock ratio not measured: read clocks during the run to bound the gain.",
-            missing=[] if ratio is not None else ["probe.sm_clock_mhz"],
-        )
+        return throttle_finding(p, device)
+
+    @rule(
+        SPECS["clock-throttle"],
+        AS.p << Probe(),
+        NOT(Budget(device_ms=W())),
+        TEST(lambda p: throttled(p)),
+    )
+    def clock_throttle_without_budget(self, p):
+        """Throttle reasons or low clocks with no budget: the device time is unknown, so the whole step
+        stands in for it (a step that is all device work slows at most by the clock ratio)."""
+        return throttle_finding(p, self.reference_step_ms)
 
     @rule(
         SPECS["cpu-offload"],

@@ -18,6 +18,7 @@ from diagnoser.engine import (
     Grade,
     Host,
     HostCostFact,
+    Metrics,
     Reference,
     RuleSet,
     RunDiff,
@@ -60,6 +61,8 @@ MIXED_SHARE = 0.1
 def mixed_extra_ms(mixed_steps: int, decode_steps: int, decode: float, mixed: float) -> float:
     """The mixed steps' extra time spread over all the steps a stream decodes through: the mean cost per step."""
     return (mixed - decode) * mixed_steps / max(1, mixed_steps + decode_steps)
+# Prompts this long fill at least a whole prefill chunk at common token budgets per step.
+LONG_PROMPT_TOKENS = 1000
 # What a penalty cost that scans the history grows with.
 HISTORY_GROWTH = frozenset({"output_length", "context"})
 
@@ -276,6 +279,24 @@ class OutputPathRules(RuleSet):
             removable_ms=step * (ratio - 1),
             step_ms=step * ratio,
             detail="The gain is on the spiking (p99) interval, not on the median step.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Host(itl_spike_ratio=MATCH.ratio),
+        NOT(Host(prefill_interleaved=W())),
+        Server(chunked_prefill=True),
+        Metrics(input_tokens=MATCH.prompt),
+        TEST(lambda ratio, prompt: ratio >= SPIKE_RATIO and prompt >= LONG_PROMPT_TOKENS),
+    )
+    def long_prompts_under_chunked_prefill(self, ratio, prompt):
+        """Long prompts admitted while streams decode, chunked prefill on, and a long inter-token tail: the
+        chunks join decode steps. Nothing yet shows the long steps were the ones holding chunks: indicated."""
+        return Finding(
+            evidence=[ev("host.itl_spike_ratio", ratio), ev("server.chunked_prefill", True), ev("metrics.input_tokens", prompt)],
+            grade=Grade.indicated,
+            detail=f"Prompts of {prompt:.0f} tokens are prefilled in chunks beside the decodes; the p99 gap is {ratio:.3g}x "
+            "the median. A trace's step split (mixed against decode-only steps) would measure it.",
         )
 
     @rule(

@@ -21,7 +21,13 @@ DOCUMENTS = {
 @click.command()
 @click.argument("name", type=click.Choice(sorted(DOCUMENTS)))
 def schema(name: str) -> None:
-    """Print the JSON Schema of NAME, for editors and for scripts that produce inputs."""
+    """Print the JSON Schema of NAME, for editors and for scripts that produce inputs. The case's
+    ``x-field-roles`` says of each field whether the rules read it, it feeds a canonical fact, or it is informational."""
     module_name, attr = DOCUMENTS[name].split(":")
     model = getattr(importlib.import_module(module_name), attr)
-    click.echo(json.dumps(model.model_json_schema(), indent=2))
+    document = model.model_json_schema()
+    if name == "case":
+        from diagnoser.engine.field_roles import roles
+
+        document["x-field-roles"] = roles(model)
+    click.echo(json.dumps(document, indent=2))

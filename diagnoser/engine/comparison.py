@@ -58,6 +58,36 @@ def _shared_figure(a: Run, b: Run) -> tuple[str, float, float] | None:
     return None
 
 
+# One switch sets several settings: speculation on sets its method and draft length, a penalties
+# default sets each penalty. A companion means nothing with its lead off. Runs that differ in a
+# lead and its companions differ in one change, the lead's; runs that differ only in companions (a
+# draft length against none) differ in whether the lead is on.
+SETTING_GROUPS: dict[str, tuple[str, ...]] = {
+    "speculative": ("draft_length", "speculative_method", "num_speculative_tokens"),
+    "penalties": ("repetition_penalty", "frequency_penalty", "presence_penalty"),
+}
+_OFF = {"unset", "false", "off", "no", "0", "none"}
+
+
+def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
+    """The lead as a switch: its own value when stated, else on when any companion is set."""
+    if lead in run.settings:
+        value = _value(run, lead)
+        return value if value in _OFF or value in {"true", "on", "yes", "1"} else "true"
+    return "false" if all(_value(run, c) in _OFF for c in companions) else "true"
+
+
+def one_switch(base: Run, other: Run, changed: tuple[str, ...]) -> tuple[tuple[str, ...], str, str] | None:
+    """(changed settings, before, after) with a group's companions folded into its lead, when the
+    whole difference is one group's; None when it is not."""
+    for lead, companions in SETTING_GROUPS.items():
+        if set(changed) <= {lead, *companions}:
+            before, after = _is_on(base, lead, companions), _is_on(other, lead, companions)
+            if before != after or lead in changed:
+                return (lead,), before, after
+    return None
+
+
 def baseline(runs: list[Run]) -> Run | None:
     marked = [r for r in runs if r.baseline]
     return marked[0] if marked else (runs[0] if runs else None)
@@ -79,14 +109,19 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
         changed = tuple(n for n in names if _value(base, n) != _value(other, n))
         if not changed:
             continue
-        one = len(changed) == 1
+        grouped = one_switch(base, other, changed)
+        if grouped is not None:
+            changed, before, after = grouped
+        else:
+            one = len(changed) == 1
+            before, after = (_value(base, changed[0]), _value(other, changed[0])) if one else ("", "")
         deltas.append(
             RunDelta(
                 base=base.name,
                 other=other.name,
                 changed=changed,
-                before=_value(base, changed[0]) if one else "",
-                after=_value(other, changed[0]) if one else "",
+                before=before,
+                after=after,
                 figure=shared[0],
                 base_time=shared[1],
                 other_time=shared[2],

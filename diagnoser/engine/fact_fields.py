@@ -97,10 +97,7 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
             reference_dtype=("", "the dtype of that plain GEMM"),
             estimated_from_bound=("", "fields estimated from the pinned workload, not measured"),
         ),
-        f.Graph: _model_fields(GraphReplayObs) | _derived(
-            max_captured_batch=("", "largest captured size"),
-            live_units=("", "the live batch in the capture list's unit"),
-        ),
+        f.Graph: _model_fields(GraphReplayObs) | _derived(live_units=("", "the live batch in the capture list's unit")),
         f.Collective: _model_fields(CollectiveObs),
         f.Boundaries: _model_fields(BoundaryTimings) | _derived(
             server_token_ms=("ms", "server emission interval per token"),

@@ -335,11 +335,10 @@ def present_inputs(case: Case, bound: BoundSummary | None) -> set[str]:
 def _graph(g: GraphReplayObs) -> Graph:
     """``live_units``: the live batch in the capture list's unit. A capture list counted in tokens
     holds ``k+1`` tokens per sequence while verifying ``k`` drafts, so 16 sequences need a 64-token graph at k = 3."""
-    captured = g.captured_batch_sizes
     live = g.live_batch_size
     if live is not None and g.capture_unit is CaptureUnit.tokens:
         live *= g.query_tokens_per_sequence or 1
-    return Graph(**_fields(g, max_captured_batch=max(captured) if captured else None, live_units=live))
+    return Graph(**_fields(g, live_units=live))
 
 
 def _observed_step(case: Case) -> ObservedStep | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from diagnoser.engine.canonical import canonical
 from diagnoser.engine.facts import (
     Holds,
     Unevaluable,
@@ -317,7 +318,7 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
 
 def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSummary | None, float | None]:
     """The engine after it has run over the case: its facts, conclusions and rule errors."""
-    case = with_derived_budget(case)
+    case = canonical(with_derived_budget(case))
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
     present = present_inputs(case, bound)

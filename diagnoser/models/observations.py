@@ -125,6 +125,9 @@ class GraphReplayObs(_Obs):
     kernel_launches_per_step: float | None = Field(default=None, ge=0, description="kernel launches per step outside graphs")
     graph_launches_per_step: float | None = Field(default=None, ge=0, description="CUDA graph launches per step")
     captured_batch_sizes: list[int] | None = Field(default=None, description="batch sizes (or token counts) the engine captured graphs for")
+    max_captured_batch: int | None = Field(
+        default=None, ge=1, description="the largest captured size, in the capture list's unit (the engine's cuda_graph_max_bs, max capture size)"
+    )
     capture_unit: CaptureUnit | None = Field(default=None, description="what the capture sizes count: sequences or tokens")
     live_batch_size: int | None = Field(default=None, ge=1, description="sequences decoding together on this rank")
     query_tokens_per_sequence: int | None = Field(

@@ -1,0 +1,146 @@
+"""One home per physical fact: the canonical field each fact is read from, filled from every other
+way a case, a probe, a trace, a live server or an imported file can state it.
+
+People (and readers) put the same fact in different places: the largest captured graph batch in
+``server`` or as ``graph``'s capture list, the live batch as the workload's batch or the engine's
+running count, acceptance as a counter ratio or as tokens per cycle. Rules read only the
+canonical field; ``canonical`` fills it, before the engine sees the case, from the first
+alternative stated, and records where it came from in ``case.sources``. A canonical field the
+case states itself is never overwritten. ``docs/canonical-facts.md`` is this table in prose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from diagnoser.models.case import Case
+
+Read = Callable[[dict], Any]  # a stated value from the case (as a plain dict), or None
+
+
+def _at(path: str) -> Read:
+    def read(data: dict) -> Any:
+        node: Any = data
+        for key in path.split("."):
+            if not isinstance(node, dict):
+                return None
+            node = node.get(key)
+        return node
+
+    return read
+
+
+@dataclass(frozen=True)
+class Alternative:
+    path: str  # how a case states it, as documented
+    read: Read
+    how: str = ""  # the conversion, when it is not the value itself
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    canonical: str
+    meaning: str
+    alternatives: tuple[Alternative, ...]
+    only_with: str = ""  # a section that must already be stated: a fact about it means nothing alone
+
+
+def same(path: str) -> Alternative:
+    return Alternative(path, _at(path))
+
+
+def _largest(path: str) -> Alternative:
+    def read(data: dict) -> Any:
+        sizes = _at(path)(data)
+        return max(sizes) if sizes else None
+
+    return Alternative(path, read, "the largest size in the capture list")
+
+
+def _batch_per_rank(data: dict) -> Any:
+    batch, dp = _at("workload.batch")(data), _at("workload.layout.dp")(data) or 1
+    return batch // dp if isinstance(batch, int) and batch >= dp else None
+
+
+def _accepted_rate(data: dict) -> Any:
+    """Tokens emitted per cycle count the verify's own token: (emitted - 1) / k drafts were accepted."""
+    emitted, k = _at("observations.speculation.mean_accepted_per_cycle")(data), _at("observations.speculation.draft_length")(data)
+    if emitted is None or not k or not 1 <= emitted <= k + 1:
+        return None
+    return (emitted - 1) / k
+
+
+def _spike_ratio(section: str, p99: str, p50: str) -> Read:
+    def read(data: dict) -> Any:
+        tail, typical = _at(f"{section}.{p99}")(data), _at(f"{section}.{p50}")(data)
+        return tail / typical if tail and typical else None
+
+    return read
+
+
+def _mixed_steps(data: dict) -> Any:
+    return True if (_at("observations.step_mix.mixed_steps")(data) or 0) > 0 else None
+
+
+EQUIVALENCES: tuple[Equivalence, ...] = (
+    Equivalence("observations.graph.max_captured_batch", "the largest batch the engine captured a graph for", (
+        _largest("observations.graph.captured_batch_sizes"),
+        same("observations.server.cuda_graph_max_batch"),
+    )),
+    Equivalence("observations.graph.live_batch_size", "sequences decoding together on one rank", (
+        Alternative("workload.batch", _batch_per_rank, "the group-wide batch over the data-parallel ranks"),
+        same("observations.metrics.running_sequences"),
+    ), only_with="observations.graph"),
+    Equivalence("observations.boundaries.client_receipt_ms", "the median gap between chunks at the client", (
+        same("observations.boundaries.client_p50_ms"),
+    )),
+    Equivalence("observations.metrics.tokens_per_chunk", "tokens each streamed chunk carries", (
+        same("observations.boundaries.tokens_per_chunk"),
+    ), only_with="observations.metrics"),
+    Equivalence("observations.speculation.acceptance_rate", "accepted draft tokens over drafted tokens", (
+        Alternative("observations.speculation.mean_accepted_per_cycle", _accepted_rate, "(tokens per cycle - 1) / draft length"),
+    )),
+    Equivalence("observations.host.itl_spike_ratio", "the worst gap between tokens against the typical one", (
+        Alternative("observations.metrics.itl_ms", _spike_ratio("observations.metrics.itl_ms", "p99", "p50"), "p99 / p50"),
+        Alternative("observations.boundaries", _spike_ratio("observations.boundaries", "client_p99_ms", "client_receipt_ms"),
+                    "client_p99_ms / client_receipt_ms"),
+    )),
+    Equivalence("observations.host.prefill_interleaved", "prompts were prefilled in the same steps as running decodes", (
+        Alternative("observations.step_mix.mixed_steps", _mixed_steps, "a trace shows steps that prefilled beside decodes"),
+    )),
+)
+
+
+def _set(data: dict, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+
+
+def canonical(case: Case) -> Case:
+    """The case with every canonical field it leaves empty filled from an equivalent statement."""
+    data = case.model_dump(mode="json", exclude_none=True, exclude_unset=True)
+    filled: dict[str, str] = {}
+    for eq in EQUIVALENCES:
+        if _at(eq.canonical)(data) is not None or (eq.only_with and _at(eq.only_with)(data) is None):
+            continue
+        for alt in eq.alternatives:
+            value = alt.read(data)
+            if value is not None:
+                _set(data, eq.canonical, value)
+                stated = case.sources.get(alt.path)
+                filled[eq.canonical] = f"{alt.path}" + (f" ({alt.how})" if alt.how else "") + (f", from {stated}" if stated else "")
+                break
+    if not filled:
+        return case
+    data["sources"] = {**data.get("sources", {}), **filled}
+    return Case.model_validate(data)
+
+
+def alternative_paths() -> set[str]:
+    """Every documented alternative: a field that feeds a canonical fact."""
+    return {alt.path for eq in EQUIVALENCES for alt in eq.alternatives}

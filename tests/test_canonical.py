@@ -1,0 +1,100 @@
+"""One home per fact: the canonical step fills each canonical field from its alternatives, never over
+what the case states, records where it came from; and every case field has a declared role."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from diagnoser.engine.canonical import EQUIVALENCES, alternative_paths, canonical
+from diagnoser.engine.field_roles import INFORMATIONAL, leaf_paths, role, roles
+from diagnoser.models.case import Case
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def case(**observations) -> Case:
+    return Case.model_validate({"observations": observations})
+
+
+def test_the_largest_capture_from_the_list_or_the_engine_setting():
+    from_list = canonical(case(graph={"captured_batch_sizes": [1, 8, 32, 16]}))
+    assert from_list.observations.graph.max_captured_batch == 32
+    assert from_list.sources["observations.graph.max_captured_batch"].startswith("observations.graph.captured_batch_sizes")
+    from_server = canonical(case(server={"cuda_graph_max_batch": 256}))
+    assert from_server.observations.graph.max_captured_batch == 256
+
+
+def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
+    both = canonical(Case.model_validate({"workload": {"batch": 96, "layout": {"dp": 2}},
+                                          "observations": {"server": {"cuda_graph_max_batch": 32}}}))
+    assert both.observations.graph.live_batch_size == 48  # 96 sequences over 2 DP ranks
+    alone = canonical(Case.model_validate({"workload": {"batch": 96}}))
+    assert alone.observations.graph is None  # a batch says nothing about graphs on its own
+
+
+def test_acceptance_from_tokens_per_cycle():
+    # 2.6 tokens a cycle of 8 drafts: the verify's own token plus 1.6 accepted drafts, 1.6 / 8 = 0.2
+    found = canonical(case(speculation={"mean_accepted_per_cycle": 2.6, "draft_length": 8}))
+    assert found.observations.speculation.acceptance_rate == pytest.approx(0.2)
+    impossible = canonical(case(speculation={"mean_accepted_per_cycle": 12.0, "draft_length": 8}))
+    assert impossible.observations.speculation.acceptance_rate is None  # more than k + 1 a cycle is not a count
+
+
+def test_the_spike_ratio_from_the_engine_percentiles():
+    found = canonical(case(metrics={"boundary": "engine", "itl_ms": {"p50": 25, "p99": 400}}))
+    assert found.observations.host.itl_spike_ratio == pytest.approx(16.0)
+
+
+def test_a_stated_canonical_field_is_never_overwritten_and_an_empty_case_is_untouched():
+    stated = case(graph={"captured_batch_sizes": [8, 16], "max_captured_batch": 512})
+    assert canonical(stated).observations.graph.max_captured_batch == 512
+    empty = Case()
+    assert canonical(empty) is empty
+
+
+def test_the_source_of_the_alternative_travels_with_the_canonical_fact():
+    stated = Case.model_validate({"observations": {"server": {"cuda_graph_max_batch": 64}},
+                                  "sources": {"observations.server.cuda_graph_max_batch": "server.log:40"}})
+    assert canonical(stated).sources["observations.graph.max_captured_batch"] == \
+        "observations.server.cuda_graph_max_batch, from server.log:40"
+
+
+def test_every_alternative_and_canonical_field_is_a_case_field():
+    fields = set(leaf_paths(Case))
+    sections = {p.rsplit(".", 1)[0] for p in fields}
+    for eq in EQUIVALENCES:
+        assert eq.canonical in fields, eq.canonical
+        for alt in eq.alternatives:
+            assert alt.path in fields or alt.path in sections, alt.path
+
+
+def _rule_and_bound_sources() -> str:
+    folders = [REPO / "rules", REPO / "diagnoser" / "engine", REPO / "diagnoser" / "bound"]
+    return "\n".join(p.read_text() for folder in folders for p in folder.rglob("*") if p.suffix in (".py", ".yaml"))
+
+
+def test_every_case_field_is_read_feeds_a_canonical_fact_or_is_declared_informational():
+    text = _rule_and_bound_sources().replace(Path(REPO / "diagnoser/engine/field_roles.py").read_text(), "")
+    unread = []
+    for path, what in roles(Case).items():
+        if what.startswith("read by"):
+            name = path.rsplit(".", 1)[-1]
+            if re.search(rf"\b{name}\b", text) is None:
+                unread.append(path)
+    assert not unread, f"fields no rule, canonical fact or bound reads and not declared informational: {unread}"
+    assert set(INFORMATIONAL) <= set(leaf_paths(Case)), set(INFORMATIONAL) - set(leaf_paths(Case))
+    assert alternative_paths() and all(role(p).startswith("feeds") for p in alternative_paths() if p in set(leaf_paths(Case)))
+
+
+def test_schema_case_says_each_fields_role():
+    done = run_cli("schema", "case")
+    assert done.returncode == 0
+    found = json.loads(done.stdout)["x-field-roles"]
+    assert found["observations.server.cuda_graph_max_batch"] == "feeds observations.graph.max_captured_batch"
+    assert found["observations.probe.temperature_c"].startswith("informational: ")
+    assert found["observations.server.max_num_seqs"] == "read by the rules or the bound"
