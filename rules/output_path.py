@@ -316,6 +316,26 @@ class OutputPathRules(RuleSet):
 
     @rule(
         SPECS["prefill-stalls"],
+        StepMix(prefill_steps=MATCH.prefills, decode_steps=MATCH.decodes),
+        NOT(Server(prefill_priority=True)),
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        TEST(lambda prefills, decodes, stall, step: prefills > 0 and decodes > 0 and stall >= STALL_RATIO * step),
+    )
+    def prefill_steps_between_decodes(self, prefills, decodes, stall, step):
+        """Steps that only prefilled among the decode steps, and a stream that stalled for several steps: the
+        decodes waited out whole prefill steps, as with prefill scheduled first. Which gap was which is not
+        aligned yet: indicated."""
+        return Finding(
+            evidence=[ev("step_mix.prefill_steps", prefills), ev("step_mix.decode_steps", decodes),
+                      ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            grade=Grade.indicated,
+            detail=f"{prefills} prefill-only steps ran among {decodes} decode steps and a stream stalled {stall / step:.3g} steps long; "
+            "inter-token gaps aligned with the prefill steps would measure it.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
         AS.x << StepMix(mixed_steps=MATCH.mixed_steps, decode_steps=MATCH.decode_steps, decode_step_ms=MATCH.decode,
                         mixed_step_ms=MATCH.mixed),
         TEST(lambda mixed_steps, decode_steps, decode, mixed: mixed_steps > 0 and mixed >= MIXED_STEP_RATIO * decode

@@ -16,6 +16,7 @@ from diagnoser.engine import (
     Bound,
     Boundaries,
     Budget,
+    ContextSweep,
     Expectation,
     Finding,
     Metrics,
@@ -94,6 +95,21 @@ def expected_rate(e) -> str:
     return "unknown"
 
 
+# References that time the same job the same way on another build, configuration or machine: a rate that
+# includes prefill is compared with one that includes the same prefill.
+SAME_JOB_KINDS = frozenset({"older_version", "other_config", "other_hardware"})
+
+
+def decode_timed(m) -> bool:
+    """A per-token time that leaves the first token out (TPOT, inter-token intervals), not one from a rate."""
+    return any(name.startswith(("tpot_", "itl_")) for name in m)
+
+
+def includes_more_than_decode(m) -> bool:
+    """The rate counts prefill or warm-up, and no decode-only time stands beside it."""
+    return bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and not decode_timed(m)
+
+
 class RateGuards(RuleSet):
     @rule(
         SPECS["faster-than-floor"],
@@ -108,11 +124,28 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["rate-includes-prefill"],
-        OR(Metrics(rate_includes_prefill=True), Metrics(window_includes_warmup=True)),
-        NOT(Metrics(per_token_ms=W())),
+        AS.m << Metrics(),
+        Expectation(kind=P(lambda kind: kind not in SAME_JOB_KINDS)),
+        TEST(lambda m: includes_more_than_decode(m)),
     )
-    def rate_includes_prefill(self):
-        """Only while the rate is the figure compared: a per-token time beside it counts decode alone."""
+    def rate_includes_prefill(self, m):
+        """A rate that counts more than decode, held against a reference that counts decode alone (a bound, a
+        vendor's figure); the same job timed on another version or configuration includes the same prefill."""
+        return self.rate_flags_finding()
+
+    @rule(
+        SPECS["rate-includes-prefill"],
+        AS.m << Metrics(),
+        NOT(Expectation()),
+        NOT(ContextSweep()),
+        TEST(lambda m: includes_more_than_decode(m)),
+    )
+    def rate_alone_includes_prefill(self, m):
+        """No reference: the rate itself is the figure read as decode speed. Across a sweep of prompt
+        lengths the long-context rules judge the growth instead."""
+        return self.rate_flags_finding()
+
+    def rate_flags_finding(self) -> Finding:
         return Finding(evidence=[ev(f"metrics.{name}", True) for name in self.flags("rate_includes_prefill", "window_includes_warmup")])
 
     @rule(
@@ -178,6 +211,22 @@ class RateGuards(RuleSet):
     )
     def itl_under_speculation(self, m, itl, method):
         return Finding(evidence=[ev("server.speculative", method), ev("metrics.itl_p50_ms", itl, "ms")])
+
+    @rule(
+        SPECS["chunk-interval-as-token"],
+        AS.m << Metrics(boundary="client_receipt"),
+        Expectation(boundary="engine"),
+        Server(speculative=MATCH.method),
+        NOT(Server(speculative_active=False)),
+        NOT(Metrics(tokens_per_chunk=W())),
+        TEST(lambda m: ("per_user_tokens_per_s" in m or "output_tokens_per_s" in m) and not decode_timed(m)),
+    )
+    def client_rate_under_speculation(self, m, method):
+        """A client's rate held against the engine's own count while speculation emits several tokens a step,
+        with no per-token time beside it: a client that counts streamed chunks (or events) counts steps, not
+        tokens."""
+        rate = "per_user_tokens_per_s" if "per_user_tokens_per_s" in m else "output_tokens_per_s"
+        return Finding(evidence=[ev("server.speculative", method), ev("metrics.boundary", "client_receipt"), ev(f"metrics.{rate}", m[rate])])
 
     @rule(
         SPECS["unknown-boundary"],

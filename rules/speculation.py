@@ -172,10 +172,15 @@ def emitted_per_cycle(s) -> float | None:
     return None if k is None or rate is None else 1 + k * rate
 
 
+def none_accepted(s) -> bool:
+    """Nothing accepted: each cycle emits only the verify's own token, whatever was drafted."""
+    return s.get("acceptance_rate") == 0
+
+
 def low_acceptance(s) -> bool:
-    """The cycle keeps under MIN_KEPT_SHARE of the k+1 tokens it verifies."""
+    """The cycle keeps under MIN_KEPT_SHARE of the k+1 tokens it verifies (or keeps none of the drafts)."""
     emitted = emitted_per_cycle(s)
-    return emitted is not None and emitted < MIN_KEPT_SHARE * (drafts_per_cycle(s) + 1)
+    return none_accepted(s) or (emitted is not None and emitted < MIN_KEPT_SHARE * (drafts_per_cycle(s) + 1))
 
 
 def time_per_token(m) -> float | None:
@@ -190,6 +195,8 @@ def slower_than_ordinary(m, ordinary: float) -> bool:
 
 def acceptance_evidence(s) -> list:
     k = drafts_per_cycle(s)
+    if k is None:
+        return [ev("speculation.acceptance_rate", s["acceptance_rate"]), ev("emitted_tokens_per_cycle", 1)]
     return [
         ev("speculation.acceptance_rate", s["acceptance_rate"]),
         ev("speculation.draft_length" if "draft_length" in s else "speculation.drafted_per_cycle", k),
@@ -200,5 +207,7 @@ def acceptance_evidence(s) -> list:
 
 def kept(s) -> str:
     k, emitted = drafts_per_cycle(s), emitted_per_cycle(s)
+    if k is None:
+        return "No draft was accepted: every cycle emits only the verify's own token and pays for the drafting besides."
     return (f"At {s['acceptance_rate']:.0%} of {k:g} drafts accepted a cycle emits {emitted:.3g} of the {k + 1:g} tokens "
             f"it verifies ({emitted / (k + 1):.0%}).")

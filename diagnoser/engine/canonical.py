@@ -65,8 +65,11 @@ def _batch_per_rank(data: dict) -> Any:
 
 
 def _accepted_rate(data: dict) -> Any:
-    """Tokens emitted per cycle count the verify's own token: (emitted - 1) / k drafts were accepted."""
+    """Tokens emitted per cycle count the verify's own token: (emitted - 1) / k drafts were accepted; one
+    token a cycle is none accepted, whatever k was."""
     emitted, k = _at("observations.speculation.mean_accepted_per_cycle")(data), _at("observations.speculation.draft_length")(data)
+    if emitted == 1:
+        return 0.0
     if emitted is None or not k or not 1 <= emitted <= k + 1:
         return None
     return (emitted - 1) / k
@@ -82,6 +85,29 @@ def _spike_ratio(section: str, p99: str, p50: str) -> Read:
 
 def _mixed_steps(data: dict) -> Any:
     return True if (_at("observations.step_mix.mixed_steps")(data) or 0) > 0 else None
+
+
+# A fixed time per request under this share of the shortest run's time is within what decode itself varies.
+FIXED_SHARE = 0.3
+
+
+def _fixed_cost_per_request(data: dict) -> Any:
+    """Runs that differ only in output length, timed per token: total time n * t(n) = a + b * n. A fixed
+    part ``a`` that is a large share of the shortest run is a per-request time (prefill, queueing, a
+    round trip) inside the rate; decode alone makes the time per token flat or rising with length."""
+    from diagnoser.engine.comparison import sweep_points
+    from diagnoser.models.serving import Run
+
+    runs = _at("observations.runs")(data)
+    points = sweep_points([Run.model_validate(r) for r in runs], "output_tokens") if runs else []
+    if len(points) < 2:
+        return None
+    ns, totals = [n for n, _ in points], [n * t for n, t in points]
+    mean_n, mean_t = sum(ns) / len(ns), sum(totals) / len(totals)
+    spread = sum((n - mean_n) ** 2 for n in ns)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, totals)) / spread
+    fixed = mean_t - slope * mean_n
+    return True if fixed >= FIXED_SHARE * totals[0] else None
 
 
 EQUIVALENCES: tuple[Equivalence, ...] = (
@@ -107,6 +133,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.boundaries", _spike_ratio("observations.boundaries", "client_p99_ms", "client_receipt_ms"),
                     "client_p99_ms / client_receipt_ms"),
     )),
+    Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
+        Alternative("observations.runs", _fixed_cost_per_request,
+                    "runs differing only in output length: the time per token falls as the output grows"),
+    ), only_with="observations.metrics"),
     Equivalence("observations.host.prefill_interleaved", "prompts were prefilled in the same steps as running decodes", (
         Alternative("observations.step_mix.mixed_steps", _mixed_steps, "a trace shows steps that prefilled beside decodes"),
     )),

@@ -76,7 +76,7 @@ def leaf_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
 
 
 def role(path: str) -> str:
-    feeds = [eq.canonical for eq in EQUIVALENCES for alt in eq.alternatives if path == alt.path or path.startswith(alt.path + ".")]
+    feeds = [eq.canonical for eq in EQUIVALENCES for alt in eq.alternatives if path == alt.path]
     if feeds:
         return "feeds " + ", ".join(feeds)
     if path in INFORMATIONAL:
