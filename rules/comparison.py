@@ -29,6 +29,15 @@ def larger(slower: str, faster: str) -> bool:
     return a is not None and b is not None and a > b
 
 
+# Thread counts written as the engine's choice: it takes every core (or more), so it is the larger count.
+ALL_THREADS = frozenset({"default", "auto", "all", "max"})
+
+
+def more_threads(slower: str, faster: str) -> bool:
+    """The slower run ran more threads: a larger count, or the engine's default against an explicit count."""
+    return larger(slower, faster) or (slower in ALL_THREADS and as_number(faster) is not None)
+
+
 def switched_on(slower: str, faster: str) -> bool:
     """The slower run has the feature on."""
     return slower in {"true", "on", "yes", "1"} and faster in {"false", "off", "no", "0", "unset"}
@@ -51,7 +60,7 @@ ABLATIONS = {
     "attention_backend": any_change,  # slow-attention-backend
     "kernel_backend": any_change,  # slow-kernel-path
     "max_context": larger,  # max-context-work
-    "threads": larger,  # cpu-oversubscribed
+    "threads": more_threads,  # cpu-oversubscribed
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)

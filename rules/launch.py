@@ -116,12 +116,13 @@ class LaunchRules(RuleSet):
 
     @rule(
         SPECS["graph-not-replaying"],
-        Server(cuda_graphs=True),
+        NOT(Server(cuda_graphs=False)),
         AS.g << Graph(),
         TEST(lambda g: not_replaying(g) and within_capture(g)),
     )
     def graph_not_replaying(self, g, parent_cap_ms):
-        evidence = [ev("server.cuda_graphs", True)]
+        """Graphs not turned off, yet the live batch ran without one: captured or not, this batch was eager."""
+        evidence = [ev("server.cuda_graphs", True)] if self.graphs_on() else []
         evidence += [ev(f"graph.{n}", g[n]) for n in ("status", "replayed_at_live_batch", "live_units", "max_captured_batch") if n in g]
         known = "max_captured_batch" in g and "live_units" in g
         detail = "" if known else "The capture sizes or the live batch are unknown: check that the live batch is captured."
@@ -189,6 +190,9 @@ class LaunchRules(RuleSet):
     @rule(SPECS["host-overhead"], Shares(host=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
     def host_share(self, share):
         return share_finding("host", share)
+
+    def graphs_on(self) -> bool:
+        return any(isinstance(f, Server) and f.get("cuda_graphs") is True for f in self.facts.values())
 
     def platform_is_cpu(self) -> bool:
         """The case's platform is a CPU: there are no CUDA graphs to turn on, so graphs off is no fault there."""
