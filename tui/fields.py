@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel
+
+from diagnoser.errors import InputError
+from diagnoser.models.documents import NotYaml, parse_yaml
 
 from diagnoser.session_ops import alternatives, answer_annotation, model_of
 
@@ -77,18 +79,24 @@ def parse_text(text: str) -> Any:
     if not text.strip():
         return None
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_document(text)
+    except _NotYaml:
         return text
 
 
+class _NotYaml(ValueError):
+    pass
+
+
 def parse_document(text: str) -> Any:
-    """A YAML document typed into the answer box; comments only read as nothing given."""
+    """A YAML document typed into the answer box, through the one YAML reader (cycles, size and depth
+    refused as in files); comments only read as nothing given. Problems are ``ValueError`` for the form."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise ValueError(f"not valid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
+        return parse_yaml(text, "typed text")
+    except NotYaml as err:
+        raise _NotYaml(str(err).removeprefix("typed text: ")) from None
+    except InputError as err:
+        raise ValueError(str(err).removeprefix("typed text: ")) from None
 
 
 def nested(values: dict[str, Any]) -> dict[str, Any]:

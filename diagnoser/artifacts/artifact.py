@@ -92,14 +92,12 @@ class Artifact:
             return self.json
         if len(self.text) > _YAML_MAX_BYTES:
             return None
-        import yaml
+        from diagnoser.models.documents import NotYaml, parse_yaml
 
         try:
-            doc = yaml.safe_load(self.text)
-        except yaml.YAMLError:
+            doc = parse_yaml(self.text, self.name)
+        except NotYaml:
             return None
-        except RecursionError:
-            raise InputError(f"{self.name}: YAML nested too deeply to read") from None
         return doc if isinstance(doc, dict) else None
 
     @cached_property

@@ -37,15 +37,15 @@ def _refuse_odd_numbers(flag: str, value: Any) -> None:
 
 def parse_option(text: str) -> tuple[str, Any]:
     """KEY=VALUE, the value read as YAML so numbers and lists arrive typed ('batch_sizes=[1,8]')."""
-    import yaml
+    from diagnoser.models.documents import NotYaml, parse_yaml
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise InputError(f"--option: expected KEY=VALUE, got {text!r}")
     try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        raise InputError(f"--option {key.strip()}: cannot read value {value!r}") from None
+        parsed = parse_yaml(value, f"--option {key.strip()}", "an option value") if value.strip() else None
+    except NotYaml:
+        raise InputError(f"--option {key.strip()}: cannot read value {value[:80]!r}") from None
     _refuse_odd_numbers(f"--option {key.strip()}", parsed)
     return key.strip(), parsed
 

@@ -26,59 +26,96 @@ def validation_message(err: ValidationError, where: str) -> str:
     return f"{where}: {loc}: {msg}{more}"
 
 
-# A YAML document may share one node many times through anchors and aliases; validating it
-# walks every use. Ten levels of ten aliases is 10^10 nodes from a few hundred bytes, so the
-# expanded size is counted (each shared node once per use, cheaply) and capped.
+# A YAML document may share one node many times through anchors and aliases, and an alias inside
+# its own anchor (``&a [*a]``) makes a cycle; validating walks every use. Ten levels of ten
+# aliases is 10^10 nodes from a few hundred bytes, so the expanded size is counted (each shared
+# node once per use, cheaply), cycles are refused and nesting is capped before anything walks it.
 MAX_EXPANDED_NODES = 2_000_000
+MAX_DEPTH = 100  # no hand-written document nests past a dozen levels; recursive walkers stop near 1,000
 # YAML parses far slower than JSON; no hand-written case or workload comes near this.
 MAX_YAML_BYTES = 4 * 2**20
 
 
-def _expanded_size(data: Any) -> int:
+def shape_problem(data: Any) -> str | None:
+    """Why ``data`` cannot be walked safely (a cycle, too deep, too large once aliases expand), or None.
+
+    One iterative pass: a node on the current path seen again is a cycle; a finished node's
+    expanded size is memoised so shared subtrees cost one visit.
+    """
     sizes: dict[int, int] = {}
+    on_path: set[int] = set()
     stack: list[tuple[Any, bool]] = [(data, False)]
     while stack:
         node, children_done = stack.pop()
-        if not isinstance(node, (dict, list)) or (id(node) in sizes and not children_done):
+        if not isinstance(node, (dict, list)):
             continue
-        children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else node
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
         if children_done:
+            on_path.discard(id(node))
             sizes[id(node)] = 1 + sum(sizes.get(id(c), 1) for c in children)
             if sizes[id(node)] > MAX_EXPANDED_NODES:
-                return sizes[id(node)]
+                return f"its aliases expand to more than {MAX_EXPANDED_NODES:,} nodes; write the values out"
             continue
+        if id(node) in sizes:
+            continue
+        if id(node) in on_path:
+            return "an alias refers to a node that contains it (a cycle); write the values out"
+        on_path.add(id(node))
+        if len(on_path) > MAX_DEPTH:
+            return f"nested more than {MAX_DEPTH} levels deep"
         stack.append((node, True))
-        stack.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes)
-    return sizes.get(id(data), 1)
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+    return None
 
 
-def load_document(path: str | Path, what: str = "a JSON or YAML document") -> Any:
-    """Read a document with one-line errors for the usual failures.
+def parse_yaml(text: str, where: str, what: str = "a YAML document") -> Any:
+    """YAML text as data, or one ``InputError`` line: the only way diagnoser reads YAML.
 
-    A ``.json`` file is read as JSON (so ``2.64e1`` is a number and ``NaN`` is refused), anything
-    else as YAML. Both are capped in size, and YAML in nesting and alias expansion, so no file
-    can make diagnoser read or walk without end.
+    Safe loader (libyaml's when built), size cap, and the shape check above, so no document,
+    file or flag value can hang, exhaust memory or overflow the stack of whatever walks it.
     """
     import yaml  # local: only readers of YAML pay for it
 
-    from diagnoser.jsondoc import read_json, read_text
-
-    path = Path(path)
-    if path.suffix.lower() == ".json":
-        return read_json(path, what)
-    text = read_text(path, what, MAX_YAML_BYTES)
+    if len(text) > MAX_YAML_BYTES:
+        raise InputError(f"{where}: larger than {MAX_YAML_BYTES:,} bytes, too big for {what}")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader, libyaml's when built
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"{path}: not valid YAML{at}") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply to be {what}") from None
-    if _expanded_size(data) > MAX_EXPANDED_NODES:
-        raise InputError(f"{path}: its aliases expand to more than {MAX_EXPANDED_NODES:,} nodes; write the values out")
+        raise NotYaml(f"{where}: not valid YAML{at}") from None
+    except (RecursionError, MemoryError):
+        raise InputError(f"{where}: nested too deeply to be {what}") from None
+    except ValueError as err:  # e.g. an integer past Python's digit limit
+        raise InputError(f"{where}: not valid YAML: {' '.join(str(err).split())[:120]}") from None
+    check_shape(data, where)
     return data
+
+
+class NotYaml(InputError):
+    """The text is not YAML at all; readers that sniff formats (artifacts, typed answers) fall back on it."""
+
+
+def check_shape(data: Any, where: str) -> None:
+    problem = shape_problem(data)
+    if problem:
+        raise InputError(f"{where}: {problem}")
+
+
+def load_document(path: str | Path, what: str = "a JSON or YAML document") -> Any:
+    """Read a document with one-line errors for the usual failures.
+
+    A ``.json`` file is read as JSON (so ``2.64e1`` is a number and ``NaN`` is refused), anything
+    else as YAML (through ``parse_yaml``). Both are capped in size and nesting, so no file can
+    make diagnoser read or walk without end.
+    """
+    from diagnoser.jsondoc import read_json, read_text
+
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        return read_json(path, what)  # JSON has no aliases, and its parser caps nesting
+    return parse_yaml(read_text(path, what, MAX_YAML_BYTES), str(path), what)
 
 
 def load_model(path: str | Path, model: type[M], what: str, version: int | tuple[int, ...] | None = None) -> M:
