@@ -18,8 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
-
+from diagnoser.http import Client
 from diagnoser.lab.process import LabServer
 from diagnoser.probes.sse_client import request_body, served_model, stream
 from diagnoser.trace.analysis import analyze_traces
@@ -32,13 +31,15 @@ LIMIT_BYTES = 5 * 1024 * 1024
 
 def record(fault: str, device: str, out: Path) -> Path:
     with tempfile.TemporaryDirectory() as profiles, LabServer([] if fault == "none" else [fault], profile_dir=profiles, device=device) as url:
-        with httpx.Client(timeout=120) as http:
+        with Client(url, timeout_s=120) as http:
             body = request_body("completions", served_model(http, url), PROMPT, TOKENS, {})
             stream(http, f"{url}/v1/completions", body, 120)  # warm-up: allocator, kernels chosen, first-call costs
-            http.post(f"{url}/start_profile").raise_for_status()
+            if http.post(f"{url}/start_profile").status_code != 200:
+                raise SystemExit(f"{url}/start_profile failed")
             stream(http, f"{url}/v1/completions", body, 120)
             reply = http.post(f"{url}/stop_profile")
-            reply.raise_for_status()
+            if reply.status_code != 200:
+                raise SystemExit(f"{url}/stop_profile: HTTP {reply.status_code}")
         rank0 = Path(reply.json()["traces"][0])
         path = out / f"{device}-{fault}.pt.trace.json.gz"
         path.write_bytes(gzip.compress(rank0.read_bytes()))

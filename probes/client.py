@@ -24,9 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
-
 from diagnoser.errors import InputError
+from diagnoser.http import Client
 from diagnoser.models.observations import BoundaryTimings, HostObs
 from diagnoser.models.runtime import StreamObs
 from diagnoser.models.probe_results import ClientFacts, LatencyStats
@@ -51,7 +50,7 @@ def bounded_int(options: dict[str, Any], key: str, default: int, low: int, high:
 
 
 @contextmanager
-def open_session(ctx: ProbeContext, api: str) -> Iterator[tuple[httpx.Client, str, str]]:
+def open_session(ctx: ProbeContext, api: str) -> Iterator[tuple[Client, str, str]]:
     """An HTTP client, the request URL and the model name, or a skip when no endpoint is set."""
     endpoint = ctx.options.get("endpoint")
     if not endpoint:
@@ -59,12 +58,13 @@ def open_session(ctx: ProbeContext, api: str) -> Iterator[tuple[httpx.Client, st
     url = api_url(str(endpoint), api)
     # Servers started with an API key want it on every request, as vLLM's own benchmark sends it.
     key = os.environ.get("OPENAI_API_KEY")
-    with httpx.Client(headers={"Authorization": f"Bearer {key}"} if key else None) as client:
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    with Client(str(endpoint), timeout_s=ctx.timeout_s, deadline=ctx.deadline, headers=headers) as client:
         model = ctx.options.get("model_name") or served_model(client, str(endpoint))
         yield client, url, str(model)
 
 
-def stream_bounded(ctx: ProbeContext, client: httpx.Client, url: str, body: dict[str, Any]) -> StreamedResponse:
+def stream_bounded(ctx: ProbeContext, client: Client, url: str, body: dict[str, Any]) -> StreamedResponse:
     """One request, stopping at the probe's deadline."""
     ctx.check_deadline()
     return stream(client, url, body, min(ctx.timeout_s, ctx.remaining_s()))

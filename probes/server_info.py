@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
-
 from diagnoser.errors import InputError
+from diagnoser.http import Client, Reply
 from diagnoser.models.observations import ServerConfig
 from diagnoser.readers.facts import SourcedFacts
 from diagnoser.readers.metrics_info import from_metrics_text
@@ -36,7 +35,6 @@ from diagnoser.readers.vllm_config import (
     text,
 )
 
-MAX_BYTES = 64 * 1024 * 1024
 ASK_FOR_JSON = "ask /server_info?config_format=json for the scheduler, cache and parallel settings the text form leaves out"
 SERVER_INFO_OFF = ("/server_info is off: start vLLM with VLLM_SERVER_DEV_MODE=1 (SGLang serves /get_server_info), "
                    "or give the server's command line (--server-args) or its log")
@@ -109,27 +107,20 @@ def facts_from_document(doc: Any, where: str = "/server_info") -> SourcedFacts:
     return lab_facts(doc, where)
 
 
-def _get(http: httpx.Client, address: str) -> httpx.Response | None:
-    """The reply when it is a 200 within 64 MB; None when the endpoint is absent."""
-    try:
-        reply = http.get(address)
-    except httpx.HTTPError as err:
-        raise InputError(f"cannot reach {address}: {err}") from None
-    if reply.status_code != 200:
-        return None
-    if len(reply.content) > MAX_BYTES:
-        raise InputError(f"{address}: reply larger than 64 MB")
-    return reply
+def _get(http: Client, address: str) -> Reply | None:
+    """The reply when it is a 200 (within the HTTP layer's caps); None when the endpoint is absent."""
+    reply = http.get(address)
+    return reply if reply.status_code == 200 else None
 
 
-def _json(reply: httpx.Response, where: str) -> Any:
+def _json(reply: Reply, where: str) -> Any:
     try:
         return reply.json()
     except ValueError:
         raise InputError(f"{where}: the reply is not JSON") from None
 
 
-def server_facts(http: httpx.Client, url: str) -> SourcedFacts:
+def server_facts(http: Client, url: str) -> SourcedFacts:
     """What the server at ``url`` publishes about its settings, each fact with the key it came from."""
     for path, query in (("/server_info", "?config_format=json"), ("/get_server_info", "")):
         reply = _get(http, f"{url}{path}{query}")
@@ -141,7 +132,7 @@ def server_facts(http: httpx.Client, url: str) -> SourcedFacts:
     return facts
 
 
-def read_server_info(http: httpx.Client, url: str) -> ServerConfig | None:
+def read_server_info(http: Client, url: str) -> ServerConfig | None:
     """The settings the server publishes, or None where it publishes none."""
     fields = server_fields(server_facts(http, url))
     return ServerConfig(**fields) if fields else None

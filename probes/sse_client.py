@@ -13,19 +13,20 @@ chunk>, "step_ms": <engine time per token for it>}``; the probe uses it when pre
 from __future__ import annotations
 
 import json
-import re
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from diagnoser.errors import InputError
-from diagnoser.probes.base import ProbeTimeout
+from diagnoser.http import Client, HttpError, Reply, Streaming
 
-_LINE_BREAK = re.compile(r"\r\n|\n|\r")
+# What a server claims is checked before it becomes a figure: no request generates or reads
+# more tokens than this, and no engine step takes longer than a minute.
+MAX_CLAIMED_TOKENS = 10_000_000
+MAX_CLAIMED_STEP_MS = 60_000.0
 
 APIS = {"completions": "completions", "chat": "chat/completions"}
 
@@ -67,25 +68,28 @@ def api_url(endpoint: str, api: str) -> str:
     return f"{v1_base(endpoint)}/{APIS[api]}"
 
 
-def _server_message(response: httpx.Response) -> str:
+def _server_message(response: Reply) -> str:
+    """The server's own words about a failure, on one line (it is shown to the user as is)."""
     try:
         body = response.json()
-        return str(body.get("error", {}).get("message") or body.get("message") or body)[:200]
     except ValueError:
-        return response.text[:200].strip() or response.reason_phrase
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        text = (error.get("message") if isinstance(error, dict) else error) or body.get("message") or body
+    else:
+        text = response.text.strip() or response.reason_phrase
+    return " ".join(str(text)[:200].split())
 
 
-def _get(client: httpx.Client, url: str) -> httpx.Response:
-    try:
-        response = client.get(url)
-    except httpx.HTTPError as err:
-        raise InputError(f"{url}: {type(err).__name__}: {err}") from None
+def _get(client: Client, url: str) -> Reply:
+    response = client.get(url)
     if response.status_code != 200:
         raise InputError(f"{url}: HTTP {response.status_code}: {_server_message(response)}")
     return response
 
 
-def served_model(client: httpx.Client, endpoint: str) -> str:
+def served_model(client: Client, endpoint: str) -> str:
     """The first model the server lists, for when the user did not name one."""
     url = f"{v1_base(endpoint)}/models"
     try:
@@ -128,72 +132,69 @@ def _choice_text(choice: dict[str, Any]) -> str:
     return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
 
 
-def _record(data: dict[str, Any], response: StreamedResponse, now_s: float, now_ns: int) -> None:
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
-    if data.get("choices"):
-        timing = data.get("server_timing") or {}
+def _claimed(value: Any, what: str, high: float, url: str, whole: bool = True) -> Any:
+    """A number the server claims, or None when it claims none; an impossible one refuses the stream."""
+    if value is None:
+        return None
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not (0 <= value <= high and math.isfinite(value)):
+        raise HttpError(f"{url}: the server claims {what} of {str(value)[:40]}, which no server does")
+    return value
+
+
+def _record(data: dict[str, Any], response: StreamedResponse, now_s: float, now_ns: int, url: str) -> None:
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    completion = _claimed(usage.get("completion_tokens"), "a completion token count", MAX_CLAIMED_TOKENS, url)
+    choices = data.get("choices")
+    if choices:
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise HttpError(f"{url}: a stream event whose choices are not a list of objects")
+        timing = data.get("server_timing") if isinstance(data.get("server_timing"), dict) else {}
+        text = _choice_text(choices[0])
         response.chunks.append(
             Chunk(
                 received_s=now_s,
                 received_ns=now_ns,
-                text=_choice_text(data["choices"][0]),
-                completion_tokens=usage.get("completion_tokens") if usage else None,
-                emitted_ns=timing.get("emitted_ns"),
-                step_ms=timing.get("step_ms"),
+                text=text if isinstance(text, str) else str(text),
+                completion_tokens=completion,
+                emitted_ns=_claimed(timing.get("emitted_ns"), "an emission time", 2**63, url),
+                step_ms=_claimed(timing.get("step_ms"), "a step time", MAX_CLAIMED_STEP_MS, url, whole=False),
             )
         )
     elif usage:
-        response.completion_tokens = usage.get("completion_tokens")
-        response.prompt_tokens = usage.get("prompt_tokens")
+        response.completion_tokens = completion
+        response.prompt_tokens = _claimed(usage.get("prompt_tokens"), "a prompt token count", MAX_CLAIMED_TOKENS, url)
 
 
-def _lines_by_read(reply: httpx.Response) -> Iterator[tuple[float, int, str]]:
-    """Each complete line with the time of the network read that completed it.
-
-    Events a buffering proxy wrote together arrive in one read and so get one receipt time;
-    stamping each line as it is parsed would instead spread them by the client's own parsing
-    speed, which on a busy host is large enough to hide the burst. A CRLF split across two
-    reads yields one extra empty line, which SSE treats as a separator anyway.
-    """
-    pending = ""
-    for text in reply.iter_text():
-        now_s, now_ns = time.perf_counter(), time.time_ns()
-        pending += text
-        *lines, pending = _LINE_BREAK.split(pending)
-        for line in lines:
-            yield now_s, now_ns, line
-    if pending:
-        yield time.perf_counter(), time.time_ns(), pending
+def _events(reply: Streaming, url: str) -> Iterator[tuple[float, int, dict[str, Any]]]:
+    """Each ``data:`` event as a JSON object, with its receipt times, until ``[DONE]``."""
+    for now_s, now_ns, line in reply.lines():
+        if not line.startswith("data:"):
+            continue  # blank separators, SSE comments (pings), event names
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        try:
+            data = json.loads(payload)
+        except (ValueError, RecursionError):
+            raise HttpError(f"{url}: malformed stream event: {payload[:80]!r}") from None
+        if not isinstance(data, dict):
+            raise HttpError(f"{url}: stream event is not a JSON object: {payload[:80]!r}")
+        yield now_s, now_ns, data
 
 
-def stream(client: httpx.Client, url: str, body: dict[str, Any], timeout_s: float) -> StreamedResponse:
+def stream(client: Client, url: str, body: dict[str, Any], timeout_s: float) -> StreamedResponse:
     """Send one streaming request and timestamp every event as it is parsed off the wire."""
     response = StreamedResponse(start_s=time.perf_counter())
-    try:
-        with client.stream("POST", url, json=body, timeout=httpx.Timeout(timeout_s)) as reply:
-            if reply.status_code != 200:
-                reply.read()
-                raise InputError(f"{url}: HTTP {reply.status_code}: {_server_message(reply)}")
-            for now_s, now_ns, line in _lines_by_read(reply):
-                if now_s - response.start_s > timeout_s:
-                    raise ProbeTimeout(f"{url}: stream still open after {timeout_s:.0f} s")
-                if not line.startswith("data:"):
-                    continue  # blank separators, SSE comments (pings), event names
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    data = json.loads(payload)
-                except ValueError:
-                    raise InputError(f"{url}: malformed stream event: {payload[:80]!r}") from None
-                if not isinstance(data, dict):
-                    raise InputError(f"{url}: stream event is not a JSON object: {payload[:80]!r}")
-                if data.get("error"):
-                    error = data["error"]
-                    raise InputError(f"{url}: server error in stream: {error.get('message') if isinstance(error, dict) else error}")
-                _record(data, response, now_s, now_ns)
-    except httpx.HTTPError as err:
-        raise InputError(f"{url}: {type(err).__name__}: {err}") from None
+    with client.stream("POST", url, json=body, timeout_s=timeout_s) as reply:
+        if reply.status_code != 200:
+            raise HttpError(f"{url}: HTTP {reply.status_code}: {_server_message(reply.read())}")
+        for now_s, now_ns, data in _events(reply, url):
+            if data.get("error"):
+                error = data["error"]
+                message = error.get("message") if isinstance(error, dict) else error
+                raise HttpError(f"{url}: server error in stream: {' '.join(str(message)[:200].split())}")
+            _record(data, response, now_s, now_ns, url)
     if not response.chunks:
         raise InputError(f"{url}: the stream carried no generated chunk")
     # Cumulative counts in the last chunk stand in for a missing final usage event.

@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
 from diagnoser.lab.process import LabServer, _children, still_running  # noqa: E402
+from diagnoser.http import Client  # noqa: E402
 from diagnoser.probes.sse_client import request_body, stream  # noqa: E402
 
 MODEL = "lab-tiny-moe"
@@ -29,7 +30,7 @@ def lab(tmp_path_factory):
 
 def test_probe_reads_the_stream(lab):
     _, url = lab
-    with httpx.Client() as client:
+    with Client(url) as client:
         for api, path in (("completions", "/v1/completions"), ("chat", "/v1/chat/completions")):
             body = request_body(api, MODEL, "the decode loop", 12, {})
             response = stream(client, url + path, body, 60)

@@ -16,6 +16,7 @@ import pytest
 
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
+from diagnoser.http import Client
 from diagnoser.probes.server_info import facts_from_document, read_server_info, server_facts
 from diagnoser.readers.facts import apply_facts
 from diagnoser.readers.metrics_info import from_metrics_text
@@ -400,12 +401,12 @@ def _write(path: Path, text: str) -> Path:
 # fetching: which document a server gives decides the reader
 
 
-def _server(routes: dict[str, tuple[int, str]]) -> httpx.Client:
+def _server(routes: dict[str, tuple[int, str]]) -> Client:
     def reply(request: httpx.Request) -> httpx.Response:
         status, body = routes.get(request.url.path, (404, "not found"))
         return httpx.Response(status, text=body)
 
-    return httpx.Client(transport=httpx.MockTransport(reply))
+    return Client("http://server", transport=httpx.MockTransport(reply))
 
 
 def test_server_facts_asks_for_json_and_reads_vllm():
@@ -415,7 +416,7 @@ def test_server_facts_asks_for_json_and_reads_vllm():
         asked.append(str(request.url))
         return httpx.Response(200, text=(VARIANTS / "server_info.json").read_text())
 
-    with httpx.Client(transport=httpx.MockTransport(reply)) as http:
+    with Client("http://vllm", transport=httpx.MockTransport(reply)) as http:
         facts = server_facts(http, "http://vllm")
     assert asked == ["http://vllm/server_info?config_format=json"]
     assert facts.value(S + "max_num_seqs") == 2 and facts.facts[S + "max_num_seqs"].source == f"{WHERE}.scheduler_config.max_num_seqs"

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
@@ -29,6 +28,7 @@ from diagnoser.probes import client, context_sweep
 from diagnoser.probes.base import ProbeContext
 from diagnoser.probes.client import DEFAULT_PROMPT
 from diagnoser.probes.context_sweep import prompt_ids
+from diagnoser.http import Client
 from diagnoser.probes.server_info import read_server_info
 from diagnoser.probes.serving_metrics import content_chunks, gaps_ms
 from diagnoser.probes.sse_client import StreamedResponse, request_body, served_model, stream
@@ -69,7 +69,7 @@ def emission_interval_ms(response: StreamedResponse) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def profile(url: str, http: httpx.Client) -> tuple[list[Path], float | None]:
+def profile(url: str, http: Client) -> tuple[list[Path], float | None]:
     """One streamed request under the profiler, as ``/start_profile`` and ``/stop_profile`` record
     it, and what the profiler added to each of its steps.
 
@@ -85,7 +85,7 @@ def profile(url: str, http: httpx.Client) -> tuple[list[Path], float | None]:
     if http.post(f"{url}/start_profile").status_code != 200:
         raise InputError(f"{url}/start_profile: the server does not profile")
     profiled = emission_interval_ms(stream(http, endpoint, body, 300))
-    reply = http.post(f"{url}/stop_profile", timeout=300)
+    reply = http.post(f"{url}/stop_profile", timeout_s=300)
     if reply.status_code != 200:
         raise InputError(f"{url}/stop_profile: HTTP {reply.status_code}")
     after = emission_interval_ms(stream(http, endpoint, body, 300))
@@ -93,7 +93,7 @@ def profile(url: str, http: httpx.Client) -> tuple[list[Path], float | None]:
     return [Path(p) for p in reply.json()["traces"]], inflation
 
 
-def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
+def prefill_interference(url: str, http: Client) -> StreamObs:
     """The worst gap of a stream while a long prompt is admitted beside it."""
     model = served_model(http, url)
     endpoint = f"{url}/v1/completions"
@@ -103,7 +103,7 @@ def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
     def long_prompt() -> None:
         time.sleep(LONG_PROMPT_AFTER_S)
         try:
-            with httpx.Client() as other:
+            with Client(url) as other:
                 stream(other, endpoint, request_body("completions", model, prompt_ids(LONG_PROMPT, 0), 1, {}), 300)
         except Exception as err:  # noqa: BLE001 - raised again in the caller's thread
             failed.append(err)
@@ -119,7 +119,7 @@ def prefill_interference(url: str, http: httpx.Client) -> StreamObs:
     return StreamObs(worst_stall_ms=max(gaps_ms(content_chunks(response))))
 
 
-def metrics(url: str, http: httpx.Client) -> ServingMetrics:
+def metrics(url: str, http: Client) -> ServingMetrics:
     """The engine-side figures /metrics carries, read with prometheus_client's own parser."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -138,7 +138,7 @@ def metrics(url: str, http: httpx.Client) -> ServingMetrics:
     return ServingMetrics(boundary=MetricBoundary.engine, **figures)
 
 
-def warm_up(url: str, http: httpx.Client) -> None:
+def warm_up(url: str, http: Client) -> None:
     """One request of the client probe's shape, not measured: a fresh server's first request pays
     one-time costs (its allocator growing to the step's buffers), as a benchmark's first run does."""
     body = request_body("completions", served_model(http, url), DEFAULT_PROMPT, CLIENT["max_tokens"], {})
@@ -147,11 +147,11 @@ def warm_up(url: str, http: httpx.Client) -> None:
 
 def measure(url: str) -> Case:
     observations = Observations()
-    with httpx.Client(timeout=60) as http:
+    with Client(url, timeout_s=60) as http:
         warm_up(url, http)
     observations = merge_observations(observations, _probe(client, url, CLIENT))
     observations = merge_observations(observations, _probe(context_sweep, url, SWEEP))
-    with httpx.Client(timeout=60) as http:
+    with Client(url, timeout_s=60) as http:
         traces, inflation = profile(url, http)
         found = trace_observations(analyze_traces(read_kineto_many(traces)))
         if found.budget is not None and inflation is not None and found.budget.step_ms - inflation > 0:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from diagnoser.errors import InputError
+from diagnoser.http import Client, HttpError
 from diagnoser.live.load import scrape
 from diagnoser.readers.facts import SourcedFacts
 
@@ -30,10 +29,10 @@ class Server:
     profile_dir: Path | None  # the profiler's folder, when the server says where and it exists on this host
 
 
-def _json(http: httpx.Client, url: str) -> object | None:
+def _json(http: Client, url: str) -> object | None:
     try:
         reply = http.get(url)
-    except httpx.HTTPError:
+    except HttpError:
         return None
     if reply.status_code != 200:
         return None
@@ -43,7 +42,7 @@ def _json(http: httpx.Client, url: str) -> object | None:
         return None
 
 
-def _model(http: httpx.Client, url: str, wanted: str | None, facts: SourcedFacts) -> tuple[str, int | None]:
+def _model(http: Client, url: str, wanted: str | None, facts: SourcedFacts) -> tuple[str, int | None]:
     listed = _json(http, f"{url}/v1/models")
     entries = listed.get("data") if isinstance(listed, dict) else None
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
@@ -64,7 +63,7 @@ def _profile_dir(config: dict) -> Path | None:
     return Path(folder) if isinstance(folder, str) and folder and Path(folder).is_dir() else None
 
 
-def discover(http: httpx.Client, url: str, model: str | None = None) -> Server:
+def discover(http: Client, url: str, model: str | None = None) -> Server:
     from diagnoser.readers.metrics_info import from_metrics_text
     from diagnoser.readers.vllm_config import from_vllm_config
 

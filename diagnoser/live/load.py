@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from diagnoser.errors import InputError
+from diagnoser.http import Client, HttpError
 from diagnoser.live.prompts import sized
 from diagnoser.probes.base import ProbeTimeout
 from diagnoser.probes.sse_client import StreamedResponse, request_body, stream
@@ -48,11 +47,11 @@ class Window:
     failed: list[str] = field(default_factory=list)
 
 
-def scrape(http: httpx.Client, url: str) -> str | None:
-    """The /metrics text, or None where the server exposes none."""
+def scrape(http: Client, url: str) -> str | None:
+    """The /metrics text, or None where the server exposes none (or none that is usable)."""
     try:
-        reply = http.get(f"{url}/metrics", timeout=METRICS_TIMEOUT_S)
-    except httpx.HTTPError:
+        reply = http.get(f"{url}/metrics", timeout_s=METRICS_TIMEOUT_S)
+    except HttpError:
         return None
     return reply.text if reply.status_code == 200 else None
 
@@ -66,7 +65,7 @@ class GaugeSampler:
         self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
 
     def _run(self) -> None:
-        with httpx.Client(trust_env=False) as http:
+        with Client(self.url, timeout_s=METRICS_TIMEOUT_S) as http:
             while not self._stop.wait(GAUGE_INTERVAL_S) and len(self.samples) < MAX_GAUGE_SAMPLES:
                 text = scrape(http, self.url)
                 if text is not None:
@@ -87,7 +86,7 @@ def run_load(url: str, model: str, shape: Shape, tokens_per_word: float, deadlin
     endpoint = f"{url}/v1/completions"
     failed: list[str] = []
 
-    def one(i: int, http: httpx.Client) -> StreamedResponse | None:
+    def one(i: int, http: Client) -> StreamedResponse | None:
         remaining = deadline - time.monotonic()
         if remaining <= 1:
             return None
@@ -99,7 +98,7 @@ def run_load(url: str, model: str, shape: Shape, tokens_per_word: float, deadlin
             failed.append(str(err))
             return None
 
-    with httpx.Client(trust_env=False, timeout=60) as http:
+    with Client(url, timeout_s=60) as http:
         before = scrape(http, url) or ""
         start = time.monotonic()
         with GaugeSampler(url) as sampler, ThreadPoolExecutor(shape.concurrency) as pool:

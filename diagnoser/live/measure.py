@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 
 from diagnoser.errors import InputError
+from diagnoser.http import Client
 from diagnoser.live import discover as disc
 from diagnoser.live.load import Shape, Window, run_load
 from diagnoser.live.profile import Profile, profile
@@ -72,7 +72,7 @@ class Live:
     notes: list[str]
 
 
-def _warm_up(http: httpx.Client, url: str, model: str) -> float:
+def _warm_up(http: Client, url: str, model: str) -> float:
     """One short request (a fresh server's first pays one-time costs); the tokens per word of its prompt."""
     body = request_body("completions", model, words(WARM_UP_WORDS, 10_000), 8, {})
     reply = stream(http, f"{url}/v1/completions", body, 120)
@@ -155,7 +155,7 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
     start = time.monotonic()
     deadline = start + options.duration_s
     facts = SourcedFacts()
-    with httpx.Client(trust_env=False, timeout=30) as http:
+    with Client(url, timeout_s=30, deadline=deadline) as http:
         progress("discover: /v1/models, /version, the configuration")
         server = disc.discover(http, url, options.model)
         facts.merge(server.facts)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from diagnoser.http import Client, HttpError
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 SETTLE_POLL_S = 1.0
@@ -57,11 +57,11 @@ def profile(url: str, folder: Path | None, run: Callable[[], object], settle_tim
     if not folder.is_dir():
         return Profile(note=f"--profile-dir {folder}: not a folder on this host")
     known = set(_traces(folder))
-    with httpx.Client(trust_env=False, timeout=START_TIMEOUT_S) as http:
+    with Client(url, timeout_s=START_TIMEOUT_S) as http:
         try:
             started = http.post(f"{url}/start_profile")
-        except httpx.HTTPError as err:
-            return Profile(note=f"{url}/start_profile: {type(err).__name__}")
+        except HttpError as err:
+            return Profile(note=str(err))
         if started.status_code != 200:
             return Profile(note=f"{url}/start_profile: HTTP {started.status_code} (start the server with a profiler, "
                                 "e.g. vLLM's --profiler-config '{\"profiler\":\"torch\",\"torch_profiler_dir\":DIR}')")
@@ -69,9 +69,9 @@ def profile(url: str, folder: Path | None, run: Callable[[], object], settle_tim
             run()
         finally:
             try:
-                stopped = http.post(f"{url}/stop_profile", timeout=max(START_TIMEOUT_S, settle_timeout_s))
-            except httpx.HTTPError as err:
-                return Profile(note=f"{url}/stop_profile: {type(err).__name__}")
+                stopped = http.post(f"{url}/stop_profile", timeout_s=max(START_TIMEOUT_S, settle_timeout_s))
+            except HttpError as err:
+                return Profile(note=str(err))
     if stopped.status_code != 200:
         return Profile(note=f"{url}/stop_profile: HTTP {stopped.status_code}")
     traces = settled(folder, known, settle_timeout_s)
