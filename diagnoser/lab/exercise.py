@@ -1,19 +1,36 @@
-"""``diagnoser lab exercise``: a hidden fault to find with the normal commands, then the reveal.
+"""``diagnoser lab exercise``: a hidden fault on the real vLLM, the commands that find it, then the reveal.
 
-The fault is drawn at random among those with a form on the device (``none`` included, since
-"nothing is wrong" is an answer too). The trainee gets only the server's URL; they probe,
-profile and diagnose it as any server, then name the rule id of the cause they found.
+The fault is drawn among those the real server can be given here (``none`` included: "nothing is
+wrong" is an answer too). The trainee gets the URL and the commands any user of a vLLM server has:
+``diagnoser live`` with the load their users send, and ``diagnoser case from`` on the server's log.
+The request fields are part of that load (a JSON schema on every request is the users' traffic,
+not a hint); everything else must be found.
 """
 
 from __future__ import annotations
 
 import random
 
-from diagnoser.lab.faults import FAULTS, Fault, with_form
+from diagnoser.lab.real import OFFERED, Lab, live_args, shell
+from diagnoser.real_vllm.faults import FAULTS, HOST_BASELINE_SHARE, Fault
+
+# What a healthy server looks like here, printed with the commands: the trainee's noise floor.
+HEALTHY = (f"A healthy server here spends up to {HOST_BASELINE_SHARE:.0%} of its step on the host (host-overhead: "
+           "the CPU build's baseline, not a fault) and shows no other cause measured above 15 % of the step.")
 
 
-def draw(device: str, seed: int | None = None) -> Fault:
-    return FAULTS[random.Random(seed).choice(sorted(with_form(device)))]
+def draw(seed: int | None = None) -> Fault:
+    return FAULTS[random.Random(seed).choice(sorted(OFFERED))]
+
+
+def commands(lab: Lab, fault: Fault) -> list[str]:
+    """The commands printed for the trainee: each works against the lab as started."""
+    return [
+        shell([*live_args(lab.url, fault), "-o", "case.yaml"]) + "   # measure and diagnose; keeps the case",
+        "diagnoser diagnose case.yaml --json   # the same diagnosis again, every figure",
+        shell(["diagnoser", "case", "from", str(lab.log), "-o", "log-case.yaml"]) + "   # what the server's log says",
+        HEALTHY,
+    ]
 
 
 def verdict(fault: Fault, answer: str) -> tuple[bool, str]:
@@ -21,4 +38,4 @@ def verdict(fault: Fault, answer: str) -> tuple[bool, str]:
     answer = answer.strip()
     expected = fault.cause or "none"
     right = answer == expected or (not fault.cause and answer in ("", "none"))
-    return right, f"the fault was {fault.name}: {fault.what}; its cause is {expected}"
+    return right, f"the fault was {fault.name}: {fault.how}; its cause is {expected}"

@@ -98,8 +98,9 @@ class VllmServer:
     """
 
     def __init__(self, args: list[str] | tuple[str, ...] = (), workdir: str | Path | None = None, moe: bool = False,
-                 dev_mode: bool = True, kv_cache_gib: int = 1) -> None:
+                 dev_mode: bool = True, kv_cache_gib: int = 1, port: int = 0) -> None:
         self.args = list(args)
+        self.port = port  # 0: a free loopback port
         self.owns_workdir = workdir is None  # a folder of its own is removed with the server, profiles and all
         self.workdir = Path(workdir) if workdir else Path(cache_dir() / "servers" / f"{os.getpid()}-{time.monotonic_ns()}")
         self.moe, self.dev_mode, self.kv_cache_gib = moe, dev_mode, kv_cache_gib
@@ -124,7 +125,7 @@ class VllmServer:
 
     def __enter__(self) -> "VllmServer":
         self.profile_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = self.port or free_port()
         env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib)}
         if self.dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"

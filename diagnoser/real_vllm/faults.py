@@ -10,6 +10,7 @@ production server does the same thing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -49,6 +50,8 @@ class Fault:
     flags: tuple[str, ...] = ()
     traffic: Traffic | None = None
     live: dict = field(default_factory=dict)  # live options the fault needs (more streams than it admits)
+    healthy: str = ""  # what the same measurement shows on a server without the fault
+    proxy: bool = False  # a buffering reverse proxy (nginx) in front: clients talk to it, not to vLLM
 
 
 def _repeated_phrase(i: int) -> str:
@@ -66,21 +69,30 @@ def _long_prompt(i: int) -> list[int]:
 FAULTS = {
     f.name: f
     for f in (
-        Fault("none", None, "the server as vLLM starts it"),
+        Fault("none", None, "the server as vLLM starts it",
+              healthy="host-overhead within the healthy baseline (up to 60 % of the step here), nothing else measured above 15 %"),
         Fault("max-num-seqs-1", "admission-queueing", "--max-num-seqs 1 while the load keeps 4 streams in flight",
-              ("--max-num-seqs", "1"), live={"concurrency": 4}),
+              ("--max-num-seqs", "1"), live={"concurrency": 4},
+              healthy="all 4 streams admitted at once: first token about 50 ms, no queue time in /metrics"),
         Fault("default-penalties", "default-penalties", "repetition 1.2, frequency and presence 0.5 as the default generation config",
-              ("--override-generation-config", json.dumps(PENALTIES))),
+              ("--override-generation-config", json.dumps(PENALTIES)),
+              healthy="no default penalties in /server_info; a request's penalties cost nothing when neutral"),
         Fault("ngram-low-acceptance", "speculation-low-acceptance",
               "n-gram speculation, 8 draft tokens, beside traffic whose drafts the model rejects",
-              ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase, 8, 0.05)),
+              ("--speculative-config", json.dumps(NGRAM)), Traffic(_repeated_phrase, 8, 0.05),
+              healthy="no speculation, or drafts mostly accepted"),
         Fault("long-prompts", "prefill-stalls", "2000-token prompts arriving while the streams decode",
-              traffic=Traffic(_long_prompt, 1, 0.1)),
+              traffic=Traffic(_long_prompt, 1, 0.1),
+              healthy="decode-only steps in the trace; no prefill steps among the decodes"),
         Fault("structured-output", "structured-output-overhead",
               "every request decodes under a JSON schema (response_format), the grammar's mask built each step",
-              live={"extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}}),
+              live={"extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}},
+              healthy="free text: no grammar mask between the model and the sampler"),
         Fault("enforce-eager", "compile-off", "--enforce-eager: no torch.compile (and no graphs where a GPU would capture them)",
-              ("--enforce-eager",)),
+              ("--enforce-eager",), healthy="the model compiled (/server_info compilation_config mode 3): a step of about 2.4 ms"),
+        Fault("buffered-proxy", "proxy-buffering",
+              "nginx in front of vLLM, buffering on and gzip on for text/event-stream: deflate holds the events, so a client gets each stream in bursts",
+              proxy=True, healthy="tokens arrive one step apart; the client's gaps follow the engine's inter-token latency"),
     )
 }
 
@@ -109,8 +121,9 @@ def healthy_problems(diagnosis) -> list[str]:
 
 
 @contextmanager
-def background(fault: Fault, url: str, model: str = "tiny") -> Iterator[None]:
-    """The fault's other traffic, in a thread, until the block ends (at most BACKGROUND_MAX_REQUESTS)."""
+def background(fault: Fault, url: str, model: str = "tiny", limit: int | None = BACKGROUND_MAX_REQUESTS) -> Iterator[None]:
+    """The fault's other traffic, in a thread, until the block ends (at most ``limit`` requests; None: no limit,
+    for a lab that serves until Ctrl-C)."""
     if fault.traffic is None:
         yield
         return
@@ -119,7 +132,7 @@ def background(fault: Fault, url: str, model: str = "tiny") -> Iterator[None]:
 
     def send() -> None:
         with httpx.Client(trust_env=False, timeout=120) as http:
-            for i in range(BACKGROUND_MAX_REQUESTS):
+            for i in itertools.count() if limit is None else range(limit):
                 if stop.is_set():
                     return
                 body = {"model": model, "prompt": traffic.prompt(i), "max_tokens": traffic.max_tokens, "temperature": 0.0}
@@ -143,10 +156,10 @@ def run_fault(name: str, duration_s: float = 90.0, progress=lambda line: None, *
     """``diagnoser live`` on a fresh real server with ``name``'s fault: (the Live result, its diagnosis)."""
     from diagnoser.engine import diagnose, load_rulebook
     from diagnoser.live.measure import Options, measure
-    from diagnoser.real_vllm import VllmServer
+    from diagnoser.lab.real import serving
 
     fault = FAULTS[name]
     options = {"duration_s": duration_s, "requests": 8, "concurrency": 4, "max_tokens": 64, **fault.live, **live_options}
-    with VllmServer(fault.flags) as server, background(fault, server.url):
-        found = measure(server.url, Options(**options), progress)
+    with serving(fault) as lab:
+        found = measure(lab.url, Options(**options), progress)
     return found, diagnose(found.case, load_rulebook())
