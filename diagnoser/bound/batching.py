@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from diagnoser.bound.capacity import GIB, residency
+from diagnoser.bound.capacity import GIB, does_not_fit, residency
 from diagnoser.bound.estimate import compute_bound, resolve_hardware
 from diagnoser.bound.floor import step_ms_from_rate
 from diagnoser.errors import InputError
@@ -60,11 +60,7 @@ def batch_estimate(workload: Workload, sizes: list[int], where: str) -> BatchEst
                 kv_gib=held.kv_bytes / GIB, capacity_gib=held.capacity_bytes / GIB, left_out=held.left_out,
             )
             if size <= workload.batch:
-                raise InputError(
-                    f"{where}: at the measured batch {workload.batch} the weights and KV cache need "
-                    f"{limit.needed_gib:.1f} GiB per rank, more than the {limit.capacity_gib:.0f} GiB it has: "
-                    "the pin is wrong (precision, context, layout or hardware)"
-                )
+                raise InputError(f"{where}: at the measured batch {workload.batch} {does_not_fit(held)}")
             break
         try:
             floors[size] = compute_bound(pinned, hw).step_floor_ms

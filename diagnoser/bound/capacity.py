@@ -39,6 +39,22 @@ class Residency(BaseModel):
         return self.needed_bytes <= self.capacity_bytes
 
 
+def does_not_fit(held: Residency) -> str | None:
+    """The shortfall in one line, or None when the rank holds it all.
+
+    A pin whose weights and KV cannot be resident describes no deployment that ran, so a floor
+    computed for it (or a rate observed against it) is for other work: the reader must hear it
+    before any figure.
+    """
+    if held.fits:
+        return None
+    return (
+        f"the weights ({held.weights_bytes / GIB:.1f} GiB) and KV cache ({held.kv_bytes / GIB:.1f} GiB) need "
+        f"{held.needed_bytes / GIB:.1f} GiB per rank, more than the {held.capacity_bytes / GIB:.0f} GiB one device has: "
+        "the pin is wrong (precision, batch, context, layout or hardware)"
+    )
+
+
 def _stage_weights(spec: ModelSpec, workload: Workload, stage: int, layers: range) -> float:
     layout, prec = workload.layout, workload.precision
     w, e = bytes_per_element(prec.weights), bytes_per_element(prec.experts)

@@ -13,6 +13,7 @@ import math
 
 from pydantic import BaseModel, Field
 
+from diagnoser.bound.capacity import Residency, does_not_fit, residency
 from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct_experts, rows_per_touched_expert
 from diagnoser.bound.floor import FloorResult, compare_with_observation
 from diagnoser.bound.traffic import (
@@ -52,6 +53,14 @@ EXCLUDED = [
     "activation traffic between kernels and re-reads of weights or KV by split kernels",
     "bandwidth efficiency below the figure used",
 ]
+
+
+# Said when the pin gives no context: the calculator's default of 0 would otherwise pass for a
+# measured figure, and the floor comes out short by every cached token's read.
+NO_CONTEXT = (
+    "no context given: the floor counts no KV-cache read (every sequence's cached tokens are read each step), "
+    "so it is low by those bytes; give workload.context, the mean tokens each sequence holds"
+)
 
 
 class RankEstimate(BaseModel):
@@ -106,6 +115,11 @@ class BoundReport(FloorResult):
     naive: NaiveEstimate
     counts: list[str]
     excludes: list[str]
+    memory: Residency = Field(description="weights and KV cache the fullest rank holds, against one device's memory")
+    lacks: list[str] = Field(default_factory=list, description="inputs the pin did not give and the floor did without")
+    notes: list[str] = Field(
+        default_factory=list, description="what to settle before trusting the floor: a missing input, a pin that does not fit"
+    )
 
 
 class Histograms:
@@ -314,6 +328,10 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
         boundary=observed.boundary if observed else Boundary.device_step,
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
+    held = residency(spec, workload, hw)
+    lacks = [] if workload.context_given else ["workload.context"]
+    shortfall = does_not_fit(held)
+    notes = ([NO_CONTEXT] if lacks else []) + ([shortfall] if shortfall else [])
     return BoundReport(
         **compared.model_dump(exclude={"floor_ms", "sanity"}),
         model=spec.name,
@@ -333,6 +351,9 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
         naive=naive,
         counts=COUNTED,
         excludes=EXCLUDED,
+        memory=held,
+        lacks=lacks,
+        notes=notes,
         sanity=_sanity(workload, hw, floor, compute_floor, naive, layout) + compared.sanity,
     )
 

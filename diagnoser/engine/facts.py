@@ -182,6 +182,7 @@ INPUTS: dict[str, InputInfo] = {
     "host": InputInfo("host timings", "trace the host side (nsys CPU sampling or py-spy) over the same steps"),
     "bound": InputInfo("bound", "pin the workload (`workload:` in the case) or give bound_inputs bytes and bandwidth"),
     "workload": InputInfo("workload pin", "add the `workload:` section (model, hardware, batch, context, layout)"),
+    "workload.context": InputInfo("context length", "give workload.context: the mean tokens each decoding sequence holds (prompt plus output so far), or one per sequence"),
     "bound_inputs": InputInfo("quoted bound inputs", "record how the spreadsheet's bound was computed (bound_inputs)"),
     "metrics": InputInfo("serving metrics", "record TPOT/ITL p50/p99, tokens/s and concurrency from the serving benchmark (`diagnoser probe --only client --endpoint URL --model-name MODEL`)"),
     "expected": InputInfo("expected figure", "record what the figure was compared with and how it was obtained (expected:)"),
@@ -303,7 +304,9 @@ def shares_budget(case: Case) -> StepBudget | None:
 
 
 def input_info(name: str) -> InputInfo:
-    """What an input is and how to get it; ``input.field`` names one field of it."""
+    """What an input is and how to get it; ``input.field`` names one field of it, described on its own when INPUTS has it."""
+    if name in INPUTS:
+        return INPUTS[name]
     top, _, field = name.partition(".")
     info = INPUTS[top]
     return InputInfo(f"{info.label} ({field})", info.how) if field else info

@@ -4,7 +4,8 @@ A senior engineer does not ask for everything; they ask for the one measurement 
 the live hypotheses. A missing input scores for every open (unbounded) hypothesis it would
 bound or refute, weighted by grade, and for every cause rule it would let evaluate, weighted
 by whether that rule refines time the diagnosis already holds. A rule that has concluded is
-never counted as unable to evaluate.
+never counted as unable to evaluate, and a rule about a part the pinned model does not have
+(experts on a dense model) is never asked about: no answer could make it apply.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections import defaultdict
 
 from diagnoser.engine.facts import INPUTS, input_info
 from diagnoser.engine.loader import Rulebook
-from diagnoser.models.hypothesis import Grade, Hypothesis, Kind, Question
+from diagnoser.models.hypothesis import BoundSummary, Grade, Hypothesis, Kind, Question
+from diagnoser.models.model_spec import ModelFeature
 
 # An open hypothesis counts far more than a rule that has not spoken: it already has evidence, and
 # the question either bounds it or refutes it. Ten silent rules do not outweigh one.
@@ -37,8 +39,21 @@ def _rule_weight(rulebook: Rulebook, spec_id: str, causes: dict[str, Hypothesis]
     return None  # the parent was evaluated and does not hold: nothing to refine
 
 
-def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypothesis]) -> list[Question]:
-    """Every missing input that would bound or evaluate something, best first."""
+def next_questions(
+    rulebook: Rulebook,
+    present: set[str],
+    hypotheses: list[Hypothesis],
+    bound: BoundSummary | None = None,
+    features: frozenset[ModelFeature] | None = None,
+) -> list[Question]:
+    """Every missing input that would bound or evaluate something, best first.
+
+    ``features`` are the pinned model's parts (None when no model is pinned: then any rule may
+    apply). An input the bound did without leaves the floor low: every conclusion read from the
+    floor is open again until it is given, and every rule that judges by the floor has not yet
+    judged the real one.
+    """
+    applicable = [s for s in rulebook.specs.values() if features is None or s.applies is None or s.applies in features]
     causes = {}
     for h in hypotheses:
         if h.kind is Kind.cause:
@@ -47,7 +62,7 @@ def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypot
         s.id for s in rulebook.specs.values() if s.kind is Kind.cause and any(n not in present for n in s.requires)
     }
     score: dict[str, float] = defaultdict(float)
-    bound: dict[str, set[str]] = defaultdict(set)
+    bounds: dict[str, set[str]] = defaultdict(set)
     evaluate: dict[str, set[str]] = defaultdict(set)
     for h in hypotheses:
         if h.kind is not Kind.cause or h.gain is not None or h.grade is None:
@@ -55,8 +70,17 @@ def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypot
         for name in h.bounded_by:
             if name not in present and name.partition(".")[0] in INPUTS:
                 score[name] += OPEN_WEIGHT[h.grade]
-                bound[name].add(h.id)
-    for spec in rulebook.specs.values():
+                bounds[name].add(h.id)
+    reading = [h for h in hypotheses if any(e.name.startswith("bound.") for e in h.evidence)]
+    for name in bound.lacks if bound else ():
+        for h in reading:
+            score[name] += OPEN_WEIGHT[h.grade or Grade.indicated]
+            bounds[name].add(h.id)
+        for spec in applicable:
+            if "bound" in spec.requires and spec.id not in {h.rule for h in reading}:
+                score[name] += ROOT_WEIGHT
+                evaluate[name].add(spec.id)
+    for spec in applicable:
         if spec.kind is not Kind.cause or not spec.report_missing or spec.id in causes:
             continue
         missing = [n for n in spec.requires if n not in present]
@@ -72,7 +96,7 @@ def next_questions(rulebook: Rulebook, present: set[str], hypotheses: list[Hypot
             label=input_info(name).label,
             how=input_info(name).how,
             score=round(value, 4),
-            would_bound=sorted(bound[name]),
+            would_bound=sorted(bounds[name]),
             would_evaluate=sorted(evaluate[name]),
         )
         for name, value in score.items()

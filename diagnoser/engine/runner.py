@@ -20,6 +20,7 @@ from diagnoser.engine.facts import (
     reference_step_ms,
     with_derived_budget,
 )
+from diagnoser.engine.expectation import uncompared_expected
 from diagnoser.engine.questions import next_questions
 from diagnoser.engine.loader import Rulebook
 from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, rules_print_to_stderr, time_limit
@@ -27,7 +28,8 @@ from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, ev
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
-from diagnoser.models.workload import Boundary
+from diagnoser.models.model_spec import ModelFeature, resolve_model
+from diagnoser.models.workload import Boundary, Observed
 from diagnoser.models.hypothesis import (
     GRADE_ORDER,
     KIND_ORDER,
@@ -281,10 +283,10 @@ def incomplete_pin(case: Case) -> str | None:
     return None
 
 
-def _observed_for_bound(case: Case, step: float) -> dict:
+def _observed_for_bound(case: Case, step: float) -> Observed:
     metrics = case.observations.metrics
     boundary = metrics.boundary.value if metrics is not None and case.observations.budget is None else "device_step"
-    return {"step_ms": step, "boundary": boundary if boundary in Boundary.__members__ else "device_step"}
+    return Observed(step_ms=step, boundary=boundary if boundary in Boundary.__members__ else "device_step")
 
 
 def compute_bound_summary(case: Case) -> BoundSummary | None:
@@ -295,7 +297,8 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
     if case.workload is not None and incomplete_pin(case) is None:
         workload = case.workload
         if workload.observed is None and step is not None:
-            workload = type(workload).model_validate({**workload.model_dump(), "observed": _observed_for_bound(case, step)})
+            # a copy, not a re-validation: the fields the case left out stay unstated (a context is not 0)
+            workload = workload.model_copy(update={"observed": _observed_for_bound(case, step)})
         report = compute_bound(workload)
         critical = next(r for r in report.per_rank if r.rank == report.critical_rank)
         return _summary(
@@ -308,6 +311,8 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
             bandwidth_gbs=report.bandwidth_gbs,
             expert_bytes=report.expert_union.expert_bytes_busiest_rank if report.expert_union else None,
             rows_per_touched_expert=report.expert_union.rows_per_touched_expert if report.expert_union else None,
+            lacks=report.lacks,
+            notes=report.notes,
         )
     quoted = case.bound_inputs
     if quoted is not None and quoted.bytes_per_step and quoted.bandwidth_gbs:
@@ -345,6 +350,18 @@ def unevaluable_rules(rulebook: Rulebook, present: set[str]) -> set[str]:
     }
 
 
+def model_features(case: Case) -> frozenset[ModelFeature] | None:
+    """The pinned model's parts, or None when no model is pinned or none matches the name: then
+    nothing is known that would keep a rule from applying."""
+    model = case.workload.model if case.workload is not None else None
+    if model is None:
+        return None
+    try:
+        return resolve_model(model).features
+    except InputError:
+        return None
+
+
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
     engine, bound, step = run_engine(case, rulebook)
     hypotheses = rank(engine.found)
@@ -356,7 +373,8 @@ def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
         bound=bound,
         bound_note=incomplete_pin(case),
         hypotheses=hypotheses,
-        questions=next_questions(rulebook, present, hypotheses),
+        notes=uncompared_expected(case),
+        questions=next_questions(rulebook, present, hypotheses, bound, model_features(case)),
         rule_errors=list({(e.rule, e.error): e for e in errors}.values()),
         rules_loaded=len(rulebook.specs),
     )

@@ -24,6 +24,7 @@ from diagnoser.errors import InputError
 from diagnoser.experta_compat import AND, ANDFC, MATCH, NOT, NOTFC, OR, ORFC, TEST, Fact, P, Rule
 from diagnoser.models.hypothesis import Check, Evidence, Grade, Kind, RuleError, UndoCriterion, UndoMetric
 from diagnoser.models.documents import load_document, validation_message
+from diagnoser.models.model_spec import ModelFeature
 
 # Names under which a child rule receives its parent's cap and step; reserved for the engine.
 PARENT_CAP = "parent_cap_ms"
@@ -76,6 +77,10 @@ class RuleSpec(BaseModel):
     )
     thresholds: dict[str, ThresholdSpec] = Field(
         default_factory=dict, description="cut-offs a YAML-only rule's condition names (UPPER_CASE), with unit and why"
+    )
+    applies: ModelFeature | None = Field(
+        default=None,
+        description="the model part it is about (moe: routed experts); with a pinned model that lacks it, no next question names it",
     )
     locates: bool = Field(
         default=False,

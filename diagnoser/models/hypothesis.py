@@ -121,7 +121,9 @@ class Question(_Out):
     how: str = Field(description="the command or measurement that answers it")
     score: float = Field(ge=0, description="open hypotheses it would bound, plus rules it would let evaluate, weighted")
     would_bound: list[str] = Field(default_factory=list, description="hypotheses whose gain it would bound or refute")
-    would_evaluate: list[str] = Field(default_factory=list, description="cause rules that cannot evaluate without it")
+    would_evaluate: list[str] = Field(
+        default_factory=list, description="cause rules that cannot evaluate without it, or rules that judge by a bound lacking it"
+    )
 
 
 class RuleError(_Out):
@@ -143,6 +145,10 @@ class BoundSummary(_Out):
     expert_bytes: float | None = Field(default=None, description="routed + shared expert bytes the busiest rank reads per step")
     rows_per_touched_expert: float | None = Field(default=None, description="mean tokens per expert GEMM in the pinned batch")
     sanity: list[str] = Field(default_factory=list)
+    lacks: list[str] = Field(default_factory=list, description="inputs the pin did not give and the floor did without")
+    notes: list[str] = Field(
+        default_factory=list, description="what to settle before trusting the floor: a missing input, a pin that does not fit"
+    )
 
 
 class Diagnosis(_Out):
@@ -154,6 +160,9 @@ class Diagnosis(_Out):
     rule_errors: list[RuleError] = Field(default_factory=list)
     questions: list[Question] = Field(default_factory=list, description="the next facts to gather, best first")
     bound_note: str | None = Field(default=None, description="why no bound was computed, when the pin is incomplete")
+    notes: list[str] = Field(
+        default_factory=list, description="evidence the case holds that no rule could use, and why (an expected figure with nothing of its kind to compare)"
+    )
     rules_loaded: int = 0
     thresholds_changed: dict[str, list[float]] = Field(
         default_factory=dict, description="MODULE.NAME -> [value in the rules, value used for this run]"

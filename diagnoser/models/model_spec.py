@@ -7,6 +7,7 @@ kind (GQA/MHA or MLA), and the MoE layout. Everything else in a config is ignore
 from __future__ import annotations
 
 import json
+from enum import Enum
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -47,6 +48,12 @@ class MLASpec(BaseModel):
     v_head_dim: int = Field(gt=0)
 
 
+class ModelFeature(str, Enum):
+    """A part some models have and others lack; a rule about it cannot apply to a model without it."""
+
+    moe = "moe"  # routed experts
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # "32" is a typo, not 32
 
@@ -83,6 +90,10 @@ class ModelSpec(BaseModel):
         low = max(layers.start, self.moe.first_dense_layers)
         first = (low + every) // every * every - 1  # the first i >= low with (i + 1) % every == 0
         return range(first, max(first, layers.stop), every)
+
+    @property
+    def features(self) -> frozenset[ModelFeature]:
+        return frozenset({ModelFeature.moe} if self.moe else ())
 
     @property
     def moe_layers(self) -> int:

@@ -163,6 +163,11 @@ class Workload(BaseModel):
         return self
 
     @property
+    def context_given(self) -> bool:
+        """The context's default of 0 is no evidence: a pin without one counts no KV-cache read."""
+        return "context" in self.model_fields_set
+
+    @property
     def mean_context(self) -> float:
         per_seq = self.context.per_sequence
         return sum(per_seq) / len(per_seq) if per_seq is not None else float(self.context.mean or 0.0)

@@ -70,6 +70,8 @@ def render_bound(report: BoundReport, console: Console) -> None:
         f"(the busiest rank really moves {n.ratio_real_to_naive:.3g}x that)"
     )
     render_observation(report, console)
+    for line in report.notes:
+        console.print(f"[bold]note:[/] {line}")
     console.print("[bold]counts:[/] " + "; ".join(report.counts))
     console.print("[bold]leaves out:[/] " + "; ".join(report.excludes))
     for line in report.sanity:

@@ -98,10 +98,12 @@ def verdict_line(d: Diagnosis) -> str:
 
 
 def summary_lines(d: Diagnosis) -> list[str]:
-    """Reference step, bound, verdict and any changed threshold: the lines every format opens with."""
+    """Reference step, bound and what it could not count, evidence left uncompared, verdict and any
+    changed threshold: the lines every format opens with."""
     lines = [f"Reference step: {num(d.reference_step_ms)} ms"] if d.reference_step_ms is not None else []
     bound = bound_line(d)
-    lines += ([bound] if bound else []) + ([d.bound_note] if d.bound_note else []) + [verdict_line(d)]
+    lines += ([bound] if bound else []) + [f"Bound note: {n}" for n in (d.bound.notes if d.bound else [])]
+    lines += ([d.bound_note] if d.bound_note else []) + [f"Note: {n}" for n in d.notes] + [verdict_line(d)]
     if d.thresholds_changed:
         changed = ", ".join(f"{k} {num(was)} -> {num(now)}" for k, (was, now) in d.thresholds_changed.items())
         lines.append(f"Thresholds changed for this run: {changed}")
