@@ -121,7 +121,10 @@ class LaunchRules(RuleSet):
         TEST(lambda g: not_replaying(g) and within_capture(g)),
     )
     def graph_not_replaying(self, g, parent_cap_ms):
-        """Graphs not turned off, yet the live batch ran without one: captured or not, this batch was eager."""
+        """Graphs on, yet the live batch ran without one. With the setting unknown only a log saying this batch
+        ran eager counts: a trace with no graph launches at all is graphs off."""
+        if not self.graphs_on() and g.get("replayed_at_live_batch") is not False:
+            return None
         evidence = [ev("server.cuda_graphs", True)] if self.graphs_on() else []
         evidence += [ev(f"graph.{n}", g[n]) for n in ("status", "replayed_at_live_batch", "live_units", "max_captured_batch") if n in g]
         known = "max_captured_batch" in g and "live_units" in g

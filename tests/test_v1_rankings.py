@@ -6,7 +6,8 @@ speed-up, in order. Two things differ on purpose: cpu-offload's gain came from a
 PCIe rate, which no measured figure bounds, so it is now "not bounded yet"; and a measured
 refinement that accounts for at least half of its measured parent's time now ranks just ahead
 of the parent instead of after it (14 entries reordered, same ids, kinds and speed-ups), since
-it names where the parent's time goes (`runner.explains_parent`).
+it names where the parent's time goes (`runner.explains_parent`); and where the server's own settings turn
+penalties on, default-penalties follows as an indicated cause (the penalty pass every request pays).
 """
 
 import json
