@@ -1,6 +1,6 @@
 """A generated corpus of hostile inputs, and the harness that holds diagnoser to its contract.
 
-    .venv/bin/python tests/bad_inputs.py [--workers N] [--timeout S] [--list]
+    .venv/bin/python tests/bad_inputs.py [--workers N] [--timeout S] [--match TEXT] [--list]
 
 Every case is built here from the bundled examples, the shared real traces and the package's
 own presets, mutated (numbers made NaN, infinite, negative, denormal, huge or the wrong type;
@@ -8,8 +8,10 @@ keys dropped; files truncated, emptied, nested without end, made of aliases, swa
 directory, a FIFO or /dev/zero), then fed to the command that reads it. The contract, for
 every case: exit 0, or exit 2 with exactly one line on stderr; no traceback; no NaN or
 infinity in what it printed; every input byte-identical, with the same mode, afterwards;
-within the time limit. The script prints the figure; tests/test_bad_inputs.py runs the same
-corpus in one process.
+within the time limit and (measured by the script, per process) under ``MAX_PEAK_MB``. The
+script prints the figures; tests/test_bad_inputs.py runs the same corpus in one process.
+tests/bad_inputs_more.py adds the second round: hostile loopback servers (``server``, whose URL
+replaces ``{url}``), markup, cycles, walkthroughs and the environment (``env``).
 """
 
 from __future__ import annotations
@@ -37,11 +39,14 @@ from typing import Any
 
 import yaml
 
+from hostile_servers import Behaviour, Server
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 SEED = 20261201
 
 # A number printed as NaN or infinity is a figure nobody can use; words like "info" must not match.
+MAX_PEAK_MB = 1024
 NON_FINITE = re.compile(r"(?<![A-Za-z_])(nan|[+-]?inf|[+-]?infinity)(?![A-Za-z_])", re.IGNORECASE)
 
 
@@ -53,6 +58,8 @@ class Case:
     argv: list[str]  # "{dir}" is replaced by the case's folder
     files: dict[str, bytes] = field(default_factory=dict)
     setup: Callable[[Path], None] | None = None  # for what bytes cannot say: FIFOs, folders, links
+    server: Behaviour | None = None  # a hostile loopback server started for the case; "{url}" is its address
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment the command runs in
 
 
 @dataclass
@@ -61,6 +68,7 @@ class Outcome:
     ok: bool
     why: str
     seconds: float
+    peak_mb: float = 0.0  # the command's peak resident memory, where measured (the script)
 
 
 # ---------------------------------------------------------------- mutations of documents
@@ -465,10 +473,13 @@ def artifact_cases(rng: random.Random) -> list[Case]:
 
 
 def corpus(report: dict) -> list[Case]:
+    import bad_inputs_more
+
     rng = random.Random(SEED)
     return (
         case_cases(rng) + workload_cases(rng) + config_cases(rng) + probe_report_cases(rng, report)
         + trace_cases(rng) + rule_cases() + flag_cases() + output_cases(report) + artifact_cases(rng)
+        + bad_inputs_more.corpus(report, rng)
     )
 
 
@@ -494,19 +505,35 @@ def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
     return seen
 
 
-def _lay_out(case: Case, folder: Path) -> list[str]:
+def _lay_out(case: Case, folder: Path, url: str) -> list[str]:
     for name, data in case.files.items():
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     if case.setup:
         case.setup(folder)
-    return [arg.replace("{dir}", str(folder)) for arg in case.argv]
+    return [arg.replace("{dir}", str(folder)).replace("{url}", url) for arg in case.argv]
 
 
-def judge(case: Case, code: int | None, stdout: str, stderr: str, before: dict, after: dict, seconds: float) -> Outcome:
+@contextlib.contextmanager
+def _served(case: Case) -> Iterator[str]:
+    """The case's hostile server for as long as the case runs (it also stops by itself)."""
+    if case.server is None:
+        yield ""
+        return
+    server = Server(case.server)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def judge(case: Case, code: int | None, stdout: str, stderr: str, before: dict, after: dict, seconds: float,
+          peak_mb: float = 0.0) -> Outcome:
     lines = [line for line in stderr.splitlines() if line.strip()]
     problems = []
+    if peak_mb > MAX_PEAK_MB:
+        problems.append(f"peak memory {peak_mb:,.0f} MB")
     if code is None:
         problems.append("timed out")
     elif code not in (0, 2):
@@ -521,37 +548,56 @@ def judge(case: Case, code: int | None, stdout: str, stderr: str, before: dict, 
     if changed:
         problems.append(f"input changed: {', '.join(changed)}")
     why = "; ".join(problems) or (lines[0] if lines else "exit 0")
-    return Outcome(case, not problems, why, seconds)
+    return Outcome(case, not problems, why, seconds, peak_mb)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> tuple[int | None, float]:
+    """The exit code (None when killed at the time limit) and the child's own peak memory in MB,
+    from wait4: the script's figure is per command, not the harness's."""
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            timed_out = True
+        time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
+    return (None if timed_out else proc.returncode), usage.ru_maxrss / 1024
 
 
 def run_subprocess(case: Case, timeout_s: float) -> Outcome:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _served(case) as url:
         folder = Path(tmp)
-        argv = _lay_out(case, folder)
+        argv = _lay_out(case, folder, url)
         before = _snapshot(folder)
         start = time.perf_counter()
-        try:
-            out = subprocess.run([sys.executable, "-m", "diagnoser", *argv], capture_output=True, text=True,
-                                 timeout=timeout_s, cwd=folder, stdin=subprocess.DEVNULL)
-            code, stdout, stderr = out.returncode, out.stdout, out.stderr
-        except subprocess.TimeoutExpired:
-            code, stdout, stderr = None, "", ""
+        with open(folder.parent / f"{folder.name}.out", "w+") as out, open(folder.parent / f"{folder.name}.err", "w+") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "diagnoser", *argv], stdout=out, stderr=err, cwd=folder,
+                                    stdin=subprocess.DEVNULL, env={**os.environ, **case.env})
+            code, peak_mb = _wait(proc, timeout_s)
+            out.seek(0), err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        os.unlink(out.name), os.unlink(err.name)
         seconds = time.perf_counter() - start
-        return judge(case, code, stdout, stderr, before, _snapshot(folder), seconds)
+        return judge(case, code, stdout, stderr, before, _snapshot(folder), seconds, peak_mb)
 
 
 def run_in_process(case: Case) -> Outcome:
     """The same judgement without a new interpreter per case, for the test suite."""
     from diagnoser.cli import main
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _served(case) as url:
         folder = Path(tmp)
-        argv = _lay_out(case, folder)
+        argv = _lay_out(case, folder, url)
         before = _snapshot(folder)
         stdout, stderr = io.StringIO(), io.StringIO()
         start = time.perf_counter()
-        cwd = os.getcwd()
+        cwd, saved = os.getcwd(), dict(os.environ)
         os.chdir(folder)
+        os.environ.update(case.env)
         try:
             with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
                 code = main(argv)
@@ -559,6 +605,8 @@ def run_in_process(case: Case) -> Outcome:
             code = f"SystemExit({done.code})"  # type: ignore[assignment]
         finally:
             os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(saved)
         seconds = time.perf_counter() - start
         return judge(case, code, stdout.getvalue(), stderr.getvalue(), before, _snapshot(folder), seconds)
 
@@ -567,9 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds allowed per case")
+    parser.add_argument("--match", default="", help="only the cases whose name contains TEXT")
     parser.add_argument("--list", action="store_true", help="list the cases and stop")
     args = parser.parse_args(argv)
-    cases = corpus(probe_report())
+    cases = [c for c in corpus(probe_report()) if args.match in c.name]
     if args.list:
         for case in cases:
             print(case.name)
@@ -582,9 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     for outcome in failed:
         print(f"FAIL {outcome.case.name}: {outcome.why}")
     slowest = max(outcomes, key=lambda o: o.seconds)
+    largest = max(outcomes, key=lambda o: o.peak_mb)
     passed = len(outcomes) - len(failed)
     print(f"{passed}/{len(outcomes)} bad inputs ({100 * passed / len(outcomes):.1f} %) ended in exit 0 or one-line exit 2, "
-          f"inputs unchanged; slowest {slowest.seconds:.1f} s ({slowest.case.name}); {time.perf_counter() - start:.0f} s in all")
+          f"inputs unchanged; slowest {slowest.seconds:.1f} s ({slowest.case.name}); "
+          f"peak memory {largest.peak_mb:,.0f} MB ({largest.case.name}); {time.perf_counter() - start:.0f} s in all")
     return 0 if not failed else 1
 
 

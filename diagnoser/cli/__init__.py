@@ -15,6 +15,7 @@ import click
 
 from diagnoser import __version__
 from diagnoser.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, DiagnoserError
+from diagnoser.report.untrusted import plain
 
 # name -> ("module:attribute", short help shown by --help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -63,8 +64,17 @@ def cli() -> None:
     """
 
 
+def _tolerate_narrow_encodings() -> None:
+    """Under ``PYTHONIOENCODING=ascii`` or a C locale a report's µs or a kernel's name cannot be
+    encoded; print a replacement character rather than fail after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI, turning every failure into one line on stderr and an exit code."""
+    _tolerate_narrow_encodings()
     try:
         result = cli.main(args=argv, prog_name="diagnoser", standalone_mode=False)
     except click.exceptions.Abort:
@@ -81,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"diagnoser: error: {err.format_message()}", err=True)
         return EXIT_INPUT
     except DiagnoserError as err:
-        click.echo(f"diagnoser: error: {err}", err=True)
+        click.echo(f"diagnoser: error: {plain(err)}", err=True)  # may quote a server or a file
         return err.exit_code
     except KeyboardInterrupt:
         click.echo("diagnoser: interrupted", err=True)

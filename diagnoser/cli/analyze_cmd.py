@@ -158,6 +158,8 @@ def _case_text(case, path: Path, observations) -> str:
 def _print_report(console, analysis, observations) -> None:
     from rich.table import Table
 
+    from diagnoser.report.untrusted import markup_safe
+
     row = analysis.budget()
     if row is None:
         console.print("no step launched any device work: nothing to budget")
@@ -215,7 +217,7 @@ def _print_report(console, analysis, observations) -> None:
     for k in analysis.kernel_table:
         label = f"{k.kernel_class}/{k.implementation}" if k.implementation else k.kernel_class
         kt.add_row(
-            label,
+            markup_safe(label),
             f"{k.count_per_step:.1f}",
             f"{k.total_us / 1000:.3f}",
             f"{k.median_us:.1f}",
@@ -225,7 +227,7 @@ def _print_report(console, analysis, observations) -> None:
             _opt(k.achieved_tflops, ".1f"),
             _opt(k.achieved_tbs, ".2f"),
             _roof(k),
-            k.top_kernel[:50],
+            markup_safe(k.top_kernel[:50]),
         )
     console.print(kt)
     for c in observations.collectives:
@@ -237,7 +239,7 @@ def _print_report(console, analysis, observations) -> None:
         size = f", message {c.message_bytes:,.0f} B" if c.message_bytes is not None else ""
         bandwidth = f", {c.effective_bandwidth_gbs:.1f} GB/s" if c.effective_bandwidth_gbs is not None else ""
         console.print(
-            f"collective {c.op}/{c.implementation}: {c.calls_per_step:.1f} per step, "
+            f"collective {markup_safe(c.op)}/{markup_safe(c.implementation)}: {c.calls_per_step:.1f} per step, "
             f"{c.interval_ms:.3f} ms per step{skew}{size}{bandwidth}"
         )
     for note in analysis.notes:

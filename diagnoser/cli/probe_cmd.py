@@ -35,6 +35,16 @@ def _refuse_odd_numbers(flag: str, value: Any) -> None:
         _refuse_odd_numbers(flag, item)
 
 
+def _only(text: str | None) -> list[str] | None:
+    """The probes ``--only`` names; given but naming none (``--only ""``) is a mistake, not "all"."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise InputError("--only: name at least one probe (device,bandwidth,gemm,graphs,collectives,client,context_sweep)")
+    return names
+
+
 def parse_option(text: str) -> tuple[str, Any]:
     """KEY=VALUE, the value read as YAML so numbers and lists arrive typed ('batch_sizes=[1,8]')."""
     from diagnoser.models.documents import NotYaml, parse_yaml
@@ -202,7 +212,7 @@ def _measure(
     from diagnoser.probes.base import ProbeContext
     from diagnoser.probes.registry import select
 
-    names = select(only.split(",") if only else None)
+    names = select(_only(only))
     options: dict[str, Any] = workload_options(case_path) if case_path else {}
     options.update({key: value for key, value in flags.items() if value is not None})
     options.update(given)

@@ -301,11 +301,13 @@ def render_markdown(report: ProbeReport, title: str | None = None, notes: tuple[
 def _rich_table(t: TableData, title: str = "") -> Any:
     from rich.table import Table
 
-    table = Table(title=title or None, title_justify="left")
+    from diagnoser.report.untrusted import markup_safe
+
+    table = Table(title=markup_safe(title) or None, title_justify="left")
     for header in t.headers:
-        table.add_column(header)
+        table.add_column(markup_safe(header))
     for cells in t.rows:
-        table.add_row(*cells)
+        table.add_row(*map(markup_safe, cells))
     return table
 
 
@@ -314,17 +316,18 @@ def render_text(report: ProbeReport, width: int) -> str:
     import io
 
     from rich.console import Console
-    from rich.markup import escape
+
+    from diagnoser.report.untrusted import markup_safe
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, highlight=False, color_system=None)
     console.print(_rich_table(status_table(report), f"diagnoser probe on {report.host}"))
     for s in sections(report):
-        console.print(f"\n[bold]{escape(s.title)}[/bold]")
+        console.print(f"\n[bold]{markup_safe(s.title)}[/bold]")
         for line in s.lines:
-            console.print(escape(line))
+            console.print(markup_safe(line))
         for t in s.tables:
             if t.caption:
-                console.print(escape(t.caption))
+                console.print(markup_safe(t.caption))
             console.print(_rich_table(t))
     return buffer.getvalue()
