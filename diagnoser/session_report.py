@@ -3,7 +3,9 @@
 The diagnosis itself goes through the ordinary renderers (``diagnoser.report``), so an exported
 session reads exactly like ``diagnose --markdown`` / ``--html`` / ``--json`` below its opening
 section. That section says what was chosen, what the diagnosis predicted for it, and what to
-watch after the change: the undo criteria are the reason the decision is written down.
+watch after the change: the undo criteria are the reason the decision is written down. The
+verdict and the hypotheses below carry the engineer's marks (``diagnoser.session_verdict``): a
+report that lists a refutation never names the refuted cause as the leading one.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from html import escape
 from diagnoser.models.hypothesis import Diagnosis
 from diagnoser.models.session import Decision, Session, SessionReport
 from diagnoser.report import render_html, render_markdown
-from diagnoser.report.diagnosis import num
+from diagnoser.report.figures import field_value, ms
+from diagnoser.session_verdict import mark_labels, session_verdict
 
 
 def prediction_text(decision: Decision) -> str:
@@ -21,10 +24,10 @@ def prediction_text(decision: Decision) -> str:
     r = decision.remedy
     parts = []
     if r.predicted_step_ms is not None and r.predicted_speedup is not None:
-        parts.append(f"step {num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x")
+        parts.append(f"step {ms(r.predicted_step_ms)}, {r.predicted_speedup:.3f}x")
     if decision.gain is not None:
         g = decision.gain
-        parts.append(f"the cause removes at most {num(g.removable_ms)} of {num(g.step_ms)} ms ({g.speedup:.3f}x)")
+        parts.append(f"the cause removes at most {ms(g.removable_ms)} of {ms(g.step_ms)} ({g.speedup:.3f}x)")
     return "; ".join(parts) if parts else "not bounded yet: measure the cause's time before promising a gain"
 
 
@@ -56,7 +59,7 @@ def _session_lines(session: Session) -> list[str]:
             lines.append(f"- [{hid}] {status}" + (f": {m.note}" if m.note else ""))
         lines.append("")
     if session.answers:
-        lines += ["## Answers", ""] + [f"- {a.input}: {a.value}" for a in session.answers] + [""]
+        lines += ["## Answers", ""] + [f"- {a.input}: {field_value(a.input, a.value)}" for a in session.answers] + [""]
     if session.sources:
         lines += ["## Evidence, and where it came from", ""]
         lines += [f"- {s.kind.value}: {s.label}" + (f" ({', '.join(s.sections)})" if s.sections else "") for s in session.sources]
@@ -65,7 +68,8 @@ def _session_lines(session: Session) -> list[str]:
 
 
 def render_session_markdown(session: Session, diagnosis: Diagnosis) -> str:
-    return "\n".join(_decision_lines(session) + _session_lines(session)) + "\n" + render_markdown(diagnosis)
+    report = render_markdown(diagnosis, session_verdict(session, diagnosis), mark_labels(session))
+    return "\n".join(_decision_lines(session) + _session_lines(session)) + "\n" + report
 
 
 def _decision_html(session: Session) -> str:
@@ -98,10 +102,15 @@ def _marks_html(session: Session) -> str:
     return f'<section id="marks"><h2>Marks</h2><ul>{items}</ul></section>' if items else ""
 
 
+def _answers_html(session: Session) -> str:
+    items = "".join(f"<li><code>{escape(a.input)}</code>: {escape(field_value(a.input, a.value))}</li>" for a in session.answers)
+    return f'<section id="answers"><h2>Answers</h2><ul>{items}</ul></section>' if items else ""
+
+
 def render_session_html(session: Session, diagnosis: Diagnosis) -> str:
-    page = render_html(diagnosis)
+    page = render_html(diagnosis, session_verdict(session, diagnosis), mark_labels(session))
     head, sep, rest = page.partition("<body>\n")
-    return head + sep + _decision_html(session) + _marks_html(session) + "\n" + rest
+    return head + sep + _decision_html(session) + _marks_html(session) + _answers_html(session) + "\n" + rest
 
 
 def render_session_json(session: Session, diagnosis: Diagnosis) -> str:

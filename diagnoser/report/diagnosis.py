@@ -1,13 +1,19 @@
 """A diagnosis as a terminal report, a Markdown document, or JSON for other tools.
 
 Causes come first because they carry a bounded gain; guards next, because a wrong input
-invalidates every gain; then the checks to run and the lessons. Numbers are printed as the
-engine computed them.
+invalidates every gain; then the checks to run and the lessons. Figures go through
+``diagnoser.report.figures``, so every format prints a time or a size the same way.
+
+A guided session's export passes its own verdict and the engineer's marks: the renderers only
+print them (``diagnoser.session_verdict`` decides what they say).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind, Question
+from diagnoser.report.figures import ms, num, quantity
 
 SECTIONS = (
     (Kind.cause, "Causes, ranked by evidence grade, then bounded gain"),
@@ -40,12 +46,8 @@ def question_text(q: Question) -> str:
     return f"{q.label}: {q.how}" + (f" ({'; '.join(settles)})" if settles else "")
 
 
-def num(x: float) -> str:
-    return f"{x:.4g}"
-
-
 def evidence_text(h: Hypothesis) -> str:
-    return ", ".join(f"{e.name}={e.value}{(' ' + e.unit) if e.unit else ''}" for e in h.evidence)
+    return ", ".join(f"{e.name}={quantity(e.value, e.unit)}" for e in h.evidence)
 
 
 def gain_text(h: Hypothesis) -> str:
@@ -53,13 +55,13 @@ def gain_text(h: Hypothesis) -> str:
         if h.kind is not Kind.cause:
             return ""
         if h.claimed_ms is not None:
-            return f"claims {num(h.claimed_ms)} ms measured; no reference step to share it of yet" + (
+            return f"claims {ms(h.claimed_ms)} measured; no reference step to share it of yet" + (
                 f" (needs {', '.join(h.bounded_by)})" if h.bounded_by else ""
             )
         return "not bounded yet" + (f": needs {', '.join(h.bounded_by)}" if h.bounded_by else "")
     g = h.gain
     capped = f", capped by {g.capped_by}" if g.capped_by else ""
-    return f"at most {num(g.removable_ms)} of {num(g.step_ms)} ms -> {num(g.after_ms)} ms, {g.speedup:.3f}x{capped}"
+    return f"at most {ms(g.removable_ms)} of {ms(g.step_ms)} -> {ms(g.after_ms)}, {g.speedup:.3f}x{capped}"
 
 
 def bound_line(d: Diagnosis) -> str | None:
@@ -67,11 +69,11 @@ def bound_line(d: Diagnosis) -> str | None:
     if b is None:
         return None
     basis = "bytes / bandwidth" if b.limited_by == "memory" else "FLOPs / peak throughput"
-    parts = [f"floor {num(b.floor_ms)} ms ({b.limited_by}-limited: {basis})"]
+    parts = [f"floor {ms(b.floor_ms)} ({b.limited_by}-limited: {basis})"]
     if b.observed_step_ms is not None:
-        parts.append(f"observed {num(b.observed_step_ms)} ms")
+        parts.append(f"observed {ms(b.observed_step_ms)}")
     if b.unexplained_ms is not None:
-        parts.append(f"unexplained {num(b.unexplained_ms)} ms")
+        parts.append(f"unexplained {ms(b.unexplained_ms)}")
     if b.fraction_of_ceiling is not None:
         parts.append(f"{b.fraction_of_ceiling:.0%} of the ceiling")
     return "Bound: " + ", ".join(parts)
@@ -97,22 +99,28 @@ def verdict_line(d: Diagnosis) -> str:
     return "Verdict: " + "; ".join(parts)
 
 
-def summary_lines(d: Diagnosis) -> list[str]:
-    """Reference step, bound and what it could not count, evidence left uncompared, verdict and any
-    changed threshold: the lines every format opens with."""
-    lines = [f"Reference step: {num(d.reference_step_ms)} ms"] if d.reference_step_ms is not None else []
+def summary_lines(d: Diagnosis, verdict: str | None = None) -> list[str]:
+    """Reference step, bound and what it could not count, evidence left uncompared, verdict (the
+    diagnosis's own unless one is given) and any changed threshold: the lines every format opens with."""
+    lines = [f"Reference step: {ms(d.reference_step_ms)}"] if d.reference_step_ms is not None else []
     bound = bound_line(d)
     lines += ([bound] if bound else []) + [f"Bound note: {n}" for n in (d.bound.notes if d.bound else [])]
-    lines += ([d.bound_note] if d.bound_note else []) + [f"Note: {n}" for n in d.notes] + [verdict_line(d)]
+    lines += ([d.bound_note] if d.bound_note else []) + [f"Note: {n}" for n in d.notes] + [verdict or verdict_line(d)]
     if d.thresholds_changed:
         changed = ", ".join(f"{k} {num(was)} -> {num(now)}" for k, (was, now) in d.thresholds_changed.items())
         lines.append(f"Thresholds changed for this run: {changed}")
     return lines
 
 
-def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
+def mark_suffix(h: Hypothesis, marks: Mapping[str, str] | None) -> str:
+    """What the engineer concluded about ``h``, when a session marked it."""
+    mark = (marks or {}).get(h.id)
+    return f" - marked {mark} by the engineer" if mark else ""
+
+
+def _hypothesis_lines(h: Hypothesis, index: int, indent: str, marks: Mapping[str, str] | None = None) -> list[str]:
     grade = f" ({h.grade.value})" if h.grade else ""
-    lines = [f"{index}. [{h.id}] {h.title}{grade}"]
+    lines = [f"{index}. [{h.id}] {h.title}{grade}{mark_suffix(h, marks)}"]
     gain = gain_text(h)
     if gain:
         lines.append(f"{indent}gain: {gain}")
@@ -126,19 +134,19 @@ def _hypothesis_lines(h: Hypothesis, index: int, indent: str) -> list[str]:
         lines.append(f"{indent}  confirms: {h.check.confirms}")
         lines.append(f"{indent}  refutes: {h.check.refutes}")
     for r in h.remedies:
-        predicted = f" -> {num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
+        predicted = f" -> {ms(r.predicted_step_ms)}, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
         lines.append(f"{indent}remedy: {r.action} (cost: {r.cost}; risk: {r.risk}){predicted}")
     for u in h.undo:
         lines.append(f"{indent}undo if {u.metric.value}: {u.revert_if}")
     return lines
 
 
-def render_text(d: Diagnosis) -> str:
-    out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis", *summary_lines(d)]
+def render_text(d: Diagnosis, verdict: str | None = None, marks: Mapping[str, str] | None = None) -> str:
+    out = [f"Diagnosis: {d.title}" if d.title else "Diagnosis", *summary_lines(d, verdict)]
     for _, heading, items in sections(d):
         out += ["", f"{heading}:"]
         for i, h in enumerate(items, 1):
-            out += ["  " + line for line in _hypothesis_lines(h, i, "     ")]
+            out += ["  " + line for line in _hypothesis_lines(h, i, "     ", marks)]
     if not d.of_kind(Kind.cause):
         out += ["", "No cause named yet."]
     if d.questions:
@@ -151,14 +159,20 @@ def render_text(d: Diagnosis) -> str:
     return "\n".join(out)
 
 
-def render_markdown(d: Diagnosis) -> str:
-    out = [f"# Diagnosis{': ' + d.title if d.title else ''}", "", *(f"- {line}" for line in summary_lines(d))]
+def _markdown_item(line: str) -> str:
+    """A report line as a list item, its indentation (two spaces a level) kept as nesting."""
+    text = line.lstrip(" ")
+    return "  " * ((len(line) - len(text)) // 2) + f"- {text}"
+
+
+def render_markdown(d: Diagnosis, verdict: str | None = None, marks: Mapping[str, str] | None = None) -> str:
+    out = [f"# Diagnosis{': ' + d.title if d.title else ''}", "", *(f"- {line}" for line in summary_lines(d, verdict))]
     for _, heading, items in sections(d):
         out += ["", f"## {heading}", ""]
         for i, h in enumerate(items, 1):
-            first, *rest = _hypothesis_lines(h, i, "")
+            first, *rest = _hypothesis_lines(h, i, "", marks)
             out.append(f"### {first}")
-            out += [""] + [f"- {line}" for line in rest]
+            out += [""] + [_markdown_item(line) for line in rest]
             out.append("")
     if not d.of_kind(Kind.cause):
         out += ["", "_No cause named yet._"]

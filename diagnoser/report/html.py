@@ -7,10 +7,15 @@ step it could remove at most, which makes the Amdahl bound visible at a glance.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from html import escape
 
 from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
-from diagnoser.report.diagnosis import QUESTIONS_SHOWN, gain_text, num, question_text, sections, summary_lines
+from diagnoser.report.diagnosis import QUESTIONS_SHOWN, gain_text, mark_suffix, question_text, sections, summary_lines
+from diagnoser.report.figures import ms, quantity
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #1d2330; }
@@ -24,6 +29,7 @@ article.check { border-color: #2874a6; } article.lesson { border-color: #7d8b99;
 td, th { border: 1px solid #dde; padding: .15rem .5rem; text-align: left; vertical-align: top; }
 .grade { font-size: .8rem; padding: 0 .4rem; border-radius: .6rem; background: #eef; }
 .grade.measured { background: #f5d5d0; } .grade.indicated { background: #fae5c0; } .unbounded { color: #7d5b00; }
+article.marked-refuted h3 { text-decoration: line-through; color: #7d8b99; }
 dt { font-weight: 600; } dd { margin: 0 0 .3rem 1rem; } code { background: #f3f3f8; padding: 0 .2rem; }
 """
 
@@ -43,7 +49,7 @@ def _evidence(h: Hypothesis) -> str:
     if not h.evidence:
         return ""
     rows = "".join(
-        f"<tr><td><code>{escape(e.name)}</code></td><td>{escape(str(e.value))}{escape(' ' + e.unit) if e.unit else ''}</td></tr>"
+        f"<tr><td><code>{escape(e.name)}</code></td><td>{escape(quantity(e.value, e.unit))}</td></tr>"
         for e in h.evidence
     )
     return f'<table class="evidence"><tr><th>evidence</th><th>value</th></tr>{rows}</table>'
@@ -62,35 +68,42 @@ def _check(h: Hypothesis) -> str:
 def _remedies(h: Hypothesis) -> str:
     remedies = []
     for r in h.remedies:
-        predicted = f" &rarr; {num(r.predicted_step_ms)} ms, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
+        predicted = f" &rarr; {escape(ms(r.predicted_step_ms))}, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
         remedies.append(f"<li>{escape(r.action)} <em>(cost: {escape(r.cost)}; risk: {escape(r.risk)})</em>{predicted}</li>")
     undo = [f"<li><code>{escape(u.metric.value)}</code>: {escape(u.revert_if)}</li>" for u in h.undo]
     out = f'<dl><dt>remedies</dt><dd><ul class="remedies">{"".join(remedies)}</ul></dd></dl>' if remedies else ""
     return out + (f'<dl><dt>undo when</dt><dd><ul class="undo">{"".join(undo)}</ul></dd></dl>' if undo else "")
 
 
-def _article(h: Hypothesis, index: int) -> str:
+def with_code(text: str) -> str:
+    """Escaped text with its `backticked` spans set as code, as Markdown would show them."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", escape(text))
+
+
+def _article(h: Hypothesis, index: int, marks: Mapping[str, str] | None) -> str:
     refines = f'<p class="refines">refines <code>{escape(h.parent)}</code></p>' if h.parent else ""
     grade = f' <span class="grade {h.grade.value}">{h.grade.value}</span>' if h.grade else ""
+    mark = (marks or {}).get(h.id)
+    css = h.kind.value + (f" marked-{mark.replace(' ', '-')}" if mark else "")
     return (
-        f'<article class="{h.kind.value}" id="{escape(h.id)}">'
-        f"<h3>{index}. <code>{escape(h.id)}</code> {escape(h.title)}{grade}</h3>"
+        f'<article class="{css}" id="{escape(h.id)}">'
+        f"<h3>{index}. <code>{escape(h.id)}</code> {escape(h.title)}{grade}{escape(mark_suffix(h, marks))}</h3>"
         f"{_gain(h)}{refines}<p>{escape(h.explanation)}</p>{_evidence(h)}{_check(h)}{_remedies(h)}</article>"
     )
 
 
-def render_html(d: Diagnosis) -> str:
+def render_html(d: Diagnosis, verdict: str | None = None, marks: Mapping[str, str] | None = None) -> str:
     title = f"Diagnosis: {d.title}" if d.title else "Diagnosis"
-    summary = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(d))
+    summary = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(d, verdict))
     body = [f"<h1>{escape(title)}</h1>", f'<ul class="summary">{summary}</ul>']
     for css, heading, items in sections(d):
         body.append(f'<section class="{css}"><h2>{escape(heading)}</h2>')
-        body += [_article(h, i) for i, h in enumerate(items, 1)]
+        body += [_article(h, i, marks) for i, h in enumerate(items, 1)]
         body.append("</section>")
     if not d.of_kind(Kind.cause):
         body.append("<p><em>No cause named yet.</em></p>")
     if d.questions:
-        asked = "".join(f"<li>{escape(question_text(q))}</li>" for q in d.questions[:QUESTIONS_SHOWN])
+        asked = "".join(f"<li>{with_code(question_text(q))}</li>" for q in d.questions[:QUESTIONS_SHOWN])
         body.append(f'<section id="questions"><h2>Next questions</h2><ol>{asked}</ol></section>')
     if d.rule_errors:
         errors = "".join(f"<li><code>{escape(e.rule)}</code>: {escape(e.error)}</li>" for e in d.rule_errors)

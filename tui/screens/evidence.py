@@ -17,8 +17,9 @@ from textual.widgets import Button, DataTable, Input, ProgressBar, Static
 
 from diagnoser.engine.facts import present_inputs
 from diagnoser.errors import InputError
-from diagnoser.models.case import load_case
+from diagnoser.models.case import Case, load_case
 from diagnoser.models.session import Source, SourceKind
+from diagnoser.probe_fit import fit_report
 from diagnoser.report.diagnosis import num
 from diagnoser.session_ops import (
     answer_section,
@@ -123,14 +124,28 @@ class EvidenceScreen(StageScreen):
         status.update(Text(text, style="bold red" if error else ""))
         status.display = True
 
-    def _commit(self, source: Source, **changes) -> bool:
+    def _commit(self, source: Source, warnings: list[str] = (), **changes) -> bool:
         try:
             self.app.commit(with_source(self.workspace.session, source, **changes))
         except InputError as err:
             self._status(str(err), error=True)
             return False
-        self._status(f"{source.kind.value}: {source.label} merged ({', '.join(source.sections) or 'nothing new'})")
+        merged = Text(f"{source.kind.value}: {source.label} merged ({', '.join(source.sections) or 'nothing new'})")
+        for warning in warnings:
+            merged.append(f"\nwarning: {warning}", style="bold yellow")
+            self.notify(warning, title="probe results kept out", severity="warning", timeout=10)
+        self.query_one("#job-status", Static).update(merged)
         return True
+
+    def _merge_reports(self, reports) -> tuple[Case, list[str], list[str]]:
+        """The case with what each report may say about it merged, the sections set, and what was kept out."""
+        case, sections, warnings = self.workspace.session.case, [], []
+        for report in reports:
+            fitting, kept_out = fit_report(case, report)
+            case, merged = merge_probe_report(case, fitting)
+            sections += merged
+            warnings += [w for w in kept_out if w not in warnings]
+        return case, sorted(set(sections)), warnings
 
     def _merge_file(self, kind: SourceKind, merge) -> None:
         if (path := self._path()) is None:
@@ -146,7 +161,14 @@ class EvidenceScreen(StageScreen):
         self._merge_file(SourceKind.case, lambda case, path: merge_case(case, load_case(path)))
 
     def action_load_report(self) -> None:
-        self._merge_file(SourceKind.probe_report, lambda case, path: merge_probe_report(case, load_probe_report(path)))
+        if (path := self._path()) is None:
+            return
+        try:
+            case, sections, warnings = self._merge_reports([load_probe_report(path)])
+        except InputError as err:
+            self._status(str(err), error=True)
+            return
+        self._commit(Source(kind=SourceKind.probe_report, label=_label(Path(path).name, warnings), sections=sections), warnings, case=case)
 
     def action_traces(self) -> None:
         if (path := self._path()) is not None:
@@ -197,20 +219,17 @@ class EvidenceScreen(StageScreen):
         self._finish(event, kind, label)
 
     def _finish(self, event: Finished, kind: SourceKind, label: str) -> None:
-        case = self.workspace.session.case
+        warnings: list[str] = []
         try:
             if kind is SourceKind.traces:
-                case, names = merge_sections(case, event.result)
+                case, names = merge_sections(self.workspace.session.case, event.result)
                 sections = [f"observations.{name}" for name in names]
             else:
-                sections = []
-                for report in event.result:
-                    case, merged = merge_probe_report(case, report)
-                    sections += merged
+                case, sections, warnings = self._merge_reports(event.result)
         except InputError as err:
             self._status(str(err), error=True)
             return
-        self._commit(Source(kind=kind, label=label, sections=sorted(set(sections))), case=case)
+        self._commit(Source(kind=kind, label=_label(label, warnings), sections=sorted(set(sections))), warnings, case=case)
 
     def action_focus_path(self) -> None:
         self.query_one("#evidence-path", Input).focus()
@@ -227,3 +246,8 @@ class EvidenceScreen(StageScreen):
 
     def on_unmount(self) -> None:
         self.action_cancel()
+
+
+def _label(label: str, warnings: list[str]) -> str:
+    """A source's label, saying when some of its results were kept out (the session keeps the reason visible)."""
+    return f"{label} (some results kept out: {'; '.join(warnings)})" if warnings else label
