@@ -133,6 +133,12 @@ class CollectiveRules(RuleSet):
             ),
         )
 
+    @rule(SPECS["custom-allreduce-off"], *ablation("custom_allreduce"), alone=True)
+    def custom_allreduce_measured(self, d):
+        """The same load with the engine's custom all-reduce and with plain NCCL: the delta is what it saves,
+        whatever a budget says of the exposed communication."""
+        return ablation_finding(d, ev("server.custom_allreduce", False))
+
     @rule(SPECS["custom-allreduce-off"], Server(custom_allreduce=False), NOT(Layout(tp=1)))
     def custom_allreduce_off(self, parent_cap_ms):
         return Finding(evidence=[ev("server.custom_allreduce", False)], removable_ms=parent_cap_ms)

@@ -67,6 +67,7 @@ ABLATIONS = {
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
+    "custom_allreduce": switched_off,  # custom-allreduce-off
 }
 
 

@@ -72,8 +72,7 @@ _OFF = {"unset", "false", "off", "no", "0", "none"}
 def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
     """The lead as a switch: its own value when stated, else on when any companion is set."""
     if lead in run.settings:
-        value = _value(run, lead)
-        return value if value in _OFF or value in {"true", "on", "yes", "1"} else "true"
+        return "false" if _value(run, lead) in _OFF else "true"
     return "false" if all(_value(run, c) in _OFF for c in companions) else "true"
 
 

@@ -181,13 +181,15 @@ def _guard_conditions(element: Any, rule_id: str) -> Any:
     return element
 
 
-def rule(spec: RuleSpec, *patterns: Any, salience: int = 0) -> Callable[[Callable[..., Finding | None]], Rule]:
-    """Turn a body into an experta rule carrying its spec; a child also matches its parent's ``Holds``."""
+def rule(spec: RuleSpec, *patterns: Any, salience: int = 0, alone: bool = False) -> Callable[[Callable[..., Finding | None]], Rule]:
+    """Turn a body into an experta rule carrying its spec; a child also matches its parent's ``Holds``,
+    unless ``alone``: a body whose own measurement (an A/B of exactly its setting) bounds its gain needs
+    no parent to hold first."""
 
     def wrap(body: Callable[..., Finding | None]) -> Rule:
         body = rebind(body, spec.id)  # reads its module's thresholds through this run's overrides
         conditions = [_guard_conditions(p, spec.id) for p in patterns]
-        if spec.parent:
+        if spec.parent and not alone:
             # A refinement waits for its parent to hold, unless the parent cannot be evaluated
             # at all (its inputs are absent): then config or symptom evidence names the
             # refinement on its own, the parent is implied, and neither gain is bounded yet.
