@@ -11,6 +11,7 @@ gap), and the step of ranks that run side by side (the slowest one, not their su
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -191,15 +192,31 @@ def calculate(name: str, inputs: dict[str, Any]) -> tuple[Any, list[str]]:
     calc = CALCULATORS.get(name)
     if calc is None:
         raise InputError(f"unknown calculator {name!r} (known: {', '.join(sorted(CALCULATORS))})")
+    _refuse_non_finite(name, "an input", inputs)
     try:
         result = validate_call(calc.function)(**inputs)
+    except ArithmeticError:  # a denormal rate divides to infinity, a zero step by zero
+        raise InputError(f"calculator {name}: its inputs give no finite figure (a zero, denormal or huge number)") from None
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InputError(f"calculator {name}: input {where}: {first['msg']}") from None
     except (ValueError, InputError) as err:
         raise InputError(f"calculator {name}: {str(err).splitlines()[0]}") from None
+    _refuse_non_finite(name, "its result", result.model_dump() if isinstance(result, BaseModel) else result)
     return result, calc.worked(inputs, result)
+
+
+def _refuse_non_finite(name: str, what: str, value: Any) -> None:
+    """A figure a trainee is scored against must be a number: ``inf ms`` accepts every answer."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _refuse_non_finite(name, what, item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _refuse_non_finite(name, what, item)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"calculator {name}: {what} is not a finite number (a zero, denormal or huge input?)")
 
 
 def read_field(result: Any, path: str) -> float:

@@ -114,6 +114,17 @@ def _check_rule(book: Rulebook, rule_id: str | None) -> None:
         raise InputError(f"rule {rule_id!r} is not a loaded rule" + (f" (nearest: {hint})" if hint else ""))
 
 
+def beside(folder: Path, name: str, what: str) -> Path:
+    """A file a walkthrough names, which must lie in the walkthrough's own folder tree: a shared
+    walkthrough pack must not make diagnoser read (and quote) a file elsewhere on the machine."""
+    path = (folder / name).resolve()
+    if not path.is_relative_to(folder.resolve()):
+        raise InputError(f"{what} {name}: outside the walkthrough's folder; put the case beside the walkthrough")
+    if not path.is_file():
+        raise InputError(f"{what} {name}: no such file beside the walkthrough")
+    return path
+
+
 def _check_view(book: Rulebook, folder: Path, view: EngineView | None, has_case: bool) -> None:
     if view is None:
         return
@@ -121,8 +132,8 @@ def _check_view(book: Rulebook, folder: Path, view: EngineView | None, has_case:
         _check_rule(book, rule_id)
     if view.case is None and not has_case:
         raise InputError("an engine view without a case needs the walkthrough's case")
-    if isinstance(view.case, str) and not (folder / view.case).is_file():
-        raise InputError(f"engine case {view.case}: no such file beside the walkthrough")
+    if isinstance(view.case, str):
+        beside(folder, view.case, "engine case")
 
 
 def _prepare_number(prepared: Prepared, step: NumberStep) -> None:
@@ -149,9 +160,7 @@ def prepare(doc: Walkthrough, origin: str, folder: Path, book: Rulebook) -> Prep
     if doc.case is not None:
         from diagnoser.models.case import load_case
 
-        if not (folder / doc.case).is_file():
-            raise InputError(f"{origin}: case {doc.case}: no such file beside the walkthrough")
-        load_case(folder / doc.case)
+        load_case(beside(folder, doc.case, f"{origin}: case"))
     for step in doc.steps:
         try:
             if isinstance(step, NumberStep):
@@ -175,9 +184,9 @@ def engine_case(prepared: Prepared, view: EngineView, trap: Figure | None = None
     from diagnoser.models.documents import validation_message
 
     if view.case is None:
-        return load_case(prepared.folder / prepared.doc.case)  # type: ignore[operator]
+        return load_case(beside(prepared.folder, prepared.doc.case, "case"))  # type: ignore[arg-type]
     if isinstance(view.case, str):
-        return load_case(prepared.folder / view.case)
+        return load_case(beside(prepared.folder, view.case, "engine case"))
     data = resolve(view.case, trap.base if trap else None, expected.base if expected else None)
     try:
         return Case.model_validate(data)
