@@ -13,6 +13,7 @@ from diagnoser.engine import (
     W,
     Budget,
     Finding,
+    Memory,
     Platform,
     Probe,
     RuleSet,
@@ -128,6 +129,21 @@ class MachineRules(RuleSet):
             evidence=[ev("server.cpu_offload_gb", gb, "GB"), ev("assumed_pcie_gbs", link, "GB/s")],
             detail=f"At an assumed ~{link:g} GB/s, {gb:g} GB per step would be {gb / link * 1e3:.3g} ms of transfer if not "
             "overlapped; a trace of the copies measures it.",
+        )
+
+    @rule(
+        SPECS["cpu-offload"],
+        Memory(weights_fit_without_offload=False),
+        NOT(Server(cpu_offload_gb=W())),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+    def weights_do_not_fit(self):
+        """The weights do not fit the device: the part that does not fit lives in host memory (offloaded, or
+        its layers run on the CPU), read at host speed every step. How much is unknown: indicated."""
+        return Finding(
+            evidence=[ev("memory.weights_fit_without_offload", False)],
+            detail="Some weights stay in host memory; the offloaded size (or the layers left on the CPU) and a trace of the "
+            "copies would bound it.",
         )
 
     @rule(

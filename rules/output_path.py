@@ -301,6 +301,24 @@ class OutputPathRules(RuleSet):
 
     @rule(
         SPECS["prefill-stalls"],
+        Host(prefill_interleaved=True),
+        NOT(Host(itl_spike_ratio=W())),
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        TEST(lambda stall, step: stall >= STALL_RATIO * step),
+    )
+    def interleaved_prefill_stall(self, stall, step):
+        """Prefill runs in the decode steps and a stream's worst gap is several steps long: the gain is on that
+        stall, like a spike ratio's when only the worst gap was recorded."""
+        return Finding(
+            evidence=[ev("host.prefill_interleaved", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            removable_ms=stall - step,
+            step_ms=stall,
+            detail="The gain is on the worst stall a stream saw, not on the median step.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
         Server(prefill_priority=True),
         Stream(worst_stall_ms=MATCH.stall),
         Reference(step_ms=MATCH.step),

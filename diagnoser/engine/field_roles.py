@@ -50,7 +50,6 @@ INFORMATIONAL: dict[str, str] = {
     "observations.runs.figures.ttft_ms": "shown; runs are compared on decode figures, not on prefill",
     "observations.runs.figures.host_ms_per_step": "shown with the run",
     "observations.routing.active_experts_per_step": "shown; the bound's expected expert union is computed from the model",
-    "observations.memory.weights_fit_without_offload": "shown; offload is judged from cpu_offload_gb",
     "observations.platform.os": "names the system",
     "observations.step_mix.prefill_steps": "shown; interference is judged from the mixed steps",
 }
