@@ -8,8 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from diagnoser.bound import BoundReport, FloorResult, RankEstimate
-
-GB = 1e9
+from diagnoser.report.figures import ms, num, size
 
 
 def _group_ranks(report: BoundReport) -> "OrderedDict[tuple, list[RankEstimate]]":
@@ -35,7 +34,7 @@ def render_bound(report: BoundReport, console: Console) -> None:
     source = "measured" if report.bandwidth_is_measured else "datasheet"
     console.print(f"bandwidth {report.bandwidth_gbs:.0f} GB/s ({source}); the critical rank is {report.critical_rank}")
 
-    table = Table(title="bytes per decode step, per rank (GB)", show_lines=False)
+    table = Table(title="bytes per decode step, per rank", show_lines=False)
     groups = _group_ranks(report)
     columns = [_rank_label(estimates) for estimates in groups.values()]
     table.add_column("component")
@@ -44,10 +43,10 @@ def render_bound(report: BoundReport, console: Console) -> None:
     names = list(dict.fromkeys(name for est in report.per_rank for name in est.components))
     firsts = [estimates[0] for estimates in groups.values()]
     for name in names:
-        table.add_row(name, *(f"{est.components.get(name, 0.0) / GB:.4g}" for est in firsts))
-    table.add_row("[bold]total[/]", *(f"[bold]{est.bytes_total / GB:.4g}[/]" for est in firsts))
-    table.add_row("memory ms", *(f"{est.memory_ms:.4g}" for est in firsts))
-    table.add_row("compute ms", *(f"{est.compute_ms:.4g}" for est in firsts))
+        table.add_row(name, *(size(est.components.get(name, 0.0)) for est in firsts))
+    table.add_row("[bold]total[/]", *(f"[bold]{size(est.bytes_total)}[/]" for est in firsts))
+    table.add_row("memory time", *(ms(est.memory_ms) for est in firsts))
+    table.add_row("compute time", *(ms(est.compute_ms) for est in firsts))
     console.print(table)
 
     if report.expert_union:
@@ -59,14 +58,14 @@ def render_bound(report: BoundReport, console: Console) -> None:
             f"{u.rows_per_touched_expert:.3g} rows per expert GEMM"
         )
     console.print(
-        f"memory-only floor {report.floor_ms:.4g} ms, compute floor {report.compute_floor_ms:.4g} ms -> "
-        f"step floor {report.step_floor_ms:.4g} ms; optimistic ceiling {report.ceiling_tokens_per_s:.4g} tokens/s "
-        f"({report.per_user_ceiling_tokens_per_s:.4g} per sequence)"
+        f"memory-only floor {ms(report.floor_ms)}, compute floor {ms(report.compute_floor_ms)} -> "
+        f"step floor {ms(report.step_floor_ms)}; optimistic ceiling {num(report.ceiling_tokens_per_s)} tokens/s "
+        f"({num(report.per_user_ceiling_tokens_per_s)} per sequence)"
     )
     n = report.naive
     console.print(
-        f"naive 'active parameters x bytes': {n.active_parameters / 1e9:.3g}B params -> {n.bytes_total / GB:.4g} GB, "
-        f"{n.bytes_per_rank / GB:.4g} GB per rank if split evenly, {n.floor_ms:.4g} ms "
+        f"naive 'active parameters x bytes': {n.active_parameters / 1e9:.3g}B params -> {size(n.bytes_total)}, "
+        f"{size(n.bytes_per_rank)} per rank if split evenly, {ms(n.floor_ms)} "
         f"(the busiest rank really moves {n.ratio_real_to_naive:.3g}x that)"
     )
     render_observation(report, console)
@@ -83,16 +82,16 @@ def render_observation(result: BoundReport | FloorResult, console: Console) -> N
         console.print("no observation given: pass --observed-step-ms or --observed-tokens-per-s to compare")
         return
     console.print(
-        f"observed {result.observed_step_ms:.4g} ms per step = {result.observed_tokens_per_s:.4g} tokens/s "
+        f"observed {ms(result.observed_step_ms)} per step = {num(result.observed_tokens_per_s)} tokens/s "
         f"at {result.boundary.value}: {result.fraction_of_ceiling:.1%} of the ceiling; "
-        f"unexplained {result.unexplained_ms:.4g} ms"
+        f"unexplained {ms(result.unexplained_ms)}"
     )
 
 
 def render_floor(result: FloorResult, bytes_per_step: float, bandwidth_gbs: float, console: Console) -> None:
     console.print(
-        f"memory-only floor = {bytes_per_step / GB:.4g} GB / {bandwidth_gbs / 1e3:.4g} TB/s = {result.floor_ms:.4g} ms "
-        f"-> ceiling {result.ceiling_tokens_per_s:.4g} tokens/s"
+        f"memory-only floor = {size(bytes_per_step)} / {num(bandwidth_gbs / 1e3)} TB/s = {ms(result.floor_ms)} "
+        f"-> ceiling {num(result.ceiling_tokens_per_s)} tokens/s"
     )
     render_observation(result, console)
     for line in result.sanity:

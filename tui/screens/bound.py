@@ -11,11 +11,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from diagnoser.report.diagnosis import num
+from diagnoser.report.figures import ms, num, size
 from diagnoser.tui.screens.base import StageScreen
 from diagnoser.tui.widgets import BarChart
 
-GB = 1e9
 
 
 class BoundScreen(StageScreen):
@@ -53,13 +52,13 @@ class BoundScreen(StageScreen):
         critical = next(r for r in report.per_rank if r.rank == report.critical_rank)
         components.display = True
         components.show(
-            f"bytes per decode step on rank {critical.rank}, the critical one (GB)",
-            [(name, value, f"{value / GB:.4g}") for name, value in critical.components.items()],
+            f"bytes per decode step on rank {critical.rank}, the critical one",
+            [(name, value, size(value)) for name, value in critical.components.items()],
         )
         ranks.display = len(report.per_rank) > 1
         if ranks.display:
-            ranks.show("total bytes per rank (GB)", [
-                (f"rank {r.rank}" + (f" (+{r.ranks_alike - 1} alike)" if r.ranks_alike > 1 else ""), r.bytes_total, f"{r.bytes_total / GB:.4g}")
+            ranks.show("total bytes per rank", [
+                (f"rank {r.rank}" + (f" (+{r.ranks_alike - 1} alike)" if r.ranks_alike > 1 else ""), r.bytes_total, size(r.bytes_total))
                 for r in report.per_rank
             ])
         self.query_one("#bound-scope", Static).update(_scope(report))
@@ -74,8 +73,8 @@ def _heading(report) -> Text:
         f"TP={layout.tp} EP={layout.ep} PP={layout.pp} DP={layout.dp}\n",
         f"bandwidth {report.bandwidth_gbs:.0f} GB/s ({source}); critical rank {report.critical_rank}\n",
         ("floors: ", "bold"),
-        f"memory {num(report.floor_ms)} ms, compute {num(report.compute_floor_ms)} ms -> step floor "
-        f"{num(report.step_floor_ms)} ms; ceiling {num(report.ceiling_tokens_per_s)} tokens/s",
+        f"memory {ms(report.floor_ms)}, compute {ms(report.compute_floor_ms)} -> step floor "
+        f"{ms(report.step_floor_ms)}; ceiling {num(report.ceiling_tokens_per_s)} tokens/s",
     )
 
 
@@ -84,12 +83,12 @@ def _comparison(summary) -> Text:
         return Text("no observed step to compare with the floor")
     text = Text()
     text.append("observed ", style="bold")
-    text.append(f"{num(summary.observed_step_ms)} ms per step against a floor of {num(summary.floor_ms)} ms ({summary.limited_by}-limited)")
+    text.append(f"{ms(summary.observed_step_ms)} per step against a floor of {ms(summary.floor_ms)} ({summary.limited_by}-limited)")
     if summary.fraction_of_ceiling is not None:
         text.append(f": {summary.fraction_of_ceiling:.0%} of the ceiling")
     if summary.unexplained_ms is not None:
         text.append("\nunexplained ", style="bold")
-        text.append(f"{num(summary.unexplained_ms)} ms per step, not yet attributed to any cause")
+        text.append(f"{ms(summary.unexplained_ms)} per step, not yet attributed to any cause")
     return text
 
 
@@ -104,8 +103,8 @@ def _scope(report) -> Text:
         )
     text.append("naive 'active parameters x bytes': ", style="bold")
     text.append(
-        f"{n.active_parameters / 1e9:.3g}B params -> {n.bytes_total / GB:.4g} GB, {n.bytes_per_rank / GB:.4g} GB per rank, "
-        f"{num(n.floor_ms)} ms; the busiest rank really moves {n.ratio_real_to_naive:.3g}x that\n"
+        f"{n.active_parameters / 1e9:.3g}B params -> {size(n.bytes_total)}, {size(n.bytes_per_rank)} per rank, "
+        f"{ms(n.floor_ms)}; the busiest rank really moves {n.ratio_real_to_naive:.3g}x that\n"
     )
     text.append("counts: ", style="bold")
     text.append("; ".join(report.counts) + "\n")

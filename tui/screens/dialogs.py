@@ -10,7 +10,7 @@ from textual.widgets import Markdown, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from diagnoser.models.hypothesis import Hypothesis
-from diagnoser.report.diagnosis import num
+from diagnoser.report.figures import ms
 
 HELP = """\
 # diagnoser: the guided session
@@ -83,5 +83,5 @@ class RemedyScreen(ModalScreen[int | None]):
 
 
 def remedy_label(remedy) -> str:
-    predicted = f" -> {num(remedy.predicted_step_ms)} ms, {remedy.predicted_speedup:.3f}x" if remedy.predicted_speedup else ""
+    predicted = f" -> {ms(remedy.predicted_step_ms)}, {remedy.predicted_speedup:.3f}x" if remedy.predicted_speedup else ""
     return f"{remedy.action}{predicted} (cost: {remedy.cost}; risk: {remedy.risk})"

@@ -20,7 +20,7 @@ from diagnoser.errors import InputError
 from diagnoser.models.case import Case, load_case
 from diagnoser.models.session import Source, SourceKind
 from diagnoser.probe_fit import fit_report
-from diagnoser.report.diagnosis import num
+from diagnoser.report.figures import ms
 from diagnoser.session_ops import (
     answer_section,
     load_probe_report,
@@ -96,8 +96,8 @@ class EvidenceScreen(StageScreen):
         waterfall = self.query_one("#waterfall", Waterfall)
         waterfall.display = budget is not None
         if budget is not None:
-            title = f"step budget, rank {budget.rank if budget.rank is not None else '?'}: {num(budget.step_ms)} ms ({budget.source or 'no source given'})"
-            waterfall.show(title, [(part, ms, f"{num(ms)} ms") for part, ms in budget_parts(budget).items()])
+            title = f"step budget, rank {budget.rank if budget.rank is not None else '?'}: {ms(budget.step_ms)} ({budget.source or 'no source given'})"
+            waterfall.show(title, [(part, part_ms, ms(part_ms)) for part, part_ms in budget_parts(budget).items()])
         lines = [f"{s.kind.value}: {s.label}" + (f" -> {', '.join(s.sections)}" if s.sections else "") for s in w.session.sources]
         self.query_one("#sources", Static).update(Text("what came from where\n", style="bold") + Text("\n".join(lines) or "nothing loaded yet"))
 
