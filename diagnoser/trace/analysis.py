@@ -33,7 +33,7 @@ from diagnoser.trace.budget import (
 )
 from diagnoser.trace.cpu_steps import cpu_run, host_parts, is_cpu_run
 from diagnoser.trace.collectives import match_collectives, rank_collectives
-from diagnoser.trace.graphs import graph_replay
+from diagnoser.trace.graphs import LaunchStarts, graph_replay, launch_starts
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps, device_ops
@@ -197,7 +197,14 @@ def align_inferred_keys(segmented: list[tuple[RankTrace, Segmentation, list[str]
 
 
 def _rank_step(
-    trace: RankTrace, ops: DeviceOps, sets: RankSets, seg: Segmentation, i: int, key: str, blocking: iv.IntervalSet
+    trace: RankTrace,
+    ops: DeviceOps,
+    sets: RankSets,
+    seg: Segmentation,
+    i: int,
+    key: str,
+    blocking: iv.IntervalSet,
+    launches: LaunchStarts,
 ) -> RankStep | None:
     step = seg.steps[i]
     window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None, on_host=is_cpu_run(trace))
@@ -210,7 +217,7 @@ def _rank_step(
     if is_cpu_run(trace):
         parts = host_parts(parts)
     hta = temporal_breakdown(ops, step.ops)
-    replay = graph_replay(trace, ops, step)
+    replay = graph_replay(launches, ops, step)
     h2d = host_to_device(ops, sets, lo, hi)
     return RankStep(
         rank=trace.rank,
@@ -272,18 +279,20 @@ def analyze_traces(
     for trace, ops, seg, keys in per_rank:
         blocking = host_blocking(trace)
         sets = rank_sets(ops)
+        launches = launch_starts(trace)
         for i, key in enumerate(keys):
-            row = _rank_step(trace, ops, sets, seg, i, key, blocking)
+            row = _rank_step(trace, ops, sets, seg, i, key, blocking, launches)
             if row is None:
                 notes.append(f"rank {trace.rank}: step {key} launched no device work; no budget")
                 continue
             rank_steps.append(row)
             arrivals.setdefault(key, []).append(rank_collectives(trace, ops, seg.steps[i], sets.compute))
 
-    ordered_keys = list(dict.fromkeys(r.key for r in rank_steps))
+    by_key: dict[str, list[RankStep]] = {}
+    for r in rank_steps:
+        by_key.setdefault(r.key, []).append(r)
     summaries = []
-    for key in ordered_keys:
-        rows = [r for r in rank_steps if r.key == key]
+    for key, rows in by_key.items():
         critical = max(rows, key=lambda r: (r.window_ns - r.parts_ns["exposed_comm"], r.window_ns))
         summaries.append(
             StepSummary(

@@ -143,7 +143,8 @@ def budget_parts(
     waiting = iv.merge(issued[gap_end > issued], gap_end[gap_end > issued])
 
     tail = (np.array([tail_from], np.int64), np.array([max(hi, tail_from)], np.int64))
-    host_idle = iv.union(iv.intersect(not_issued, host_block), iv.intersect(not_issued, tail))
+    # the window's own blocking calls: the whole rank's would make each step cost the trace's length
+    host_idle = iv.union(iv.intersect(not_issued, iv.clip(host_block, lo, hi)), iv.intersect(not_issued, tail))
     return {
         "device": compute,
         "exposed_comm": comm,

@@ -89,8 +89,12 @@ def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.I
     sizes = trace.kernels["msg_bytes"][kernel_rows] if "msg_bytes" in trace.kernels else np.zeros(len(rows), np.int64)
     step_start = int(ops.start[step.ops].min()) if len(step.ops) else 0
     # compute since this rank's previous collective ended (or since the step began)
-    since = np.maximum.accumulate(np.concatenate([[step_start], ends[:-1]])) if len(rows) else starts
-    compute_before = covered_between(compute, since, starts)
+    if len(rows):
+        since = np.maximum.accumulate(np.concatenate([[step_start], ends[:-1]]))
+        # the step's stretch of the rank's compute alone: prefix sums over all of it would cost a pass per step
+        compute_before = covered_between(iv.clip(compute, step_start, int(starts.max())), since, starts)
+    else:
+        compute_before = starts
     ordinals: Counter[tuple[str, str]] = Counter()
     out = []
     for j, k in enumerate(index):

@@ -1,6 +1,7 @@
 """CUDA-graph replay status of a step, from graph launches versus eager kernel launches.
 
-    graph_replay(trace, ops, step) -> GraphReplay
+    launch_starts(trace) -> LaunchStarts      once per rank
+    graph_replay(launches, ops, step) -> GraphReplay
 
 Decode at small batch is launch-bound unless the step replays a captured graph, and engines
 fall back to eager mode silently (a batch size that was not captured, a feature that breaks
@@ -11,6 +12,8 @@ Work replayed by a graph is counted (it shares the graph launch's correlation id
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from diagnoser.models.observations import GraphStatus
 from diagnoser.trace.model import RankTrace, RuntimeKind
@@ -26,16 +29,33 @@ class GraphReplay:
     graph_ops: int  # device ops (kernels, memcpy, memset nodes) the graph launches replayed
 
 
-def graph_replay(trace: RankTrace, ops: DeviceOps, step: Step) -> GraphReplay:
+@dataclass(frozen=True)
+class LaunchStarts:
+    """A rank's graph and eager kernel launch times, sorted once: each step then counts its own by
+    two binary searches instead of a pass over every runtime call of the trace."""
+
+    graph: np.ndarray
+    eager: np.ndarray
+
+
+def launch_starts(trace: RankTrace) -> LaunchStarts:
     rt = trace.runtime
-    if len(rt):
-        inside = (rt["start"] >= step.host_start) & (rt["start"] < step.host_end)
-        graphs = int((inside & (rt["kind"] == RuntimeKind.graph_launch)).sum())
-        eager = int((inside & (rt["kind"] == RuntimeKind.kernel_launch)).sum())
-    else:
-        graphs = eager = 0
-    rows = step.ops
-    graph_ops = int(ops.by_graph[rows].sum())
+    if not len(rt):
+        return LaunchStarts(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return LaunchStarts(
+        np.sort(rt["start"][rt["kind"] == RuntimeKind.graph_launch]),
+        np.sort(rt["start"][rt["kind"] == RuntimeKind.kernel_launch]),
+    )
+
+
+def _launched_in(starts: np.ndarray, lo: int, hi: int) -> int:
+    return max(0, int(np.searchsorted(starts, hi) - np.searchsorted(starts, lo)))
+
+
+def graph_replay(launches: LaunchStarts, ops: DeviceOps, step: Step) -> GraphReplay:
+    graphs = _launched_in(launches.graph, step.host_start, step.host_end)
+    eager = _launched_in(launches.eager, step.host_start, step.host_end)
+    graph_ops = int(ops.by_graph[step.ops].sum())
     if graphs == 0:
         status = GraphStatus.none
     elif eager == 0:

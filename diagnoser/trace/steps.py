@@ -176,6 +176,15 @@ def _pattern_windows(trace: RankTrace, ops: DeviceOps, last_end: int) -> tuple[s
     return "kernel_pattern", windows, [note]
 
 
+def _ops_by_window(slot: np.ndarray, inside: np.ndarray, windows: int) -> list[np.ndarray]:
+    """The op indices of each window, ascending: one sort for all windows, where a mask per window
+    would cost steps x ops (a 1 GB trace has 10^4 steps and 10^6 ops)."""
+    rows = np.flatnonzero(inside)
+    rows = rows[np.argsort(slot[rows], kind="stable")]
+    bounds = np.searchsorted(slot[rows], np.arange(windows + 1), side="left")
+    return [rows[bounds[i] : bounds[i + 1]] for i in range(windows)]
+
+
 def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = None, steps_from: str = "auto") -> Segmentation:
     method, windows, notes = _host_windows(trace, ops, step_range, steps_from)
     windows.sort(key=lambda w: w[1])
@@ -195,8 +204,8 @@ def segment_steps(trace: RankTrace, ops: DeviceOps, step_range: str | None = Non
     inside = (launch >= 0) & (slot >= 0)
     inside[inside] &= launch[inside] < ends[slot[inside]]
     steps = [
-        Step(i, name, lo, hi, np.flatnonzero(inside & (slot == i)), *engine_step_kind(name))
-        for i, (name, lo, hi) in enumerate(windows)
+        Step(i, name, lo, hi, rows, *engine_step_kind(name))
+        for i, ((name, lo, hi), rows) in enumerate(zip(windows, _ops_by_window(slot, inside, len(windows))))
     ]
     unassigned = int((~inside).sum())
     if unassigned:
