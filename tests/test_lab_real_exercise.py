@@ -38,8 +38,13 @@ def seed_drawing(name: str) -> int:
     return next(seed for seed in range(10_000) if draw(seed).name == name)
 
 
+def argv(line: str) -> list[str]:
+    """A printed command without its trailing comment."""
+    return shlex.split(line.split("   #")[0])
+
+
 def run(line: str, cwd: Path) -> subprocess.CompletedProcess:
-    args = shlex.split(line.split("   #")[0])
+    args = argv(line)
     assert args[0] == "diagnoser", line
     return subprocess.run([DIAGNOSER, *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=600)
 
@@ -72,7 +77,7 @@ def test_the_exercise_is_solved_with_the_printed_commands(name, tmp_path):
         assert "Diagnose it:" in intro, intro + lab.stderr.read()
         printed = [lab.stdout.readline().strip() for _ in range(4)]
         commands = [line for line in printed if line.startswith("diagnoser ")]
-        assert [shlex.split(c)[1] for c in commands] == ["live", "diagnose", "case"]
+        assert [argv(c)[1] for c in commands] == ["live", "diagnose", "case"]
         live, diagnose, case_from = commands
         measured = run(live, tmp_path)
         assert measured.returncode == 0, measured.stderr[-2000:]
