@@ -210,24 +210,32 @@ def server_cases() -> list[Case]:
 # ---------------------------------------------------------------- 4. depth and size in rules, walkthroughs, traces
 
 
-def _rule(when: str, thresholds: str = "") -> bytes:
-    return f"x:\n  title: t\n  when: {when}\n{thresholds}".encode()
+def _rule(when: str, extra: str = "", rule_id: str = "xx") -> bytes:
+    return (f"{rule_id}:\n  title: t\n  explanation: e\n  when: {json.dumps(when)}\n"
+            "  thresholds: {L: {value: 1, unit: ms, why: w}}\n" + extra).encode()
 
 
 def depth_cases() -> list[Case]:
-    chain = " and ".join(["Budget.launch_ms > 1"] * 900)
+    term = "Budget.launch_ms > L"
     rules = {
-        "900 chained terms": _rule(chain),
-        "900 nots": _rule("not " * 900 + "Budget.launch_ms > 1"),
-        "900 parentheses": _rule("(" * 900 + "Budget.launch_ms > 1" + ")" * 900),
-        "a string times a case number": _rule("'x' * Budget.step_ms > 'y'"),
-        "a huge power": _rule("Budget.step_ms ** 999999999 > 1"),
-        "a list literal": _rule("[1] * 10000000 > 1"),
-        "a claim of NaN": _rule("Budget.launch_ms > 1", "  claims: {launch_ms: .nan}\n"),
-        "a threshold of infinity": _rule("Budget.launch_ms > L", "  thresholds:\n    L: {value: .inf, unit: ms, why: w}\n"),
-        "a parent of itself": b"x:\n  title: t\n  parent: x\n  when: Budget.launch_ms > 1\n",
-        "a parent cycle": (b"x:\n  title: t\n  parent: y\n  when: Budget.launch_ms > 1\n"
-                           b"y:\n  title: u\n  parent: x\n  when: Budget.launch_ms > 1\n"),
+        "900 chained terms": _rule(" and ".join([term] * 900)),
+        "150 chained terms": _rule(" and ".join([term] * 150)),
+        "900 nots": _rule("not " * 900 + term),
+        "90 nots": _rule("not " * 90 + term),
+        "900 parentheses": _rule("(" * 900 + term + ")" * 900),
+        "a long sum": _rule(" + ".join(["Budget.launch_ms"] * 500) + " > L"),
+        "text times a case number": _rule("'x' * Workload.batch > L"),
+        "text times text": _rule("'x' * 'y' > L"),
+        "a huge power": _rule("Budget.step_ms ** Budget.step_ms > L"),
+        "a list literal": _rule("[1] * 10 > L"),
+        "a claim divided by zero": _rule(term, "  claims: Budget.launch_ms / 0\n"),
+        "a claim of a NaN threshold": _rule(term, "  claims: L\n").replace(b"value: 1,", b"value: .nan,"),
+        "a claim of an infinite threshold": _rule(term, "  claims: L\n").replace(b"value: 1,", b"value: .inf,"),
+        "a condition dividing by zero": _rule("Budget.launch_ms / 0 > L"),
+        "a parent of itself": _rule(term, "  parent: xx\n"),
+        "a parent cycle": _rule(term, "  parent: yy\n") + _rule(term, "  parent: xx\n", "yy"),
+        "a parent cycle of three": (_rule(term, "  parent: yy\n") + _rule(term, "  parent: zz\n", "yy")
+                                    + _rule(term, "  parent: xx\n", "zz")),
     }
     out = [Case(f"YAML rules: {label}", ["diagnose", "{dir}/case.yaml", "--rules", "{dir}/r.yaml"], {"case.yaml": CASE, "r.yaml": body})
            for label, body in rules.items()]
@@ -238,7 +246,7 @@ def depth_cases() -> list[Case]:
         for _ in range(depth):
             nested = "{calculator: amdahl, inputs: {parts_ms: {a: " + nested + ", b: 1}, part: a, new_ms: 0.5}, field: before_ms}"
         walk = ("schema_version: 1\nname: deep\ntitle: t\nscenario: s\nskills: {s: s}\nsteps:\n"
-                f"  - {{id: a, kind: number, skill: s, ask: '?', unit: ms, answer: {nested}, explain: e}}\n")
+                f"  - {{id: aa, kind: number, skill: s, ask: how long, unit: ms, answer: {nested}, explain: e}}\n")
         out.append(Case(f"walkthrough: {depth} nested calculators", ["walkthrough", "lint", "{dir}/w.yaml"], {"w.yaml": walk.encode()}))
     return out
 

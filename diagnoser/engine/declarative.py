@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,11 @@ from diagnoser.models.documents import load_document, validation_message
 
 # The only numbers a condition may hold: anything else is a cut-off and must be a named threshold.
 PLAIN_NUMBERS = (0, 1)
+# A condition is a line or two; these bound what a hostile rule pack can make the checker and the
+# evaluator (both recursive) walk: far past any real rule, far below Python's recursion limit.
+MAX_CONDITION_CHARS = 2_000
+MAX_CONDITION_NODES = 300
+MAX_CONDITION_DEPTH = 40
 DECLARATIVE_KEYS = ("when", "claims", "evidence", "key")
 
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
@@ -112,13 +118,40 @@ class _Checker(ast.NodeVisitor):
 def _parse(text: Any, where: str, declared: dict[str, float], facts: dict[str, type]) -> tuple[ast.Expression, _Names]:
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"{where}: expected an expression")
+    if len(text) > MAX_CONDITION_CHARS:
+        raise InputError(f"{where}: longer than {MAX_CONDITION_CHARS:,} characters; split the rule")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as err:
         raise InputError(f"{where}: not a valid expression: {err.msg}") from None
+    except (RecursionError, MemoryError):
+        raise InputError(f"{where}: nested too deeply") from None
+    _refuse_large(tree, where)
     checker = _Checker(where, declared, facts)
     checker.visit(tree)
     return tree, checker.names
+
+
+def _refuse_large(tree: ast.AST, where: str) -> None:
+    """Too many terms or too deep a nesting (900 chained ``and``s or ``not``s), checked without recursion."""
+    count, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_CONDITION_NODES or depth > MAX_CONDITION_DEPTH:
+            raise InputError(f"{where}: more than {MAX_CONDITION_NODES} terms or {MAX_CONDITION_DEPTH} levels of nesting; split the rule")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+def _arithmetic(op: ast.operator, left: Any, right: Any) -> float:
+    """Arithmetic on numbers only (text times a case's batch would build a string without bound);
+    a division by zero is NaN, which no comparison holds for and no claim may carry."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
+        raise InputError(f"arithmetic on {type(left).__name__} and {type(right).__name__}: conditions compute with numbers only")
+    try:
+        return _ARITHMETIC[type(op)](left, right)
+    except ZeroDivisionError:
+        return float("nan")
 
 
 def _evaluate(node: ast.AST, bound: dict[str, Any], thresholds: Callable[[str], float]) -> Any:
@@ -140,7 +173,7 @@ def _evaluate(node: ast.AST, bound: dict[str, Any], thresholds: Callable[[str], 
             left = right
         return True
     if isinstance(node, ast.BinOp):
-        return _ARITHMETIC[type(node.op)](_evaluate(node.left, bound, thresholds), _evaluate(node.right, bound, thresholds))
+        return _arithmetic(node.op, _evaluate(node.left, bound, thresholds), _evaluate(node.right, bound, thresholds))
     if isinstance(node, ast.Call):
         arg = node.args[0]
         fact = bound.get(arg.value.id)
@@ -244,6 +277,8 @@ def compile_rule(rule_id: str, raw: dict[str, Any], source: Path) -> Rule:
         removable = values.get(PARENT_CAP) if claim == "parent" else (
             float(_evaluate(claim_tree, bound, threshold)) if claim_tree is not None else None
         )
+        if removable is not None and not math.isfinite(removable):
+            raise InputError(f"{where}: claims {removable} ms, not a finite time (a division by zero or an overflow)")
         found = [ev(_evidence_name(f, attr), bound[f][attr]) for f, attr in evidence if f in bound and attr in bound[f]]
         return Finding(evidence=found, removable_ms=removable, key=str(bound[key[0]][key[1]]) if key else "")
 

@@ -301,4 +301,17 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
             found = book.specs.get(broader)
             if found is None or found.kind is not Kind.cause or broader == spec.id:
                 raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: refines {broader}, which is not another loaded cause")
+    _refuse_parent_cycles(book)
     return book
+
+
+def _refuse_parent_cycles(book: Rulebook) -> None:
+    """A rule that is its own parent, or its own grandparent: every walk up the tree (ranking,
+    the parent's time cap) would go round without end."""
+    for spec in book.specs.values():
+        chain, at = [spec.id], spec.parent
+        while at in book.specs:
+            if at in chain:
+                raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: its parents form a cycle ({' -> '.join([*chain, at])})")
+            chain.append(at)
+            at = book.specs[at].parent
