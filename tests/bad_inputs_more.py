@@ -9,14 +9,17 @@ test samples them (``SLOW`` in the name); the script runs them all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 
 import yaml
 
-from bad_inputs import REPO, Case, _json, _small_trace, _yaml
+from bad_inputs import REPO, SHARED, Case, _json, _small_trace, _yaml
 from hostile_servers import Behaviour, flood, gzip_bomb, hang_up, silence, sse, trickle, whole
 
 SLOW = "[slow]"
@@ -251,6 +254,51 @@ def depth_cases() -> list[Case]:
     return out
 
 
+NSYS = SHARED / "nsys" / "nsys-ai" / "healthy_1pct.sqlite"
+
+
+def _nsys_mutated(*statements: str):
+    def setup(folder: Path) -> None:
+        target = folder / "t.sqlite"
+        shutil.copyfile(NSYS, target)
+        with contextlib.closing(sqlite3.connect(target)) as db:
+            for statement in statements:
+                db.execute(statement)
+            db.commit()
+
+    return setup
+
+
+def nsys_cases() -> list[Case]:
+    """String-table ids out of range, huge, text or NULL; names that are markup or huge."""
+    if not NSYS.is_file():
+        return []
+    kernel_name = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = {}"
+    # the export's StringIds.id is an INTEGER PRIMARY KEY; a damaged or hand-made one need not be
+    loose = ["CREATE TABLE Loose(id, value)", "INSERT INTO Loose SELECT id, value FROM StringIds",
+             "DROP TABLE StringIds", "ALTER TABLE Loose RENAME TO StringIds"]
+    mutations = {
+        "every string id shifted by 2**40": ["UPDATE StringIds SET id = id + 1099511627776"],
+        "one string id of 1.5e9": ["UPDATE StringIds SET id = 1500000000 WHERE rowid = 1"],
+        "one string id of 2**62": ["UPDATE StringIds SET id = 4611686018427387904 WHERE rowid = 2"],
+        "negative string ids": ["UPDATE StringIds SET id = -id - 1"],
+        "string ids as text": [*loose, "UPDATE StringIds SET id = 'seven' WHERE rowid % 2 = 0"],
+        "string ids NULL": [*loose, "UPDATE StringIds SET id = NULL WHERE rowid % 3 = 0"],
+        "string ids as reals": [*loose, "UPDATE StringIds SET id = id + 0.5"],
+        "string ids duplicated": [*loose, "INSERT INTO StringIds SELECT id, 'again' FROM StringIds"],
+        "kernel names pointing at 2**40": [kernel_name.format(1099511627776)],
+        "kernel names pointing at -1": [kernel_name.format(-1)],
+        "kernel names as text": [kernel_name.format("'name'")],
+        "kernel names NULL": [kernel_name.format("NULL")],
+        "names of markup": ["UPDATE StringIds SET value = '[/]' || value || '[bold]'"],
+        "names of terminal escapes": ["UPDATE StringIds SET value = char(27) || '[2J' || value || char(27) || ']0;x' || char(7)"],
+        "names of a megabyte": ["UPDATE StringIds SET value = value || zeroblob(1000000) WHERE rowid < 20"],
+        "names as blobs": ["UPDATE StringIds SET value = CAST(value AS BLOB) || x'fffe'"],
+        "no string table": ["DROP TABLE StringIds"],
+    }
+    return [Case(f"Nsight export: {label}", ["analyze", "{dir}/t.sqlite"], setup=_nsys_mutated(*sql)) for label, sql in mutations.items()]
+
+
 # ---------------------------------------------------------------- 6. walkthrough figures
 
 
@@ -301,5 +349,5 @@ def environment_cases() -> list[Case]:
 
 
 def corpus(report: dict, rng: random.Random) -> list[Case]:
-    return (cyclic_document_cases() + markup_cases(report) + depth_cases() + walkthrough_cases(rng)
+    return (cyclic_document_cases() + markup_cases(report) + depth_cases() + nsys_cases() + walkthrough_cases(rng)
             + environment_cases() + server_cases())

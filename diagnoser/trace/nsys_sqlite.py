@@ -44,6 +44,9 @@ from diagnoser.trace.kineto import runtime_kind
 from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
 from diagnoser.trace.trace_file import regular_file
 
+MAX_EXPORT_BYTES = 16 * 2**30  # hours of a busy 8-GPU node; a decode diagnosis needs seconds of it
+MAX_NAME_CHARS = 4096  # the longest templated kernel name is a few hundred characters
+
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -84,14 +87,14 @@ class _Strings:
     """The export's StringIds, with inline NVTX texts appended, as one interned list."""
 
     values: list[str]
-    lut: np.ndarray  # StringIds.id -> index into values (-1 when unknown)
+    ids: np.ndarray  # StringIds.id of values[i], ascending; searched, never used as an index, so an id of 2**40 costs nothing
 
     def by_id(self, ids: np.ndarray) -> np.ndarray:
         """Indices for StringIds ids; an id StringIds lacks gets a placeholder name, never -1."""
         ids = ids.astype(np.int64)
-        inside = (ids >= 0) & (ids < len(self.lut))
-        out = np.full(len(ids), -1, dtype=np.int32)
-        out[inside] = self.lut[ids[inside]]
+        at = np.searchsorted(self.ids, ids).clip(0, max(len(self.ids) - 1, 0))
+        found = (self.ids[at] == ids) if len(self.ids) else np.zeros(len(ids), dtype=bool)
+        out = np.where(found, at, -1).astype(np.int32)
         if (out < 0).any():
             out[out < 0] = self.intern([UNNAMED])[0]
         return out
@@ -148,7 +151,9 @@ def read_nsys_exports(paths: list[str | Path]) -> list[RankTrace]:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    regular_file(path)
+    if regular_file(path) > MAX_EXPORT_BYTES:
+        raise InputError(f"{path}: larger than {MAX_EXPORT_BYTES / 2**30:g} GiB; export a shorter capture "
+                         "(nsys profile --duration, or a few decode steps)")
     with open(path, "rb") as handle:
         head = handle.read(len(_SQLITE_MAGIC))
     if not head:
@@ -264,12 +269,13 @@ def _schema_notes(db: sqlite3.Connection, schema: _Schema) -> list[str]:
 def _read_strings(db: sqlite3.Connection, schema: _Schema, notes: list[str]) -> _Strings:
     if not schema.has("StringIds", "id"):
         notes.append("no StringIds table: names shown as numbers")
-        return _Strings([], np.full(0, -1, dtype=np.int32))
-    rows = db.execute("SELECT id, value FROM StringIds ORDER BY id").fetchall()
-    ids = np.array([r[0] for r in rows], dtype=np.int64)
-    lut = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int32)
-    lut[ids] = np.arange(len(ids), dtype=np.int32)
-    return _Strings([str(r[1]) for r in rows], lut)
+        return _Strings([], np.zeros(0, dtype=np.int64))
+    # an id stored as text, a real or NULL is a damaged row, skipped; a name is cut at MAX_NAME_CHARS
+    rows = db.execute(
+        f"SELECT id, substr(CAST(value AS TEXT), 1, {MAX_NAME_CHARS}) FROM StringIds "
+        "WHERE typeof(id) = 'integer' AND id BETWEEN -9223372036854775808 AND 9223372036854775807 ORDER BY id"
+    ).fetchall()
+    return _Strings([str(r[1]) for r in rows], np.array([r[0] for r in rows], dtype=np.int64))
 
 
 # --- GPU activity ---------------------------------------------------------------------------
