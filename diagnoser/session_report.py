@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
+from diagnoser.chart_inputs import chart_inputs
 from diagnoser.models.hypothesis import Diagnosis
 from diagnoser.models.session import Decision, Session, SessionReport
 from diagnoser.report import render_html, render_markdown
@@ -108,7 +109,7 @@ def _answers_html(session: Session) -> str:
 
 
 def render_session_html(session: Session, diagnosis: Diagnosis) -> str:
-    page = render_html(diagnosis, session_verdict(session, diagnosis), mark_labels(session))
+    page = render_html(diagnosis, session_verdict(session, diagnosis), mark_labels(session), chart_inputs(session.case))
     head, sep, rest = page.partition("<body>\n")
     return head + sep + _decision_html(session) + _marks_html(session) + _answers_html(session) + "\n" + rest
 

@@ -208,6 +208,7 @@ def test_exports_open_with_the_decision_then_the_ordinary_report(case, tmp_path)
     from diagnoser.models.session import SessionReport
     from diagnoser.report import render_html
     from diagnoser.session_report import render_session_html, render_session_json, render_session_markdown
+    from diagnoser.chart_inputs import chart_inputs
     from diagnoser.session_verdict import mark_labels, session_verdict
 
     ws = Workspace(Session(case=case), None)
@@ -216,7 +217,7 @@ def test_exports_open_with_the_decision_then_the_ordinary_report(case, tmp_path)
     page = render_session_html(session, ws.diagnosis)
     assert page.index('<section id="decision">') < page.index("<h1>Diagnosis")
     assert f'width: {100 * decision.gain.share_of_step:.1f}%' in page  # the gain bar
-    ordinary = render_html(ws.diagnosis, session_verdict(session, ws.diagnosis), mark_labels(session))
+    ordinary = render_html(ws.diagnosis, session_verdict(session, ws.diagnosis), mark_labels(session), chart_inputs(session.case))
     assert page.endswith(ordinary.partition("<body>\n")[2])  # the ordinary page follows, with the marks and the session's verdict
     assert all(u.revert_if.replace("'", "&#x27;") in page for u in decision.undo)
     exported = SessionReport.model_validate_json(render_session_json(session, ws.diagnosis))

@@ -52,8 +52,13 @@ def diagnose(
         except InputError as err:  # the bound rejected the pinned workload
             raise InputError(f"{case_path}: workload: {err}") from None
     result.thresholds_changed = {key: [before[key], value] for key, value in settings.items()}
-    render = render_json if as_json else render_markdown if markdown else render_html if html else render_text
-    text = render(result)
+    render = render_json if as_json else render_markdown if markdown else render_text
+    if html:
+        from diagnoser.chart_inputs import chart_inputs
+
+        text = render_html(result, charts=chart_inputs(case))
+    else:
+        text = render(result)
     if output:
         write_atomic(output, text if text.endswith("\n") else text + "\n")
     else:

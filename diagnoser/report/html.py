@@ -1,8 +1,9 @@
 """A diagnosis as one self-contained HTML page: no scripts, no external assets, every text
 escaped, so it can be attached to a ticket or mailed and opened anywhere.
 
-Same order and wording as the text report; each cause also gets a bar for the share of the
-step it could remove at most, which makes the Amdahl bound visible at a glance.
+Same order and wording as the text report, after the charts a person looks at first (the bound
+against the observation, the budget, bytes by component, gains against their caps); each cause
+also gets a bar for the share of the step it could remove at most.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from html import escape
 
 from diagnoser.models.hypothesis import Diagnosis, Hypothesis, Kind
+from diagnoser.report.charts import ChartInputs, charts_html
 from diagnoser.report.diagnosis import QUESTIONS_SHOWN, gain_text, mark_suffix, question_text, sections, summary_lines
 from diagnoser.report.figures import ms, quantity
 
@@ -30,6 +32,7 @@ td, th { border: 1px solid #dde; padding: .15rem .5rem; text-align: left; vertic
 .grade { font-size: .8rem; padding: 0 .4rem; border-radius: .6rem; background: #eef; }
 .grade.measured { background: #f5d5d0; } .grade.indicated { background: #fae5c0; } .unbounded { color: #7d5b00; }
 article.marked-refuted h3 { text-decoration: line-through; color: #7d8b99; }
+figure { margin: 1rem 0; } svg.chart { max-width: 100%; height: auto; }
 dt { font-weight: 600; } dd { margin: 0 0 .3rem 1rem; } code { background: #f3f3f8; padding: 0 .2rem; }
 """
 
@@ -92,10 +95,12 @@ def _article(h: Hypothesis, index: int, marks: Mapping[str, str] | None) -> str:
     )
 
 
-def render_html(d: Diagnosis, verdict: str | None = None, marks: Mapping[str, str] | None = None) -> str:
+def render_html(
+    d: Diagnosis, verdict: str | None = None, marks: Mapping[str, str] | None = None, charts: ChartInputs | None = None
+) -> str:
     title = f"Diagnosis: {d.title}" if d.title else "Diagnosis"
     summary = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(d, verdict))
-    body = [f"<h1>{escape(title)}</h1>", f'<ul class="summary">{summary}</ul>']
+    body = [f"<h1>{escape(title)}</h1>", f'<ul class="summary">{summary}</ul>', charts_html(d, charts)]
     for css, heading, items in sections(d):
         body.append(f'<section class="{css}"><h2>{escape(heading)}</h2>')
         body += [_article(h, i, marks) for i, h in enumerate(items, 1)]
