@@ -61,7 +61,7 @@ def _kill_group(pid: int) -> None:
 
 
 def trace_main(paths: list[str]) -> int:
-    """In the child (``python -m diagnoser.tui.jobs PATH...``): ``diagnoser analyze``'s three steps, each reported.
+    """In the child (``python -m diagnoser.tui.jobs PATH...``): ``diagnoser analyze``'s stages, each reported.
 
     Events go to stdout as JSON lines; nothing else is printed there.
     """
@@ -73,16 +73,10 @@ def trace_main(paths: list[str]) -> int:
         print(json.dumps(event), flush=True)
 
     try:
-        say(progress=[0, 3, f"reading {', '.join(Path(p).name for p in paths)}"])
-        from diagnoser.trace.analysis import analyze_traces
-        from diagnoser.trace.facts import to_observations
-        from diagnoser.trace.load import load_traces
+        from diagnoser.analysis_stages import analyze_in_stages
 
-        traces = load_traces(paths)
-        say(progress=[1, 3, f"finding steps on {len(traces)} rank(s)"])
-        analysis = analyze_traces(traces)
-        say(progress=[2, 3, f"{len(analysis.steps)} steps: extracting facts"])
-        say(observations=to_observations(analysis).model_dump(mode="json", exclude_unset=True))
+        _, observations = analyze_in_stages(paths, lambda done, total, text: say(progress=[done, total, text]))
+        say(observations=observations.model_dump(mode="json", exclude_unset=True))
     except InputError as err:
         say(error=str(err))
     except Exception as err:  # noqa: BLE001 - reported to the interface, which stays up

@@ -70,10 +70,9 @@ def analyze(
     No input is ever written: the facts go into a new case file, the budget trace and the
     report into the files named.
     """
+    from diagnoser.analysis_stages import STAGES, analyze_in_stages
+    from diagnoser.cli.progress import progress
     from diagnoser.fileio import check_outputs, merged_case_path, write_atomic
-    from diagnoser.trace.analysis import analyze_traces
-    from diagnoser.trace.facts import to_observations
-    from diagnoser.trace.load import load_traces
 
     if case_in is not None:
         case_out = merged_case_path(case_in, "analyzed", case_out)
@@ -82,8 +81,10 @@ def analyze(
     check_outputs([("--perfetto", perfetto_out), ("-o", output), ("--case-out", case_out)], inputs)
     case = _base_case(case_in, case_out)
 
-    analysis = analyze_traces(load_traces(list(traces)), step_range, align, steps_from)
-    observations = to_observations(analysis)
+    with progress("analyze", STAGES) as update:
+        analysis, observations = analyze_in_stages(
+            [str(t) for t in traces], lambda done, _, text: update(completed=done, text=text), step_range, align, steps_from
+        )
     written = [path for path in (case_out, perfetto_out) if path is not None]
     if written and analysis.budget() is None:
         click.echo(f"diagnoser: no step budget in these traces: nothing written to {', '.join(map(str, written))}", err=True)

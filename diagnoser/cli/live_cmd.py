@@ -37,6 +37,10 @@ def _extra_body(text: str | None) -> dict:
     return value
 
 
+# The stages ``measure`` reports, in order ("load: 16 streams ..."): what the progress bar counts.
+STAGES = ("discover", "warm-up", "load", "ablate", "profile", "analyze")
+
+
 @click.command("live")
 @click.argument("url")
 @click.option("--duration", type=click.FloatRange(10, 1800), default=180.0, show_default=True, help="Seconds the whole measurement may take.")
@@ -59,6 +63,7 @@ def live(url: str, duration: float, concurrency: int, requests: int, max_tokens:
          extra_body: str | None, profile: bool, profile_dir: Path | None, server_args: str | None, server_log: Path | None,
          case_output: Path | None, as_json: bool, markdown: bool, html: bool) -> None:
     """Measure the server at URL (discover, load, profile, analyze) and diagnose it."""
+    from diagnoser.cli.progress import progress
     from diagnoser.fileio import check_outputs
 
     chosen = [flag for flag, on in (("--json", as_json), ("--markdown", markdown), ("--html", html)) if on]
@@ -76,7 +81,14 @@ def live(url: str, duration: float, concurrency: int, requests: int, max_tokens:
     options = Options(duration_s=duration, concurrency=concurrency, requests=requests, max_tokens=max_tokens,
                       prompt_tokens=prompt_tokens, model=model, profile=profile, profile_dir=profile_dir,
                       server_args=server_args, server_log=server_log, extra=_extra_body(extra_body))
-    found = measure(_base_url(url), options, progress=lambda line: click.echo(f"live: {line}", err=True))
+    with progress("live", len(STAGES)) as update:
+
+        def say(line: str) -> None:
+            stage = line.partition(":")[0]
+            update(completed=STAGES.index(stage) if stage in STAGES else None, text=stage)
+            click.echo(f"live: {line}", err=True)
+
+        found = measure(_base_url(url), options, progress=say)
     for line in found.missing:
         click.echo(f"live: not measured: {line}", err=True)
     for line in found.notes:

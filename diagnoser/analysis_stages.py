@@ -1,0 +1,33 @@
+"""``diagnoser analyze``'s work in the stages a person can watch: read the files, find the steps,
+extract the facts.
+
+The CLI draws these stages as a progress bar and the TUI's trace job sends them to its own bar;
+one sequence here keeps the two from reporting different work. Parsing a large trace is the long
+part and happens inside one call, so the stages are what can honestly be counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from diagnoser.models.observations import Observations
+
+STAGES = 3
+Say = Callable[[int, int, str], None]
+
+
+def analyze_in_stages(paths: list[str], say: Say, step_range: str | None = None, align: str = "clock", steps_from: str = "auto"):
+    """(analysis, observations) of the traces at ``paths``; ``say(done, STAGES, what now)`` before each stage and at the end."""
+    from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.facts import to_observations
+    from diagnoser.trace.load import load_traces
+
+    say(0, STAGES, f"reading {', '.join(Path(p).name for p in paths)}")
+    traces = load_traces(paths)
+    say(1, STAGES, f"finding steps on {len(traces)} rank(s)")
+    analysis = analyze_traces(traces, step_range, align, steps_from)
+    say(2, STAGES, f"{len(analysis.steps)} steps: extracting facts")
+    observations: Observations = to_observations(analysis)
+    say(STAGES, STAGES, f"{len(analysis.steps)} steps analysed")
+    return analysis, observations
