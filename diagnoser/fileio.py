@@ -23,11 +23,11 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
+def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
     """Write to a temporary file beside ``path`` and rename it into place.
 
-    The file gets the permissions an ordinary ``open()`` would give it (0666 under the umask),
-    not mkstemp's private 0600.
+    The file gets ``mode``, or else the permissions an ordinary ``open()`` would give it (0666
+    under the umask), not mkstemp's private 0600.
     """
     path = Path(path)
     try:
@@ -35,13 +35,12 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise InputError(f"{path}: cannot write: {err.strerror or err}") from None
-    mode = "wb" if isinstance(data, bytes) else "w"
     try:
-        with os.fdopen(fd, mode) as handle:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, (0o666 & ~_umask()) if mode is None else mode)
         os.replace(tmp, path)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)

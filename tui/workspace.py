@@ -13,7 +13,8 @@ from diagnoser.bound import BoundReport
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
 from diagnoser.models.hypothesis import Diagnosis
-from diagnoser.models.session import Session, save_session
+from diagnoser.models.session import Session
+from diagnoser.tui.session_store import save_merged
 
 
 def evaluate(case: Case, rulebook) -> tuple[Diagnosis, BoundReport | None]:
@@ -39,14 +40,19 @@ class Workspace:
         self.rulebook = rulebook if rulebook is not None else load_rulebook(())
         self.path = path
         self.session = session
+        self.saved = session  # as last read or written: what another TUI's changes are merged against
         self.diagnosis, self.bound = evaluate(session.case, self.rulebook)
         self.revision = 0
 
     def update(self, session: Session) -> None:
-        """Adopt ``session``: re-run the engine when the case changed and save it whole; on any error, change nothing."""
+        """Adopt ``session``: re-run the engine when the case changed and save it, merged with any other
+        TUI's saves to the same file; on any error, change nothing."""
         derived = evaluate(session.case, self.rulebook) if session.case != self.session.case else (self.diagnosis, self.bound)
         if self.path is not None:
-            save_session(self.path, session)
+            merged = save_merged(self.path, self.saved, session)
+            if merged.case != session.case:
+                derived = evaluate(merged.case, self.rulebook)
+            self.saved = session = merged
         self.session = session
         self.diagnosis, self.bound = derived
         self.revision += 1

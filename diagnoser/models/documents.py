@@ -118,17 +118,23 @@ def load_document(path: str | Path, what: str = "a JSON or YAML document") -> An
     return parse_yaml(read_text(path, what, MAX_YAML_BYTES), str(path), what)
 
 
+def check_version(data: dict, where: str, version: int | tuple[int, ...]) -> None:
+    """``data``'s ``schema_version`` (absent: the newest) must be one this diagnoser reads; ``true``
+    is not 1, though Python compares them equal."""
+    readable = (version,) if isinstance(version, int) else version
+    found = data.get("schema_version", readable[0])
+    if isinstance(found, bool) or found not in readable:
+        listed = ", ".join(str(v) for v in readable)
+        raise InputError(f"{where}: schema_version {str(found)[:40]} not supported (this diagnoser reads {listed})")
+
+
 def load_model(path: str | Path, model: type[M], what: str, version: int | tuple[int, ...] | None = None) -> M:
     """A mapping document validated as ``model``; ``version`` (the newest first) checks its ``schema_version`` first."""
     data = load_document(path, what)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected {what} (a mapping at the top level)")
     if version is not None:
-        readable = (version,) if isinstance(version, int) else version
-        found = data.get("schema_version", readable[0])
-        if found not in readable:
-            listed = ", ".join(str(v) for v in readable)
-            raise InputError(f"{path}: {what}: schema_version {found} not supported (this diagnoser reads {listed})")
+        check_version(data, f"{path}: {what}", version)
     try:
         return model.model_validate(data)
     except ValidationError as err:

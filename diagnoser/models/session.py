@@ -118,11 +118,14 @@ def load_session(path: str | Path) -> Session:
         raise InputError(
             f"{path}: session version {version} was written by a newer diagnoser (this one reads {SESSION_SCHEMA_VERSION}); upgrade to open it"
         )
+    from diagnoser.models.case import READABLE_CASE_VERSIONS
+    from diagnoser.models.documents import check_version, validation_message
+
+    if isinstance(data.get("case"), dict):  # the case inside is held to what its own file would be
+        check_version(data["case"], f"{path}: session: case", READABLE_CASE_VERSIONS)
     try:
         return Session.model_validate(data)
     except ValidationError as err:
-        from diagnoser.models.documents import validation_message
-
         raise InputError(validation_message(err, f"{path}: session")) from None
 
 
@@ -131,10 +134,20 @@ def session_text(session: Session) -> str:
 
 
 def save_session(path: str | Path, session: Session) -> Path:
-    """Written whole or not at all: a crash mid-save leaves the previous session in place."""
+    """Written whole or not at all: a crash mid-save leaves the previous session in place.
+
+    A symlinked session is saved through the link (the link stays a link) and an existing file
+    keeps its mode: a session kept private (0600) must not become readable by saving it.
+    """
+    import os
+    import stat
+
     from diagnoser.fileio import write_atomic
 
-    return write_atomic(path, session_text(session))
+    target = Path(os.path.realpath(path))
+    mode = stat.S_IMODE(target.stat().st_mode) if target.is_file() else None
+    write_atomic(target, session_text(session), mode=mode)
+    return Path(path)
 
 
 class SessionReport(_Doc):
