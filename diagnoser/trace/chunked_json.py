@@ -1,6 +1,6 @@
 """Parse a Chrome trace's event array piece by piece.
 
-    event_pieces(data) -> Iterator[(document | None, events)]
+    event_pieces(data or stream) -> Iterator[(document | None, events)]
 
 A rank's trace is often hundreds of MB, and a whole-document parse holds every event as a
 Python object at once, although the analysis keeps under half of them (no Python stack
@@ -15,8 +15,10 @@ parse the document whole. Nothing is ever parsed differently from a whole parse.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
+from typing import Protocol
 
 import orjson
 
@@ -25,38 +27,63 @@ _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 
 
+class Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
 class NotSplittable(Exception):
     """The bytes cannot be cut into valid pieces here; parse the whole document instead."""
 
 
-def event_pieces(data: bytes, piece_bytes: int | None = None) -> Iterator[tuple[dict | None, list]]:
-    """Events in pieces; the last piece comes with the document (all other top-level keys)."""
+def event_pieces(source: bytes | Readable, piece_bytes: int | None = None) -> Iterator[tuple[dict | None, list]]:
+    """Events in pieces; the last piece comes with the document (all other top-level keys).
+
+    ``source`` is the bytes or anything with ``read(n)``: read as it goes, only about two pieces of
+    the file are held at once, whatever its size.
+    """
     piece_bytes = piece_bytes or PIECE_BYTES
-    start = _ARRAY_START.search(data)
-    if start is None or len(data) < 2 * piece_bytes:
+    stream = io.BytesIO(source) if isinstance(source, bytes) else source
+    buffer = _read_up_to(stream, 2 * piece_bytes)
+    start = _ARRAY_START.search(buffer)
+    if start is None or len(buffer) < 2 * piece_bytes:
         raise NotSplittable
-    cuts = []
-    pos = start.end() + piece_bytes
-    while pos < len(data):
-        between = _BETWEEN_EVENTS.search(data, pos)
+    head, buffer = buffer[: start.end()], buffer[start.end() :]
+    scan_from, cut, ended = piece_bytes, False, False
+    while True:
+        between = _BETWEEN_EVENTS.search(buffer, scan_from)
         if between is None:
-            break
-        comma = data.index(b",", between.start())
-        cuts.append(comma)
-        pos = comma + piece_bytes
-    if not cuts:
-        raise NotSplittable
-    begin = start.end()
-    for comma in cuts:
-        events = _loads(b"[" + data[begin:comma] + b"]")
+            if ended:
+                break
+            # a cut that straddles the new bytes can only begin at the last brace already read
+            last = buffer.rfind(b"}", scan_from)
+            scan_from = last if last >= 0 else max(scan_from, len(buffer))
+            chunk = stream.read(piece_bytes)
+            ended = not chunk
+            buffer += chunk
+            continue
+        comma = buffer.index(b",", between.start())
+        events = _loads(b"[" + buffer[:comma] + b"]")
         if not isinstance(events, list):
             raise NotSplittable
+        cut = True
         yield None, events
-        begin = comma + 1
-    document = _loads(data[: start.end()] + data[begin:])
+        buffer = buffer[comma + 1 :]
+        scan_from = piece_bytes
+    if not cut:
+        raise NotSplittable
+    document = _loads(head + buffer)
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
         raise NotSplittable
     yield document, document["traceEvents"]
+
+
+def _read_up_to(stream: Readable, size: int) -> bytes:
+    """``size`` bytes, fewer only at the end: a read may return less than asked."""
+    parts, got = [], 0
+    while got < size and (chunk := stream.read(size - got)):
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
 
 
 def _loads(piece: bytes):

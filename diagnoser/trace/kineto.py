@@ -40,7 +40,7 @@ from diagnoser.models.precision import DType
 from diagnoser.trace.chunked_json import NotSplittable, event_pieces
 from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
-from diagnoser.trace.trace_file import read_bytes
+from diagnoser.trace.trace_file import open_stream, read_bytes
 
 _KERNEL_CATS = {"kernel", "Kernel"}
 _COPY_CATS = {"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -231,18 +231,25 @@ class _Router:
         return not (self.kernels or self.copies or self.runtime or self.ranges)
 
 
-def _route_events(path: Path, data: bytes) -> tuple[dict, _Router]:
-    """Parse in pieces when the bytes allow it (lower peak memory), else whole."""
+def _route_events(path: Path) -> tuple[dict, _Router]:
+    """Stream the file through in pieces when its bytes allow it (memory holds a piece, not the
+    file), else read and parse it whole."""
     router = _Router(path)
     try:
-        for document, events in event_pieces(data):
-            router.consume(events)
+        with open_stream(path) as stream:
+            for document, events in event_pieces(stream):
+                router.consume(events)
         return document, router
     except NotSplittable:
-        router = _Router(path)
-        document = _parse(path, data)
-        router.consume(document["traceEvents"])
-        return document, router
+        pass
+    data = read_bytes(path)
+    if not data.strip():
+        raise InputError(f"{path}: file is empty")
+    router = _Router(path)
+    document = _parse(path, data)
+    del data
+    router.consume(document["traceEvents"])
+    return document, router
 
 
 # The columns each kind of row holds after (ts, dur); "shapes" are the priced matmul ops.
@@ -348,11 +355,7 @@ class NothingRecorded(InputError):
 
 def read_kineto(path: str | Path) -> RankTrace:
     path = Path(path)
-    data = read_bytes(path)
-    if not data.strip():
-        raise InputError(f"{path}: file is empty")
-    document, router = _route_events(path, data)
-    del data
+    document, router = _route_events(path)
     other = _other_device(document)
     if other:
         raise InputError(f"{path}: device type not supported: {other}; diagnoser reads CUDA and ROCm GPU traces")

@@ -2,6 +2,7 @@
 
     regular_file(path) -> int        the file's size; refuses a missing path, a folder, a FIFO, a device
     read_bytes(path) -> bytes        the whole file, gunzipped when it is gzip (whatever its suffix)
+    open_stream(path) -> Stream      the same bytes a read at a time, so a reader holds a piece, not the file
 
 ``/dev/zero``, a named pipe or a terminal passed as a trace would otherwise be read until
 memory runs out (or block forever), and a small gzip can expand without bound. So a path is
@@ -16,6 +17,8 @@ import gzip
 import os
 import stat
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from diagnoser.errors import InputError
@@ -61,6 +64,45 @@ def read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: truncated or corrupt gzip ({err})") from None
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
+class Stream:
+    """A trace's (gunzipped) bytes read in pieces, under the same limit and with the same messages as
+    ``read_bytes``: a 3 GB trace then never sits in memory whole beside its parsed events."""
+
+    def __init__(self, path: Path, handle, unzipped) -> None:
+        self.path, self._handle, self._unzipped = path, handle, unzipped
+        self.total = 0
+
+    def read(self, size: int) -> bytes:
+        try:
+            chunk = (self._unzipped or self._handle).read(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise InputError(f"{self.path}: truncated or corrupt gzip ({err})") from None
+        except OSError as err:
+            raise InputError(f"{self.path}: cannot read ({err.strerror or err})") from None
+        self.total += len(chunk)
+        if self.total > MAX_TRACE_BYTES:
+            what = "decompresses to more than" if self._unzipped else "is over"
+            raise InputError(f"{self.path}: {what} the {_limit_text()} a trace may hold; profile fewer steps")
+        return chunk
+
+
+@contextmanager
+def open_stream(path: Path) -> Iterator[Stream]:
+    regular_file(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from None
+    with handle:
+        gzipped = handle.read(2) == _GZIP_MAGIC
+        handle.seek(0)
+        if not gzipped:
+            yield Stream(path, handle, None)
+            return
+        with gzip.GzipFile(fileobj=handle) as unzipped:
+            yield Stream(path, handle, unzipped)
 
 
 def _gunzip(path: Path, handle) -> bytes:
