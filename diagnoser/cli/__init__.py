@@ -8,6 +8,7 @@ is the single place that names them; its short help is shown by ``--help`` witho
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 
@@ -46,7 +47,12 @@ class LazyGroup(click.Group):
             return None
         target, _ = COMMANDS[name]
         module_name, attr = target.split(":")
-        return getattr(importlib.import_module(module_name), attr)
+        command = getattr(importlib.import_module(module_name), attr)
+        if isinstance(command, click.Group):
+            for sub in command.commands.values():
+                if sub.short_help is None and sub.help:
+                    sub.short_help = first_sentence(sub.help)
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -54,12 +60,19 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def first_sentence(help_text: str) -> str:
+    """A command's first sentence, whole: click's default summary cuts it at 45 characters, mid-word."""
+    paragraph = " ".join(inspect.cleandoc(help_text).split("\n\n")[0].split())
+    head, dot, _ = paragraph.partition(". ")
+    return head + "." if dot else paragraph
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="diagnoser")
 def cli() -> None:
     """Find out why a decode loop is slower than its bound.
 
-    Exit codes: 0 success, 1 internal error, 2 bad input or usage.
+    Exit codes: 0 success, 1 internal error, 2 bad input or usage, 3 `rules test` found a failing fixture.
     Set DIAGNOSER_DEBUG=1 to see a traceback for internal errors.
     """
 
