@@ -301,7 +301,6 @@ def _int_columns(db: sqlite3.Connection, path: Path, table: str, fields: dict[st
     return {name: data[:, i] for i, name in enumerate(fields)}
 
 
-
 def _opt(schema: _Schema, table: str, column: str, default: int = -1) -> str:
     return f"COALESCE({column}, {default})" if schema.has(table, column) else str(default)
 
