@@ -30,6 +30,7 @@ from diagnoser.tui.screens.whatif import WhatIfScreen
 from diagnoser.tui.widgets import STAGES
 from diagnoser.tui.workspace import Workspace
 from diagnoser.walkthroughs.prepare import Prepared
+from diagnoser.report.untrusted import markup_safe
 
 SCREENS = {
     "pin": PinScreen,
@@ -107,7 +108,7 @@ class DiagnoserApp(App[None]):
         try:
             self.commit(session)
         except InputError as err:
-            self.notify(str(err), severity="error")
+            self.notify(markup_safe(err), severity="error")
             return False
         return True
 
@@ -143,4 +144,4 @@ class DiagnoserApp(App[None]):
         try:
             self.notify(f"wrote {self.export(fmt).name}")
         except InputError as err:
-            self.notify(str(err), severity="error")
+            self.notify(markup_safe(err), severity="error")

@@ -17,6 +17,7 @@ from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from diagnoser.tui.fields import FieldSpec, parse_text
+from diagnoser.report.untrusted import markup_safe
 
 STAGES = (
     ("pin", "Pin"),
@@ -86,7 +87,7 @@ class FormField(Widget):
 
     def set_error(self, message: str | None) -> None:
         error = self.query_one(".field-error", Static)
-        error.update(message or "")
+        error.update(markup_safe(message or ""))
         error.display = bool(message)
         self.set_class(bool(message), "-invalid")
 

@@ -20,6 +20,7 @@ from diagnoser.session_ops import decide
 from diagnoser.session_report import prediction_text
 from diagnoser.tui.screens.base import StageScreen
 from diagnoser.tui.screens.dialogs import NoteScreen, remedy_label
+from diagnoser.report.untrusted import markup_safe
 
 FORMATS = (("markdown", "m", "Markdown"), ("html", "h", "HTML"), ("json", "j", "JSON"))
 
@@ -59,7 +60,7 @@ class DecisionScreen(StageScreen):
         try:
             decision = decide(self.workspace.diagnosis, hid, int(index), self.workspace.session.decision.note if self.workspace.session.decision else "")
         except InputError as err:
-            self.notify(str(err), severity="error")
+            self.notify(markup_safe(err), severity="error")
             return
         self.app.save(self.workspace.session.model_copy(update={"decision": decision}))
 

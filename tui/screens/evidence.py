@@ -34,6 +34,7 @@ from diagnoser.tui.jobs import Failed, Finished, Job, Progress
 from diagnoser.tui.screens.base import StageScreen
 from diagnoser.tui.widgets import Waterfall
 from diagnoser.whatif_inputs import budget_parts
+from diagnoser.report.untrusted import markup_safe
 
 PROBES_HERE = ["device", "bandwidth", "gemm", "graphs", "collectives"]
 CLIENT_PROBES = ["client"]
@@ -91,7 +92,7 @@ class EvidenceScreen(StageScreen):
         for name in sections:
             fields = sorted(p.partition(".")[2] for p in present if p.startswith(name + "."))
             origin = sources.get(answer_section(name)) if name != "bound" else sources.get("workload")
-            table.add_row(name, origin.label if origin else "the case", ", ".join(fields) or "-")
+            table.add_row(name, markup_safe(origin.label) if origin else "the case", markup_safe(", ".join(fields)) or "-")
         budget = case.observations.budget
         waterfall = self.query_one("#waterfall", Waterfall)
         waterfall.display = budget is not None
@@ -133,7 +134,7 @@ class EvidenceScreen(StageScreen):
         merged = Text(f"{source.kind.value}: {source.label} merged ({', '.join(source.sections) or 'nothing new'})")
         for warning in warnings:
             merged.append(f"\nwarning: {warning}", style="bold yellow")
-            self.notify(warning, title="probe results kept out", severity="warning", timeout=10)
+            self.notify(markup_safe(warning), title="probe results kept out", severity="warning", timeout=10)
         self.query_one("#job-status", Static).update(merged)
         return True
 

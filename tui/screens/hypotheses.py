@@ -20,6 +20,7 @@ from diagnoser.report.diagnosis import evidence_text, gain_text, sections
 from diagnoser.session_ops import decide
 from diagnoser.tui.screens.base import StageScreen
 from diagnoser.tui.screens.dialogs import NoteScreen, RemedyScreen, remedy_label
+from diagnoser.report.untrusted import markup_safe
 
 MARK_SIGNS = {Mark.confirmed: "✓", Mark.refuted: "✗", Mark.needs_data: "?", None: " "}
 
@@ -113,7 +114,7 @@ class HypothesesScreen(StageScreen):
         try:
             decision = decide(self.workspace.diagnosis, h.id, index)
         except InputError as err:
-            self.notify(str(err), severity="error")
+            self.notify(markup_safe(err), severity="error")
             return
         if self.app.save(self.workspace.session.model_copy(update={"decision": decision})):
             self.app.go("decision")

@@ -21,6 +21,7 @@ from diagnoser.session_ops import FieldErrors, pin_workload, with_source
 from diagnoser.tui.fields import error_for, field_spec, model_fields, nested, parse_document
 from diagnoser.tui.screens.base import StageScreen
 from diagnoser.tui.widgets import FormField
+from diagnoser.report.untrusted import markup_safe
 
 
 def _workload_field(name: str):
@@ -93,7 +94,7 @@ class PinScreen(StageScreen):
         w = self.workspace
         pin = w.session.case.workload
         status = "no pin yet: name the model, the GPU, the batch and the context" if pin is None else (w.diagnosis.bound_note or "pinned; the Bound screen shows what it implies")
-        self.query_one("#pin-status", Static).update(status)
+        self.query_one("#pin-status", Static).update(markup_safe(status))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "apply":
@@ -125,7 +126,7 @@ class PinScreen(StageScreen):
         if errors and not form_error and not any(error_for(k, errors, keys) for k in keys):
             form_error = "; ".join(f"{k}: {v}" for k, v in errors.items())
         banner = self.query_one("#pin-error", Static)
-        banner.update(form_error)
+        banner.update(markup_safe(form_error))
         banner.display = bool(form_error)
         if not errors:
             self.query_one("#pin-status", Static).update("pin applied; the Bound screen shows what it implies")
