@@ -340,6 +340,12 @@ def environment_cases() -> list[Case]:
         Case("probe --only ''", ["probe", "--only", "", "--device", "cpu"]),
         Case("probe --only ','", ["probe", "--only", ",", "--device", "cpu"]),
         Case("probe --only ' '", ["probe", "--only", " ", "--device", "cpu"]),
+        *[Case(f"case speculation costing nothing: {label}", ["diagnose", "{dir}/c.yaml"], {"c.yaml": _yaml({
+            "title": "free speculation", "observations": {"speculation": {"acceptance": 0.7, "draft_length": 4, **costs}}})})
+          for label, costs in (
+              ("all zero", {"verify_ms": 0, "draft_ms": 0, "other_ms": 0, "ordinary_step_ms": 10}),
+              ("denormal", {"verify_ms": 5e-324, "draft_ms": 0, "other_ms": 0, "ordinary_step_ms": 10}),
+              ("huge ordinary step", {"verify_ms": 1e-300, "draft_ms": 0, "other_ms": 0, "ordinary_step_ms": 1e308}))],
         Case("whatif speculate: a free cycle", ["whatif", "speculate", "-a", "0.8", "-k", "4", "--verify-ms", "0", "--draft-ms", "0",
                                                 "--ordinary-ms", "0"]),
         Case("whatif speculate: free drafts and verify", ["whatif", "speculate", "-a", "0.8", "-k", "4", "--verify-ms", "0",

@@ -401,7 +401,8 @@ def _speculation(case: Case) -> Speculation | None:
         return None
     derived: dict[str, Any] = {}
     costs = (spec.verify_ms, spec.draft_ms, spec.other_ms, spec.ordinary_step_ms)
-    if spec.acceptance is not None and spec.draft_length is not None and None not in costs:
+    # a cycle stated to cost nothing has no finite speed-up to derive; the counters still stand
+    if spec.acceptance is not None and spec.draft_length is not None and None not in costs and sum(costs[:3]) > 0:
         result = speculation(spec.acceptance, spec.draft_length, *costs)
         derived = {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup, "cycle_ms": result.cycle_ms}
     return Speculation(**_fields(spec, **derived))
