@@ -13,7 +13,6 @@ import click
 from diagnoser.errors import InputError
 
 IMITATION_HINT = "the imitation needs the lab extras: pip install 'diagnoser[lab,gpu]'"
-READY = "diagnoser lab: serving "
 
 
 @click.group("lab")
@@ -50,6 +49,7 @@ def serve(faults: tuple[str, ...], port: int, workdir: str, imitation: bool, hos
     if imitation or device == "cuda":
         _serve_imitation(faults, port, host, device, profile_dir)
         return
+    from diagnoser.lab.process import READY
     from diagnoser.lab.real import fault, preflight, serving
 
     if len(faults) > 1:

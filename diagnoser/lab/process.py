@@ -95,10 +95,11 @@ def still_running(pids: list[int], grace_s: float = 5.0) -> list[int]:
 
 
 class LabServer:
-    """``with LabServer(["sort-sampler"]) as url:`` runs ``diagnoser lab serve`` in a child process."""
+    """``with LabServer(["sort-sampler"]) as url:`` runs ``diagnoser lab serve --imitation`` in a child process."""
 
     def __init__(self, faults: list[str] | tuple[str, ...] = (), profile_dir: str | Path = "lab-profiles", device: str = "cpu") -> None:
-        args = [sys.executable, "-m", "diagnoser", "lab", "serve", "--port", "0", "--device", device, "--profile-dir", str(profile_dir)]
+        args = [sys.executable, "-m", "diagnoser", "lab", "serve", "--imitation", "--port", "0", "--device", device,
+                "--profile-dir", str(profile_dir)]
         for fault in faults:
             args += ["--fault", fault]
         self.args = args
