@@ -138,7 +138,8 @@ def _claimed(value: Any, what: str, high: float, url: str, whole: bool = True) -
         return None
     kinds = (int,) if whole else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not (0 <= value <= high and math.isfinite(value)):
-        raise HttpError(f"{url}: the server claims {what} of {str(value)[:40]}, which no server does")
+        kind = "a whole number" if whole else "a number"
+        raise HttpError(f"{url}: the server claims an impossible {what} (not {kind} from 0 to {high:,.0f})")
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -86,7 +87,8 @@ def live(url: str, duration: float, concurrency: int, requests: int, max_tokens:
         def say(line: str) -> None:
             stage = line.partition(":")[0]
             update(completed=STAGES.index(stage) if stage in STAGES else None, text=stage)
-            click.echo(f"live: {line}", err=True)
+            if sys.stderr.isatty():  # stages are progress, for a person watching; a failure off a terminal stays one line
+                click.echo(f"live: {line}", err=True)
 
         found = measure(_base_url(url), options, progress=say)
     for line in found.missing:
