@@ -116,7 +116,14 @@ def serving(f: Fault, port: int = 0, workdir: str | Path | None = None,
 
     preflight(f, port)
     with ExitStack() as stack:
-        server = stack.enter_context(VllmServer(f.flags, workdir=workdir, port=0 if f.proxy else port))
-        url = stack.enter_context(BufferingProxy(server.url, server.workdir, port)) if f.proxy else server.url
+        # stop() is pushed before each start: a Ctrl-C during the minutes of start-up leaves nothing running
+        server = VllmServer(f.flags, workdir=workdir, port=0 if f.proxy else port)
+        stack.callback(server.stop)
+        stack.enter_context(server)
+        url = server.url
+        if f.proxy:
+            proxy = BufferingProxy(server.url, server.workdir, port)
+            stack.callback(proxy.stop)
+            url = stack.enter_context(proxy)
         stack.enter_context(background(f, server.url, limit=limit))
         yield Lab(url, server.workdir, server.log)
