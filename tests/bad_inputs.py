@@ -60,6 +60,7 @@ class Case:
     setup: Callable[[Path], None] | None = None  # for what bytes cannot say: FIFOs, folders, links
     server: Behaviour | None = None  # a hostile loopback server started for the case; "{url}" is its address
     env: dict[str, str] = field(default_factory=dict)  # added to the environment the command runs in
+    max_s: float | None = None  # a tighter limit than the corpus's (a probe's own --timeout plus 10 s)
 
 
 @dataclass
@@ -534,6 +535,8 @@ def judge(case: Case, code: int | None, stdout: str, stderr: str, before: dict, 
     problems = []
     if peak_mb > MAX_PEAK_MB:
         problems.append(f"peak memory {peak_mb:,.0f} MB")
+    if case.max_s is not None and seconds > case.max_s:
+        problems.append(f"took {seconds:.1f} s, over its {case.max_s:g} s")
     if code is None:
         problems.append("timed out")
     elif code not in (0, 2):

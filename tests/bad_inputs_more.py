@@ -188,18 +188,22 @@ def metrics_behaviours() -> list[Behaviour]:
     ]
 
 
-PROBE = ["probe", "--only", "client", "--endpoint", "{url}", "--timeout", "3"]
+PROBE_TIMEOUT_S = 3
+PROBE = ["probe", "--only", "client", "--endpoint", "{url}", "--timeout", str(PROBE_TIMEOUT_S)]
+PROBE_LIMIT_S = PROBE_TIMEOUT_S + 10  # the acceptance: a probe ends within its --timeout plus 10 s
 LIVE = ["live", "{url}", "--duration", "10", "--no-profile", "--requests", "2", "--concurrency", "1", "--max-tokens", "4"]
 
 
 def server_cases() -> list[Case]:
     out = []
     for b in stream_behaviours():
-        out.append(Case(f"{SLOW} probe client vs a server that {b.name}", [*PROBE, "--option", "model_name=m"], server=b))
-        out.append(Case(f"{SLOW} probe client (chat) vs a server that {b.name}", [*PROBE, "--option", "api=chat"], server=b))
+        out.append(Case(f"{SLOW} probe client vs a server that {b.name}", [*PROBE, "--option", "model_name=m"], server=b,
+                        max_s=PROBE_LIMIT_S))
+        out.append(Case(f"{SLOW} probe client (chat) vs a server that {b.name}", [*PROBE, "--option", "api=chat"], server=b,
+                        max_s=PROBE_LIMIT_S))
         out.append(Case(f"{SLOW} live vs a server that {b.name}", LIVE, server=b))
     for b in model_list_behaviours():
-        out.append(Case(f"{SLOW} probe client vs {b.name}", PROBE, server=b))
+        out.append(Case(f"{SLOW} probe client vs {b.name}", PROBE, server=b, max_s=PROBE_LIMIT_S))
         out.append(Case(f"{SLOW} live vs {b.name}", LIVE, server=b))
     for b in metrics_behaviours():
         out.append(Case(f"{SLOW} live vs {b.name}", LIVE, server=b))
