@@ -2,6 +2,7 @@
 
     .venv/bin/pip install holistictraceanalysis      # bench-only, never a runtime dependency
     .venv/bin/python bench/bench_analyze.py [--out bench/out] [--skip-big]
+    .venv/bin/python bench/bench_analyze.py --scale [--sizes 100,300,1000] [--scratch /tmp]
 
 Prints, per trace set: wall time and peak memory (RSS of the whole process tree, sampled)
 of each tool in its own fresh process, the ratios, and analyze time over the time a plain
@@ -9,6 +10,11 @@ orjson parse of the same bytes takes. The big set is 8 ranks built from the shar
 training trace: each rank is that trace repeated twice in time (steps renamed, correlation ids
 moved) with its own ``distributedInfo.rank``, about 50 MB of JSON per rank.
 Figures vary with load: the machine is shared, so run it when it is quiet and read the min.
+
+``--scale`` writes kernel-dense Kineto traces of growing size (MB of JSON; 100 kernels and their
+launches per ProfilerStep, one all-reduce, a D2H copy and a sync, as a decode step has), streamed
+to disk and deleted after each, and prints for each diagnoser's time and peak RSS against a
+stream-parse of the same file with orjson, the floor of any reader that builds events.
 """
 
 from __future__ import annotations
@@ -51,22 +57,52 @@ print(t - t0, time.perf_counter() - t)
 """
 
 
-def run_measured(code: str, trace_dir: Path) -> tuple[float, float, float]:
-    """(import seconds, work seconds, peak RSS in MB of the child and its workers together)."""
-    import psutil
+STREAM_PARSE_RUN = """
+import sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from diagnoser.trace.chunked_json import event_pieces
+from diagnoser.trace.trace_file import open_stream
+t = time.perf_counter()
+with open_stream(Path(sys.argv[1])) as stream:
+    for _ in event_pieces(stream):
+        pass
+print(t - t0, time.perf_counter() - t)
+"""
 
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of a process and all its descendants, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    tree, frontier = {root}, [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
+        tree.update(frontier)
+    total = 0
+    for pid in tree:
+        try:
+            total += int((Path("/proc") / str(pid) / "statm").read_text().split()[1]) * 4096
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def run_measured(code: str, trace_dir: Path) -> tuple[float, float, float]:
+    """(import seconds, work seconds, peak RSS in MB of the child and its workers together, sampled)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(trace_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, "-c", code, str(trace_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=REPO,
     )
-    root = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
-        try:
-            tree = [root] + root.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.05)
     out = proc.stdout.read().strip().splitlines()
     if proc.returncode != 0 or not out:
         raise SystemExit(f"bench child failed on {trace_dir} (exit {proc.returncode})")
@@ -139,11 +175,85 @@ def bench(name: str, trace_dir: Path) -> None:
     print(f"  plain read+parse (one process): {parse_s:.2f} s; analyze / parse = {ours_s / parse_s:.2f} (goal <= 2)")
 
 
+_DENSE_KERNELS = (
+    "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", "void vllm::rms_norm_kernel<c10::BFloat16>",
+    "void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>", "void vllm::act_and_mul_kernel<silu>",
+    "void vllm::rotary_embedding_kernel<c10::BFloat16, true>", "triton_poi_fused_add_0",
+    "void at::native::elementwise_kernel<128, 4>", "void vllm::reshape_and_cache_flash_kernel",
+)
+_ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _dense_step(step: int, ts: int, corr: int, kernels: int) -> tuple[list[str], int, int]:
+    """One decode step's events as JSON text: (events, the step's end in µs, the next correlation id)."""
+    events, host, dev = [], ts, ts + 50
+    for j in range(kernels + 1):
+        collective = j == kernels // 2
+        name = _ALL_REDUCE if collective else _DENSE_KERNELS[j % len(_DENSE_KERNELS)]
+        dur, dev = 8 + (j * 7) % 13, max(dev, host + 6)
+        sizes = ', "In msg nelems": 4096, "Out msg nelems": 4096, "dtype": "BFloat16", "Group size": 2' if collective else ""
+        events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100, '
+                      f'"ts": {host}, "dur": 4, "args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}')
+        events.append(f'{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": 7, "ts": {dev}, "dur": {dur}, '
+                      f'"args": {{"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": 7, '
+                      f'"correlation": {corr}, "registers per thread": 128, "shared memory": 16384, '
+                      f'"grid": [66, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 6{sizes}}}}}')
+        corr, host, dev = corr + 1, host + 5, dev + dur + 1
+    events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 100, "tid": 100, '
+                  f'"ts": {host}, "dur": 5, "args": {{"correlation": {corr}}}}}')
+    events.append(f'{{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0, "tid": 7, '
+                  f'"ts": {dev}, "dur": 3, "args": {{"device": 0, "stream": 7, "correlation": {corr}, "bytes": 512}}}}')
+    events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 100, "tid": 100, '
+                  f'"ts": {host + 6}, "dur": {max(1, dev - host - 3)}, "args": {{"correlation": {corr + 1}}}}}')
+    end = dev + 40
+    events.insert(0, f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 100, "tid": 100, '
+                     f'"ts": {ts}, "dur": {end - ts - 5}}}')
+    return events, end, corr + 2
+
+
+def write_kernel_dense(path: Path, megabytes: float, rank: int = 0, kernels: int = 100) -> int:
+    """A kernel-dense Kineto trace of about ``megabytes`` MB, written a step at a time; returns its kernels."""
+    target, written, ts, corr, step = megabytes * 1e6, 0, 1_700_000_000_000_000, 1, 0
+    with open(path, "w") as out:
+        out.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", '
+                  '"computeMajor": 9, "computeMinor": 0, "numSms": 132}],\n'
+                  f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": 2}},\n"traceEvents": [\n')
+        while written < target:
+            events, ts, corr = _dense_step(step, ts, corr, kernels)
+            text = ("" if step == 0 else ",\n") + ",\n".join(events)
+            out.write(text)
+            written += len(text)
+            step += 1
+        out.write("\n]}\n")
+    return step * (kernels + 1)
+
+
+def scale(sizes: list[float], scratch: Path) -> None:
+    """diagnoser against a stream-parse of the same generated file, at growing sizes, each in its own process."""
+    for megabytes in sizes:
+        path = scratch / f"dense-{megabytes:g}MB.json"
+        try:
+            kernels = write_kernel_dense(path, megabytes)
+            _, parse_s, parse_mb = run_measured(STREAM_PARSE_RUN, path)
+            _, ours_s, ours_mb = run_measured(DIAGNOSER_RUN, path)
+        finally:
+            path.unlink(missing_ok=True)
+        print(f"{megabytes:g} MB, {kernels:,} kernels: diagnoser {ours_s:.2f} s, peak {ours_mb:.0f} MB; "
+              f"stream-parse {parse_s:.2f} s, peak {parse_mb:.0f} MB; ratio {ours_s / parse_s:.2f} (goal <= 1.5)",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     parser.add_argument("--skip-big", action="store_true", help="only the 2-rank trace_filter set")
+    parser.add_argument("--scale", action="store_true", help="generated kernel-dense traces of growing size instead")
+    parser.add_argument("--sizes", default="100,300,1000", help="--scale: sizes in MB of JSON, comma-separated")
+    parser.add_argument("--scratch", type=Path, default=Path("/tmp"), help="--scale: where the traces are written")
     args = parser.parse_args()
+    if args.scale:
+        scale([float(x) for x in args.sizes.split(",")], args.scratch)
+        return
     bench("trace_filter (2 ranks)", SHARED / "hta" / "trace_filter")
     if not args.skip_big:
         bench("generated 8-rank set", build_big_set(args.out))

@@ -17,14 +17,18 @@ STAGES = 3
 Say = Callable[[int, int, str], None]
 
 
-def analyze_in_stages(paths: list[str], say: Say, step_range: str | None = None, align: str = "clock", steps_from: str = "auto"):
-    """(analysis, observations) of the traces at ``paths``; ``say(done, STAGES, what now)`` before each stage and at the end."""
+def analyze_in_stages(
+    paths: list[str], say: Say, step_range: str | None = None, align: str = "clock", steps_from: str = "auto",
+    memory: int | None = None,
+):
+    """(analysis, observations) of the traces at ``paths``; ``say(done, STAGES, what now)`` before each stage and at the end.
+    ``memory``: the bytes ranks read at once may hold together (``trace.memory_budget``)."""
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.load import load_traces
 
     say(0, STAGES, f"reading {', '.join(Path(p).name for p in paths)}")
-    traces = load_traces(paths)
+    traces = load_traces(paths, memory=memory)
     say(1, STAGES, f"finding steps on {len(traces)} rank(s)")
     analysis = analyze_traces(traces, step_range, align, steps_from)
     say(2, STAGES, f"{len(analysis.steps)} steps: extracting facts")

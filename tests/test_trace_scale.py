@@ -59,3 +59,30 @@ def test_a_stream_past_the_limit_is_refused(monkeypatch, tmp_path):
     with trace_file.open_stream(path) as stream, pytest.raises(InputError, match="decompresses to more than"):
         while stream.read(300):
             pass
+
+
+def test_ranks_are_read_as_many_at_a_time_as_fit_the_budget(tmp_path):
+    from diagnoser.trace.memory_budget import parse_size, read_plan, working_set
+
+    small, large = tmp_path / "rank-0.json", tmp_path / "rank-1.json.gz"
+    small.write_bytes(b" " * 1000)
+    large.write_bytes(gzip.compress(b" " * 3_000_000))
+    need = working_set(small) + working_set(large)
+    assert working_set(large) > working_set(small)  # the trailer's size, not the compressed one
+    assert read_plan([small, large], need, cpus=2) == ([1, 0], 2, [])
+    order, workers, notes = read_plan([small, large], need - 1, cpus=2)
+    assert (order, workers) == ([1, 0], 1) and "1 of 2 ranks read at a time, not 2" in notes[0]
+    assert parse_size("2G") == 2 << 30 and parse_size("512M") == 512 << 20
+    with pytest.raises(ValueError):
+        parse_size("lots")
+
+
+def test_a_budget_changes_how_ranks_are_read_not_what_they_say():
+    from diagnoser.trace.analysis import analyze_traces
+    from diagnoser.trace.kineto import read_kineto_many
+
+    paths = sorted(SYNTH.glob("rank*.json"))
+    free = analyze_traces(read_kineto_many(paths, workers=2))
+    tight = analyze_traces(read_kineto_many(paths, workers=2, memory=1))
+    assert any("ranks read at a time" in n for n in tight.notes)
+    assert tight.model_dump(exclude={"notes"}) == free.model_dump(exclude={"notes"})

@@ -53,6 +53,13 @@ _PART_LABELS = {
     metavar="FILE",
     help="write a Chrome/Perfetto trace of the budget to FILE",
 )
+@click.option(
+    "--memory",
+    default="2G",
+    show_default=True,
+    metavar="SIZE",
+    help="memory the ranks read at once may hold together (K/M/G); fewer are read in parallel to stay under it",
+)
 @output_option
 def analyze(
     traces: tuple[Path, ...],
@@ -63,6 +70,7 @@ def analyze(
     case_in: Path | None,
     case_out: Path | None,
     perfetto_out: Path | None,
+    memory: str,
     output: Path | None,
 ) -> None:
     """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget.
@@ -80,10 +88,12 @@ def analyze(
     inputs = [*traces, *([case_in] if case_existed else [])]
     check_outputs([("--perfetto", perfetto_out), ("-o", output), ("--case-out", case_out)], inputs)
     case = _base_case(case_in, case_out)
+    memory_bytes = _memory_bytes(memory)
 
     with progress("analyze", STAGES) as update:
         analysis, observations = analyze_in_stages(
-            [str(t) for t in traces], lambda done, _, text: update(completed=done, text=text), step_range, align, steps_from
+            [str(t) for t in traces], lambda done, _, text: update(completed=done, text=text), step_range, align, steps_from,
+            memory_bytes,
         )
     written = [path for path in (case_out, perfetto_out) if path is not None]
     if written and analysis.budget() is None:
@@ -121,6 +131,15 @@ def analyze(
     console = Console(file=StringIO(), width=PIPE_WIDTH, highlight=False)
     _print_report(console, analysis, observations)
     emit(console.file.getvalue(), output)
+
+
+def _memory_bytes(text: str) -> int:
+    from diagnoser.trace.memory_budget import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--memory") from None
 
 
 def _base_case(case_in: Path | None, case_out: Path | None):

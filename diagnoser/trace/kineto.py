@@ -1,8 +1,9 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON into the columnar model.
 
     read_kineto(path) -> RankTrace          one .json / .json.gz file
-    read_kineto_many(paths) -> list[RankTrace]   several ranks, parsed in parallel processes;
-                                                 of several files, those with no work are skipped
+    read_kineto_many(paths, memory=None) -> list[RankTrace]   several ranks, parsed in parallel processes
+                                                 under one memory budget; of several files, those
+                                                 with no work are skipped
 
 The whole document is decompressed in one streamed pass and parsed by orjson (the fastest
 JSON parser available to us); events are then bucketed by category once and each column is
@@ -38,6 +39,7 @@ import orjson
 from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
 from diagnoser.trace.chunked_json import NotSplittable, event_pieces
+from diagnoser.trace.memory_budget import DEFAULT_MEMORY, parse_size, read_plan
 from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
 from diagnoser.trace.trace_file import open_stream, read_bytes
@@ -571,20 +573,28 @@ def _working(paths: list[Path], read: list[RankTrace | None]) -> list[RankTrace]
     return traces
 
 
-def read_kineto_many(paths: list[Path], workers: int | None = None) -> list[RankTrace]:
-    """Read ranks in parallel processes (one per core at most); one rank per file, ranks unique.
-    A single file is read whatever it holds, so its own error says what it lacks."""
-    if len(paths) < 2:
-        return [read_kineto(p) for p in paths]
+def read_kineto_many(paths: list[Path], workers: int | None = None, memory: int | None = None) -> list[RankTrace]:
+    """Read ranks in parallel processes (one per core at most, as many as fit in ``memory`` bytes,
+    see ``memory_budget``); one rank per file, ranks unique. A single file is read whatever it
+    holds, so its own error says what it lacks."""
+    budget = memory or parse_size(DEFAULT_MEMORY)
     if workers is None and sum(p.stat().st_size for p in paths if p.exists()) < PARALLEL_FROM_BYTES:
         workers = 1
-    workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
+    order, workers, notes = read_plan(paths, budget, workers or os.cpu_count() or 1)
+    if len(paths) < 2:
+        traces = [read_kineto(p) for p in paths]
+        traces[0].notes.extend(notes)
+        return traces
+    read: list[RankTrace | None] = [None] * len(paths)
     if workers == 1:
-        read = [_read_if_any(p) for p in paths]
+        for i in order:
+            read[i] = _read_if_any(paths[i])
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            read = list(pool.map(_read_if_any, paths))
+            for i, trace in zip(order, pool.map(_read_if_any, [paths[i] for i in order])):
+                read[i] = trace
     traces = _working(paths, read)
+    traces[0].notes.extend(notes)
     seen: dict[int, str] = {}
     for trace in traces:
         if trace.rank in seen:

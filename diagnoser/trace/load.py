@@ -54,8 +54,9 @@ def _folder_traces(directory: Path) -> list[Path]:
     )
 
 
-def load_traces(paths: list[str | Path], workers: int | None = None) -> list[RankTrace]:
-    """All ranks from all inputs, sorted by rank; each rank must appear once."""
+def load_traces(paths: list[str | Path], workers: int | None = None, memory: int | None = None) -> list[RankTrace]:
+    """All ranks from all inputs, sorted by rank; each rank must appear once. ``memory``: the bytes
+    Kineto ranks read at once may hold together (``memory_budget``; default 2 GiB)."""
     from diagnoser.trace.kineto import read_kineto_many
 
     if not paths:
@@ -83,7 +84,7 @@ def load_traces(paths: list[str | Path], workers: int | None = None) -> list[Ran
         # one report per rank: numbered in file-name order, each report's clock mapped to UTC
         traces.extend(read_nsys_exports(exports))
     if kineto:
-        traces.extend(read_kineto_many(kineto, workers))
+        traces.extend(read_kineto_many(kineto, workers, memory))
     repeated = [rank for rank, n in Counter(t.rank for t in traces).items() if n > 1]
     if repeated:
         sources = ", ".join(t.source for t in traces if t.rank == repeated[0])
