@@ -278,7 +278,7 @@ def compile_rule(rule_id: str, raw: dict[str, Any], source: Path) -> Rule:
             float(_evaluate(claim_tree, bound, threshold)) if claim_tree is not None else None
         )
         if removable is not None and not math.isfinite(removable):
-            raise InputError(f"{where}: claims {removable} ms, not a finite time (a division by zero or an overflow)")
+            raise InputError(f"{where}: claims a time that is not a finite number (a division by zero or an overflow)")
         found = [ev(_evidence_name(f, attr), bound[f][attr]) for f, attr in evidence if f in bound and attr in bound[f]]
         return Finding(evidence=found, removable_ms=removable, key=str(bound[key[0]][key[1]]) if key else "")
 
