@@ -16,7 +16,6 @@ import click
 
 from diagnoser import __version__
 from diagnoser.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, DiagnoserError
-from diagnoser.report.untrusted import plain
 
 # name -> ("module:attribute", short help shown by --help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -104,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"diagnoser: error: {err.format_message()}", err=True)
         return EXIT_INPUT
     except DiagnoserError as err:
+        from diagnoser.report.untrusted import plain  # here: importing diagnoser.report costs --help pydantic
+
         click.echo(f"diagnoser: error: {plain(err)}", err=True)  # may quote a server or a file
         return err.exit_code
     except KeyboardInterrupt:
