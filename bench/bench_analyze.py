@@ -3,6 +3,7 @@
     .venv/bin/pip install holistictraceanalysis      # bench-only, never a runtime dependency
     .venv/bin/python bench/bench_analyze.py [--out bench/out] [--skip-big]
     .venv/bin/python bench/bench_analyze.py --scale [--sizes 100,300,1000] [--scratch /tmp]
+    .venv/bin/python bench/bench_analyze.py --start [--hta-python /path/to/hta-venv/bin/python]
 
 Prints, per trace set: wall time and peak memory (RSS of the whole process tree, sampled)
 of each tool in its own fresh process, the ratios, and analyze time over the time a plain
@@ -93,16 +94,20 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def run_measured(code: str, trace_dir: Path) -> tuple[float, float, float]:
-    """(import seconds, work seconds, peak RSS in MB of the child and its workers together, sampled)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(trace_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        cwd=REPO,
-    )
+def _watch(command: list[str]) -> tuple[subprocess.Popen, float, int]:
+    """Run ``command`` to its end: (the process, wall seconds, peak RSS bytes of its tree, sampled)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, _tree_rss(proc.pid))
-        time.sleep(0.05)
+        time.sleep(0.01)
+    return proc, time.perf_counter() - t, peak
+
+
+def run_measured(code: str, trace_dir: Path, python: str = sys.executable) -> tuple[float, float, float]:
+    """(import seconds, work seconds, peak RSS in MB of the child and its workers together, sampled)."""
+    proc, _, peak = _watch([python, "-c", code, str(trace_dir)])
     out = proc.stdout.read().strip().splitlines()
     if proc.returncode != 0 or not out:
         raise SystemExit(f"bench child failed on {trace_dir} (exit {proc.returncode})")
@@ -160,10 +165,41 @@ def build_big_set(out: Path, ranks: int = 8, copies: int = 2) -> Path:
     return target
 
 
-def bench(name: str, trace_dir: Path) -> None:
+def start_to_end(hta_python: str, repeat: int) -> None:
+    """Each of HTA's test traces both tools read, as whole processes: ``diagnoser analyze --json``
+    against HTA's load and four analyses, best of ``repeat``: on small traces starting is the cost."""
+    import tempfile
+
+    hta_data = SHARED / "hta"
+    traces = sorted(p for p in hta_data.rglob("*.json.gz"))
+    runs = {}
+    for trace in traces:
+        folder = trace.parent if trace.parent.name == "trace_filter" else trace
+        runs.setdefault(folder, None)
+    for target in runs:
+        with tempfile.TemporaryDirectory() as scratch:
+            trace_dir = target if target.is_dir() else Path(scratch)
+            if not target.is_dir():
+                (trace_dir / target.name).symlink_to(target)
+            ours = [_watch([sys.executable, "-m", "diagnoser", "analyze", "--json", str(target)]) for _ in range(repeat)]
+            hta = [_watch([hta_python, "-c", HTA_RUN, str(trace_dir)]) for _ in range(repeat)]
+        name = target.relative_to(hta_data)
+        if any(proc.returncode for proc, _, _ in hta):
+            print(f"{name}: HTA cannot read it; diagnoser {min(w for _, w, _ in ours):.2f} s")
+            continue
+        if any(proc.returncode for proc, _, _ in ours):
+            print(f"{name}: diagnoser refuses it (exit {ours[0][0].returncode}); HTA {min(w for _, w, _ in hta):.2f} s")
+            continue
+        ours_s, hta_s = min(w for _, w, _ in ours), min(w for _, w, _ in hta)
+        print(f"{name}: diagnoser {ours_s:.2f} s, peak {max(p for *_, p in ours) / 2**20:.0f} MB; HTA {hta_s:.2f} s, "
+              f"peak {max(p for *_, p in hta) / 2**20:.0f} MB; HTA / diagnoser = {hta_s / ours_s:.1f}x (goal >= 5x)",
+              flush=True)
+
+
+def bench(name: str, trace_dir: Path, hta_python: str = sys.executable) -> None:
     size = sum(p.stat().st_size for p in trace_dir.iterdir()) / 1e6
     ours_imp, ours_s, ours_mb = run_measured(DIAGNOSER_RUN, trace_dir)
-    hta_imp, hta_s, hta_mb = run_measured(HTA_RUN, trace_dir)
+    hta_imp, hta_s, hta_mb = run_measured(HTA_RUN, trace_dir, hta_python)
     parse_s = plain_parse_seconds(trace_dir)
     print(f"{name}: {len(list(trace_dir.iterdir()))} files, {size:.1f} MB on disk")
     print(f"  diagnoser analyze: {ours_s:.2f} s (+{ours_imp:.2f} s imports), peak {ours_mb:.0f} MB")
@@ -250,13 +286,19 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true", help="generated kernel-dense traces of growing size instead")
     parser.add_argument("--sizes", default="100,300,1000", help="--scale: sizes in MB of JSON, comma-separated")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp"), help="--scale: where the traces are written")
+    parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed in")
+    parser.add_argument("--start", action="store_true", help="whole processes on each of HTA's test traces instead")
+    parser.add_argument("--repeat", type=int, default=3, help="--start: runs per tool and trace (the best counts)")
     args = parser.parse_args()
     if args.scale:
         scale([float(x) for x in args.sizes.split(",")], args.scratch)
         return
-    bench("trace_filter (2 ranks)", SHARED / "hta" / "trace_filter")
+    if args.start:
+        start_to_end(args.hta_python, args.repeat)
+        return
+    bench("trace_filter (2 ranks)", SHARED / "hta" / "trace_filter", args.hta_python)
     if not args.skip_big:
-        bench("generated 8-rank set", build_big_set(args.out))
+        bench("generated 8-rank set", build_big_set(args.out), args.hta_python)
 
 
 if __name__ == "__main__":

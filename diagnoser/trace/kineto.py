@@ -365,10 +365,12 @@ def read_kineto(path: str | Path) -> RankTrace:
         raise NothingRecorded(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
     notes: list[str] = []
     rank = _rank(path, document, notes)
-    rows = {"kernels": router.kernels, "copies": router.copies, "runtime": router.runtime, "ranges": router.ranges,
-            "shapes": router.matmuls}
-    events = {kind: _Events(path, kind, kind_rows, router.strings) for kind, kind_rows in rows.items()}
-    del rows
+    no_kernels = not router.kernels
+    events = {}
+    for kind, attr in (("kernels", "kernels"), ("copies", "copies"), ("runtime", "runtime"), ("ranges", "ranges"),
+                       ("shapes", "matmuls")):
+        events[kind] = _Events(path, kind, getattr(router, attr), router.strings)
+        setattr(router, attr, [])  # rows as tuples cost several times their columns: let them go kind by kind
     base_us = _base_us(path, [e for kind, e in events.items() if kind != "shapes"])
     for e in events.values():
         e.check(base_us)
@@ -391,7 +393,7 @@ def read_kineto(path: str | Path) -> RankTrace:
     device_name, sm_count = _device(document, tables["kernels"]["device"], notes)
     if router.syncs:
         notes.append(f"{router.syncs} cuda_sync events seen; host syncs are taken from runtime calls")
-    if not router.kernels:
+    if no_kernels:
         notes.append("no kernel events")
     return RankTrace(
         source=str(path),
