@@ -60,6 +60,13 @@ _PART_LABELS = {
     metavar="SIZE",
     help="memory the ranks read at once may hold together (K/M/G); fewer are read in parallel to stay under it",
 )
+@click.option(
+    "--summary-out",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="write the ranks' per-step summaries to FILE instead of a report, for a later --merge (one per node)",
+)
+@click.option("--merge", is_flag=True, help="TRACES are --summary-out files: merge them into the analysis of all their ranks")
 @output_option
 def analyze(
     traces: tuple[Path, ...],
@@ -71,6 +78,8 @@ def analyze(
     case_out: Path | None,
     perfetto_out: Path | None,
     memory: str,
+    summary_out: Path | None,
+    merge: bool,
     output: Path | None,
 ) -> None:
     """Turn profiler traces (Kineto JSON, a directory of ranks, Nsight SQLite/.nsys-rep) into a per-step budget.
@@ -86,15 +95,28 @@ def analyze(
         case_out = merged_case_path(case_in, "analyzed", case_out)
     case_existed = case_in is not None and case_in.exists()  # before the facts may create it
     inputs = [*traces, *([case_in] if case_existed else [])]
-    check_outputs([("--perfetto", perfetto_out), ("-o", output), ("--case-out", case_out)], inputs)
+    check_outputs(
+        [("--perfetto", perfetto_out), ("-o", output), ("--case-out", case_out), ("--summary-out", summary_out)], inputs
+    )
     case = _base_case(case_in, case_out)
     memory_bytes = _memory_bytes(memory)
+    if summary_out is not None:
+        _write_summaries(traces, summary_out, memory_bytes, step_range, align, steps_from)
+        return
 
-    with progress("analyze", STAGES) as update:
-        analysis, observations = analyze_in_stages(
-            [str(t) for t in traces], lambda done, _, text: update(completed=done, text=text), step_range, align, steps_from,
-            memory_bytes,
-        )
+    if merge:
+        from diagnoser.trace.analysis import merge_ranks
+        from diagnoser.trace.facts import to_observations
+        from diagnoser.trace.summaries import read_summaries
+
+        analysis = merge_ranks(read_summaries(list(traces)))
+        observations = to_observations(analysis)
+    else:
+        with progress("analyze", STAGES) as update:
+            analysis, observations = analyze_in_stages(
+                [str(t) for t in traces], lambda done, _, text: update(completed=done, text=text), step_range, align,
+                steps_from, memory_bytes,
+            )
     written = [path for path in (case_out, perfetto_out) if path is not None]
     if written and analysis.budget() is None:
         click.echo(f"diagnoser: no step budget in these traces: nothing written to {', '.join(map(str, written))}", err=True)
@@ -131,6 +153,18 @@ def analyze(
     console = Console(file=StringIO(), width=PIPE_WIDTH, highlight=False)
     _print_report(console, analysis, observations)
     emit(console.file.getvalue(), output)
+
+
+def _write_summaries(traces, path: Path, memory: int, step_range, align: str, steps_from: str) -> None:
+    """This node's share of a multi-node analysis (``trace.summaries``)."""
+    from diagnoser.fileio import write_atomic
+    from diagnoser.trace.analysis import summarize_traces
+    from diagnoser.trace.load import load_traces
+    from diagnoser.trace.summaries import summaries_text
+
+    summaries = summarize_traces(load_traces(list(traces), memory=memory), step_range, align, steps_from)
+    write_atomic(path, summaries_text(summaries))
+    wrote(path, f"the summaries of ranks {[s.rank for s in summaries]} (merge them: diagnoser analyze --merge FILE...)")
 
 
 def _memory_bytes(text: str) -> int:

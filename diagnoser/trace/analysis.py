@@ -32,7 +32,7 @@ from diagnoser.trace.budget import (
     step_window,
 )
 from diagnoser.trace.cpu_steps import cpu_run, host_parts, is_cpu_run
-from diagnoser.trace.collectives import match_collectives, rank_collectives
+from diagnoser.trace.collectives import Arrival, match_collectives, rank_collectives
 from diagnoser.trace.graphs import LaunchStarts, graph_replay, launch_starts
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
 from diagnoser.trace.model import RankTrace
@@ -142,6 +142,41 @@ class Analysis(BaseModel):
         return next((r for r in self.rank_steps if r.key == key and r.rank == rank), None)
 
 
+class KernelTable(BaseModel):
+    rows: list[KernelClassRow]
+    copy_us: float
+    keys: list[str] = Field(description="the steps it is of")
+
+
+class RankSummary(BaseModel):
+    """One rank's share of an analysis, per step rather than per event: computed where the trace
+    lives (one process per node), written out, and merged with the other ranks' summaries into the
+    analysis of all the traces together (``merge_ranks``). ``analyze_traces`` goes the same way,
+    so the two cannot drift apart."""
+
+    source: str
+    rank: int
+    method: str
+    notes: list[str] = Field(description="the reader's and the segmentation's, each naming the rank")
+    keys: list[str] = Field(description="one per step of the segmentation")
+    host_starts_ns: list[int] = Field(description="each step's host start on the common clock (aligns inferred steps)")
+    empty_steps: list[str] = Field(description="keys of the steps that launched no device work")
+    rank_steps: list[RankStep]
+    segments: list[dict[str, list[tuple[int, int]]]] = Field(description="per rank step (RankStep leaves them out)")
+    arrivals: list[list[Arrival]] = Field(description="per rank step: its collectives")
+    kernel_sum_ms: float
+    unassigned: int
+    tables: dict[str, KernelTable] = Field(
+        default_factory=dict, description="kernel tables a merge may need: of the decode-only steps and of all"
+    )
+
+    def rename(self, keys: dict[str, str]) -> None:
+        self.keys = [keys[k] for k in self.keys]
+        self.empty_steps = [keys[k] for k in self.empty_steps]
+        for row in self.rank_steps:
+            row.key = keys[row.key]
+
+
 def device_copy_us(ops: DeviceOps, steps: list) -> float:
     """Copy and memset time in the steps' device part: the kernel table's classes are shares of
     kernels plus these, so a step spent fetching over PCIe does not inflate every kernel class."""
@@ -162,25 +197,26 @@ def _keys(seg: Segmentation) -> list[str]:
 INFERRED = ("graph_launch", "kernel_pattern")
 
 
-def align_inferred_keys(segmented: list[tuple[RankTrace, Segmentation, list[str]]]) -> list[str]:
+def align_inferred_keys(summaries: list[RankSummary]) -> list[str]:
     """Give each inferred step the key of the reference rank's step that starts nearest it on the
     common clock, so collectives and budgets compare the same step across ranks.
 
     Synchronised ranks start a step within a fraction of it; a window more than half a step from
     every reference step keeps a key of its own (``@rank``), and so does the farther of two
-    windows that land on one reference step. Returns notes on what could not be matched.
+    windows that land on one reference step. Renames the keys in the summaries; returns notes on
+    what could not be matched.
     """
-    inferred = [(t, seg, keys) for t, seg, keys in segmented if seg.method in INFERRED and seg.steps]
+    inferred = [s for s in summaries if s.method in INFERRED and s.keys]
     if len(inferred) < 2:
         return []
-    ref_trace, ref_seg, ref_keys = max(inferred, key=lambda item: (len(item[1].steps), -item[0].rank))
-    ref_starts = np.array([st.host_start for st in ref_seg.steps]) + ref_trace.clock_offset_ns
+    ref = max(inferred, key=lambda s: (len(s.keys), -s.rank))
+    ref_starts = np.array(ref.host_starts_ns)
     half = float(np.median(np.diff(ref_starts))) / 2 if len(ref_starts) > 1 else float("inf")
     notes = []
-    for trace, seg, keys in inferred:
-        if trace is ref_trace:
+    for summary in inferred:
+        if summary is ref:
             continue
-        starts = np.array([st.host_start for st in seg.steps]) + trace.clock_offset_ns
+        starts = np.array(summary.host_starts_ns)
         after = np.searchsorted(ref_starts, starts)  # the reference steps on either side of each start
         left, right = np.clip(after - 1, 0, len(ref_starts) - 1), np.clip(after, 0, len(ref_starts) - 1)
         nearest = np.where(np.abs(starts - ref_starts[left]) <= np.abs(starts - ref_starts[right]), left, right)
@@ -189,10 +225,10 @@ def align_inferred_keys(segmented: list[tuple[RankTrace, Segmentation, list[str]
         for i in np.argsort(distance, kind="stable"):
             if distance[i] <= half and int(nearest[i]) not in best:
                 best[int(nearest[i])] = int(i)
-        matched = {i: ref_keys[r] for r, i in best.items()}
-        keys[:] = [matched.get(i, f"{key}@rank{trace.rank}") for i, key in enumerate(keys)]
-        if len(matched) < len(keys):
-            notes.append(f"rank {trace.rank}: {len(keys) - len(matched)} inferred steps match no step of rank {ref_trace.rank}")
+        matched = {i: ref.keys[r] for r, i in best.items()}
+        summary.rename({key: matched.get(i, f"{key}@rank{summary.rank}") for i, key in enumerate(summary.keys)})
+        if len(matched) < len(summary.keys):
+            notes.append(f"rank {summary.rank}: {len(summary.keys) - len(matched)} inferred steps match no step of rank {ref.rank}")
     return notes
 
 
@@ -251,9 +287,8 @@ def _rank_step(
     )
 
 
-def analyze_traces(
-    traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
-) -> Analysis:
+def _segmented(traces: list[RankTrace], step_range: str | None, align: str, steps_from: str):
+    """(notes, [(trace, ops, segmentation)]): each rank on the common clock, cut into steps."""
     traces = [cpu_run(t) or t for t in traces]
     if not any(len(t.kernels) or len(t.copies) for t in traces):
         raise InputError(
@@ -261,40 +296,121 @@ def analyze_traces(
             "(record CUDA activity: torch.profiler with ProfilerActivity.CUDA, or nsys -t cuda)"
         )
     notes: list[str] = []
-    per_rank = []
     all_ops = [device_ops(trace) for trace in traces]
     if align == "collective" and len(traces) > 1:
         notes += align_on_first_collective(traces, all_ops)
-    for trace, ops in zip(traces, all_ops):
-        seg = segment_steps(trace, ops, step_range, steps_from)
-        notes += [f"rank {trace.rank}: {n}" for n in trace.notes + seg.notes]
-        per_rank.append((trace, ops, seg, _keys(seg)))
-    notes += align_inferred_keys([(trace, seg, keys) for trace, _, seg, keys in per_rank])
-    methods = {seg.method for _, _, seg, _ in per_rank}
+    return notes, [(t, ops, segment_steps(t, ops, step_range, steps_from)) for t, ops in zip(traces, all_ops)]
+
+
+def rank_summary(trace: RankTrace, ops: DeviceOps, seg: Segmentation) -> RankSummary:
+    keys = _keys(seg)
+    blocking = host_blocking(trace)
+    sets = rank_sets(ops)
+    launches = launch_starts(trace)
+    rank_steps, arrivals, empty = [], [], []
+    for i, key in enumerate(keys):
+        row = _rank_step(trace, ops, sets, seg, i, key, blocking, launches)
+        if row is None:
+            empty.append(key)
+            continue
+        rank_steps.append(row)
+        arrivals.append(rank_collectives(trace, ops, seg.steps[i], sets.compute))
+    return RankSummary(
+        source=trace.source,
+        rank=trace.rank,
+        method=seg.method,
+        notes=[f"rank {trace.rank}: {n}" for n in trace.notes + seg.notes],
+        keys=keys,
+        host_starts_ns=[st.host_start + trace.clock_offset_ns for st in seg.steps],
+        empty_steps=empty,
+        rank_steps=rank_steps,
+        segments=[row.segments for row in rank_steps],
+        arrivals=arrivals,
+        kernel_sum_ms=float((trace.kernels["end"] - trace.kernels["start"]).sum()) / 1e6 if len(trace.kernels) else 0.0,
+        unassigned=seg.unassigned,
+    )
+
+
+def _table(trace: RankTrace, ops: DeviceOps, seg: Segmentation, keys: list[str], wanted: set[str]) -> KernelTable:
+    steps = [step for step, key in zip(seg.steps, keys) if key in wanted]
+    return KernelTable(rows=kernel_table(trace, ops, steps), copy_us=device_copy_us(ops, steps), keys=[k for k in keys if k in wanted])
+
+
+def summarize_traces(
+    traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
+) -> list[RankSummary]:
+    """Each rank's summary, with the kernel tables a merge may need (of its decode-only steps, and of all)."""
+    notes, segmented = _segmented(traces, step_range, align, steps_from)
+    summaries = []
+    for trace, ops, seg in segmented:
+        summary = rank_summary(trace, ops, seg)
+        worked = {row.key for row in summary.rank_steps}
+        decode = {row.key for row in summary.rank_steps if row.kind == "decode"}
+        summary.tables = {"all": _table(trace, ops, seg, summary.keys, worked)}
+        if decode:
+            summary.tables["decode"] = _table(trace, ops, seg, summary.keys, decode)
+        summaries.append(summary)
+    summaries[0].notes[:0] = notes
+    return summaries
+
+
+def analyze_traces(
+    traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
+) -> Analysis:
+    notes, segmented = _segmented(traces, step_range, align, steps_from)
+    summaries = [rank_summary(trace, ops, seg) for trace, ops, seg in segmented]
+    by_rank = {id(summary): item for summary, item in zip(summaries, segmented)}
+
+    def table_of(summary: RankSummary, wanted: set[str]) -> tuple[KernelTable, list[str]]:
+        trace, ops, seg = by_rank[id(summary)]
+        return _table(trace, ops, seg, summary.keys, wanted), []
+
+    return merge_ranks(summaries, table_of, notes)
+
+
+def _stored_table(summary: RankSummary, wanted: set[str]) -> tuple[KernelTable, list[str]]:
+    """The kernel table a summary carries for the budget's steps: of its decode-only ones or of all."""
+    decode = summary.tables.get("decode")
+    table = decode if decode is not None and set(decode.keys) <= wanted else summary.tables.get("all")
+    if table is None:
+        return KernelTable(rows=[], copy_us=0.0, keys=[]), [f"rank {summary.rank}: its summary holds no kernel table"]
+    mine = {k for k in summary.keys if k in wanted}
+    if set(table.keys) == mine:
+        return table, []
+    return table, [
+        f"rank {summary.rank}: kernel table of {len(table.keys)} of its steps, the budget's are {len(mine)} "
+        "(the ranks disagree on which steps are decode-only, or the rank did no work in some)"
+    ]
+
+
+def merge_ranks(summaries: list[RankSummary], table_of=_stored_table, leading_notes: list[str] = ()) -> Analysis:
+    """One analysis from the ranks' summaries, as if their traces had been analysed together."""
+    ranks = [s.rank for s in summaries]
+    repeated = next((r for r in ranks if ranks.count(r) > 1), None)
+    if repeated is not None:
+        raise InputError(f"rank {repeated} appears in more than one summary")
+    notes = [*leading_notes, *(n for s in summaries for n in s.notes)]
+    notes += align_inferred_keys(summaries)
+    methods = {s.method for s in summaries}
     if len(methods) > 1:
         notes.append(f"ranks were segmented differently ({', '.join(sorted(methods))})")
+    notes += [f"rank {s.rank}: step {key} launched no device work; no budget" for s in summaries for key in s.empty_steps]
 
     rank_steps: list[RankStep] = []
     arrivals: dict[str, list] = {}
-    for trace, ops, seg, keys in per_rank:
-        blocking = host_blocking(trace)
-        sets = rank_sets(ops)
-        launches = launch_starts(trace)
-        for i, key in enumerate(keys):
-            row = _rank_step(trace, ops, sets, seg, i, key, blocking, launches)
-            if row is None:
-                notes.append(f"rank {trace.rank}: step {key} launched no device work; no budget")
-                continue
+    for summary in summaries:
+        for row, segments, arrived in zip(summary.rank_steps, summary.segments, summary.arrivals):
+            row.segments = segments
             rank_steps.append(row)
-            arrivals.setdefault(key, []).append(rank_collectives(trace, ops, seg.steps[i], sets.compute))
+            arrivals.setdefault(row.key, []).append(arrived)
 
     by_key: dict[str, list[RankStep]] = {}
     for r in rank_steps:
         by_key.setdefault(r.key, []).append(r)
-    summaries = []
+    steps = []
     for key, rows in by_key.items():
         critical = max(rows, key=lambda r: (r.window_ns - r.parts_ns["exposed_comm"], r.window_ns))
-        summaries.append(
+        steps.append(
             StepSummary(
                 key=key,
                 ranks=[r.rank for r in rows],
@@ -305,12 +421,12 @@ def analyze_traces(
             )
         )
 
-    budgeted = budget_steps(summaries)
-    decode_only = any(s.kind == "decode" for s in summaries)
-    kinds = Counter(s.kind for s in summaries if s.kind is not None)
+    budgeted = budget_steps(steps)
+    decode_only = any(s.kind == "decode" for s in steps)
+    kinds = Counter(s.kind for s in steps if s.kind is not None)
     if kinds and not decode_only:
         held = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
-        notes.append(f"no decode-only step: the budget, median and kernel table are of all {len(summaries)} steps ({held})")
+        notes.append(f"no decode-only step: the budget, median and kernel table are of all {len(steps)} steps ({held})")
     times = np.array([s.step_ms for s in budgeted])
     representative = None
     if len(times):
@@ -333,32 +449,27 @@ def analyze_traces(
         for key, per in arrivals.items()
         for c in match_collectives(per)
     ]
-    critical_rank = next((s.critical_rank for s in summaries if s.key == representative), None)
-    table: list[KernelClassRow] = []
-    copy_us = 0.0
+    critical_rank = next((s.critical_rank for s in steps if s.key == representative), None)
+    table = KernelTable(rows=[], copy_us=0.0, keys=[])
     budget_keys = {s.key for s in budgeted}
-    for trace, ops, seg, keys in per_rank:
-        if trace.rank == critical_rank:
-            steps = [step for step, key in zip(seg.steps, keys) if key in budget_keys]
-            table = kernel_table(trace, ops, steps)
-            copy_us = device_copy_us(ops, steps)
-    kernel_sum = sum(
-        float((t.kernels["end"] - t.kernels["start"]).sum()) / 1e6 for t, _, seg, _ in per_rank if len(t.kernels)
-    )
+    for summary in summaries:
+        if summary.rank == critical_rank:
+            table, table_notes = table_of(summary, budget_keys)
+            notes += table_notes
     return Analysis(
-        sources=[t.source for t in traces],
-        ranks=[t.rank for t in traces],
+        sources=[s.source for s in summaries],
+        ranks=ranks,
         method="/".join(sorted(methods)),
-        steps=summaries,
+        steps=steps,
         rank_steps=rank_steps,
         representative=representative,
         median_step_ms=float(np.median(times)) if len(times) else None,
         step_spread_ms=float(np.percentile(times, 90) - np.percentile(times, 10)) if len(times) else None,
         decode_only=decode_only,
-        kernel_table=table,
-        copy_us=copy_us,
+        kernel_table=table.rows,
+        copy_us=table.copy_us,
         collectives=collectives,
-        kernel_sum_across_ranks_ms=kernel_sum,
-        unassigned_ops={t.rank: seg.unassigned for t, _, seg, _ in per_rank},
+        kernel_sum_across_ranks_ms=sum(s.kernel_sum_ms for s in summaries),
+        unassigned_ops={s.rank: s.unassigned for s in summaries},
         notes=notes,
     )
