@@ -37,9 +37,9 @@ UNMADE = {
     "small-experts": "the tiny MoE model (tiny_model(moe=True)) serves, but the CPU build's trace shows the compiled "
                      "model as one opaque op, so no expert kernel time can be measured; GPU only (the imitation's "
                      "small-experts with --device cuda)",
-    "tp-straggler": "the CPU build pins each tensor-parallel worker to a core; with TP=2 on 2 cores the API server "
-                    "and engine core have none left, and no rank can be made late without starving the other; "
-                    "the imitation's straggler runs two gloo ranks",
+    "tp-straggler": "not tried: the CPU build pins each worker to a core, so TP=2 on 2 cores leaves the API server "
+                    "and the engine core none, and a rank made late would starve the other; the imitation's "
+                    "straggler runs two gloo ranks",
     "graph-replay": "CUDA graphs need a GPU (the CPU build reports cudagraph_mode 0); the imitation's eager-launches "
                     "with --device cuda, and enforce-eager here for the compile half",
 }
