@@ -65,9 +65,11 @@ t0 = time.perf_counter()
 from diagnoser.trace.chunked_json import event_pieces
 from diagnoser.trace.trace_file import open_stream
 t = time.perf_counter()
-with open_stream(Path(sys.argv[1])) as stream:
-    for _ in event_pieces(stream):
-        pass
+given = Path(sys.argv[1])
+for path in sorted(given.iterdir()) if given.is_dir() else [given]:
+    with open_stream(path) as stream:
+        for _ in event_pieces(stream):
+            pass
 print(t - t0, time.perf_counter() - t)
 """
 
@@ -264,17 +266,21 @@ def write_kernel_dense(path: Path, megabytes: float, rank: int = 0, kernels: int
     return step * (kernels + 1)
 
 
-def scale(sizes: list[float], scratch: Path) -> None:
-    """diagnoser against a stream-parse of the same generated file, at growing sizes, each in its own process."""
+def scale(sizes: list[float], scratch: Path, ranks: int = 1) -> None:
+    """diagnoser against a stream-parse of the same generated files (``ranks`` of each size in one
+    folder), at growing sizes, each in its own process."""
+    import shutil
+
     for megabytes in sizes:
-        path = scratch / f"dense-{megabytes:g}MB.json"
+        folder = scratch / f"dense-{ranks}x{megabytes:g}MB"
+        folder.mkdir(parents=True, exist_ok=True)
         try:
-            kernels = write_kernel_dense(path, megabytes)
-            _, parse_s, parse_mb = run_measured(STREAM_PARSE_RUN, path)
-            _, ours_s, ours_mb = run_measured(DIAGNOSER_RUN, path)
+            kernels = sum(write_kernel_dense(folder / f"rank-{r}.json", megabytes, rank=r) for r in range(ranks))
+            _, parse_s, parse_mb = run_measured(STREAM_PARSE_RUN, folder)
+            _, ours_s, ours_mb = run_measured(DIAGNOSER_RUN, folder)
         finally:
-            path.unlink(missing_ok=True)
-        print(f"{megabytes:g} MB, {kernels:,} kernels: diagnoser {ours_s:.2f} s, peak {ours_mb:.0f} MB; "
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"{ranks} x {megabytes:g} MB, {kernels:,} kernels: diagnoser {ours_s:.2f} s, peak {ours_mb:.0f} MB; "
               f"stream-parse {parse_s:.2f} s, peak {parse_mb:.0f} MB; ratio {ours_s / parse_s:.2f} (goal <= 1.5)",
               flush=True)
 
@@ -286,12 +292,13 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true", help="generated kernel-dense traces of growing size instead")
     parser.add_argument("--sizes", default="100,300,1000", help="--scale: sizes in MB of JSON, comma-separated")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp"), help="--scale: where the traces are written")
+    parser.add_argument("--ranks", type=int, default=1, help="--scale: ranks of each size, read as one folder")
     parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed in")
     parser.add_argument("--start", action="store_true", help="whole processes on each of HTA's test traces instead")
     parser.add_argument("--repeat", type=int, default=3, help="--start: runs per tool and trace (the best counts)")
     args = parser.parse_args()
     if args.scale:
-        scale([float(x) for x in args.sizes.split(",")], args.scratch)
+        scale([float(x) for x in args.sizes.split(",")], args.scratch, args.ranks)
         return
     if args.start:
         start_to_end(args.hta_python, args.repeat)

@@ -98,6 +98,8 @@ def _parse(path: Path, data: bytes) -> dict:
 
 def _num(value: object, default: int = -1) -> int:
     """Integer fields; pid/tid are strings on Kineto's synthetic rows ("Spans"), those become the default."""
+    if type(value) is int:  # nearly every field: millions of calls, so the common case goes first
+        return value
     return int(value) if isinstance(value, (int, float)) else default
 
 
@@ -130,6 +132,8 @@ def _msg_bytes(args: dict) -> int:
 
 def _dims(value: object) -> int:
     """Product of a [x, y, z] launch dimension, -1 when absent."""
+    if type(value) is list and len(value) == 3 and type(value[0]) is type(value[1]) is type(value[2]) is int:
+        return value[0] * value[1] * value[2]  # as Kineto writes it: skip the general loop
     if not isinstance(value, list) or not value:
         return -1
     out = 1
