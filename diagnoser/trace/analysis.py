@@ -15,6 +15,7 @@ annotations tell them apart (``budget_steps``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -383,8 +384,15 @@ def _stored_table(summary: RankSummary, wanted: set[str]) -> tuple[KernelTable, 
     ]
 
 
-def merge_ranks(summaries: list[RankSummary], table_of=_stored_table, leading_notes: list[str] = ()) -> Analysis:
-    """One analysis from the ranks' summaries, as if their traces had been analysed together."""
+TableOf = Callable[[RankSummary, set[str]], tuple[KernelTable, list[str]]]
+
+
+def merge_ranks(
+    summaries: list[RankSummary], table_of: TableOf = _stored_table, leading_notes: Sequence[str] = ()
+) -> Analysis:
+    """One analysis from the ranks' summaries, as if their traces had been analysed together.
+    ``table_of`` gives the critical rank's kernel table of the budget's steps: from the summary, or
+    computed from the trace when it is at hand (``analyze_traces``)."""
     ranks = [s.rank for s in summaries]
     repeated = next((r for r in ranks if ranks.count(r) > 1), None)
     if repeated is not None:
