@@ -554,21 +554,33 @@ def judge(case: Case, code: int | None, stdout: str, stderr: str, before: dict, 
     return Outcome(case, not problems, why, seconds, peak_mb)
 
 
+def _high_water_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM). Not wait4's ru_maxrss: Linux carries the
+    parent's high-water mark across fork and exec, so every child would report the harness's."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            line = next((row for row in status if row.startswith("VmHWM:")), "VmHWM: 0 kB")
+    except OSError:
+        return 0.0
+    return int(line.split()[1]) / 1024
+
+
 def _wait(proc: subprocess.Popen, timeout_s: float) -> tuple[int | None, float]:
-    """The exit code (None when killed at the time limit) and the child's own peak memory in MB,
-    from wait4: the script's figure is per command, not the harness's."""
+    """The exit code (None when killed at the time limit) and the command's peak memory in MB,
+    sampled every 20 ms while it runs (a peak shorter than that can be missed)."""
     deadline = time.monotonic() + timeout_s
-    timed_out = False
+    peak_mb = 0.0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
+        peak_mb = max(peak_mb, _high_water_mb(proc.pid))
+        code = proc.poll()
+        if code is not None:
             break
         if time.monotonic() > deadline:
             proc.kill()
-            timed_out = True
+            proc.wait()
+            return None, peak_mb
         time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
-    return (None if timed_out else proc.returncode), usage.ru_maxrss / 1024
+    return code, peak_mb
 
 
 def run_subprocess(case: Case, timeout_s: float) -> Outcome:
