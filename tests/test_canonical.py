@@ -37,6 +37,20 @@ def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
     assert alone.observations.graph is None  # a batch says nothing about graphs on its own
 
 
+def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_stream():
+    engine, bursts, tail = {"boundary": "engine", "itl_ms": {"mean": 4.8, "p50": 4.5}}, {"bursty": True}, {"client_p99_ms": 87.0}
+    behind = canonical(case(metrics=engine, boundaries=tail, stream=bursts))
+    assert behind.observations.boundaries.server_emission_ms == 4.5  # the median, not the mean
+    mean_only = canonical(case(metrics={**engine, "itl_ms": {"mean": 4.8}}, boundaries=tail, stream=bursts))
+    assert mean_only.observations.boundaries.server_emission_ms == 4.8
+    at_client = canonical(case(metrics={**engine, "boundary": "client_receipt"}, boundaries=tail, stream=bursts))
+    assert at_client.observations.boundaries.server_emission_ms is None  # a client's ITL is no server's interval
+    steady = canonical(case(metrics=engine, boundaries=tail, stream={"bursty": False}))
+    assert steady.observations.boundaries.server_emission_ms is None  # its p99 against the median is jitter
+    no_client = canonical(case(metrics=engine))
+    assert no_client.observations.boundaries is None
+
+
 def test_acceptance_from_tokens_per_cycle():
     # 2.6 tokens a cycle of 8 drafts: the verify's own token plus 1.6 accepted drafts, 1.6 / 8 = 0.2
     found = canonical(case(speculation={"mean_accepted_per_cycle": 2.6, "draft_length": 8}))

@@ -83,8 +83,15 @@ def _spike_ratio(section: str, p99: str, p50: str) -> Read:
     return read
 
 
-def _mixed_steps(data: dict) -> Any:
-    return True if (_at("observations.step_mix.mixed_steps")(data) or 0) > 0 else None
+def _engine_interval(data: dict) -> Any:
+    """The server's own inter-token interval (its median, else its mean, read at the engine or at emission)
+    for a client whose stream came in bursts: its gaps are a read pattern, so the server's interval is the
+    typical gap, and the client's p99 against it is what was held on the way. A stream that was not bursty
+    keeps its own median; its p99 against the server's median would be the server's own jitter."""
+    if _at("observations.metrics.boundary")(data) not in ("engine", "server_emission") or _at("observations.stream.bursty")(data) is not True:
+        return None
+    itl = _at("observations.metrics.itl_ms")(data) or {}
+    return itl.get("p50") or itl.get("mean")
 
 
 # A fixed time per request under this share of the shortest run's time is within what decode itself varies.
@@ -125,6 +132,9 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.metrics.tokens_per_chunk", "tokens each streamed chunk carries", (
         same("observations.boundaries.tokens_per_chunk"),
     ), only_with="observations.metrics"),
+    Equivalence("observations.boundaries.server_emission_ms", "the gap between a stream's tokens as the server sends them", (
+        Alternative("observations.metrics.itl_ms", _engine_interval, "the server's inter-token latency, p50 else mean, read at the engine"),
+    ), only_with="observations.boundaries.client_p99_ms"),
     Equivalence("observations.speculation.acceptance_rate", "accepted draft tokens over drafted tokens", (
         Alternative("observations.speculation.mean_accepted_per_cycle", _accepted_rate, "(tokens per cycle - 1) / draft length"),
     )),
@@ -137,9 +147,6 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),
     ), only_with="observations.metrics"),
-    Equivalence("observations.host.prefill_interleaved", "prompts were prefilled in the same steps as running decodes", (
-        Alternative("observations.step_mix.mixed_steps", _mixed_steps, "a trace shows steps that prefilled beside decodes"),
-    )),
 )
 
 
