@@ -38,7 +38,8 @@ def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
 
 
 def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_stream():
-    engine, bursts, tail = {"boundary": "engine", "itl_ms": {"mean": 4.8, "p50": 4.5}}, {"bursty": True}, {"client_p99_ms": 87.0}
+    engine, tail = {"boundary": "engine", "itl_ms": {"mean": 4.8, "p50": 4.5}}, {"client_p99_ms": 87.0}
+    bursts = {"bursty": True, "tokens_per_burst": 21.3}  # nginx with gzip on, in front of the real vLLM
     behind = canonical(case(metrics=engine, boundaries=tail, stream=bursts))
     assert behind.observations.boundaries.server_emission_ms == 4.5  # the median, not the mean
     mean_only = canonical(case(metrics={**engine, "itl_ms": {"mean": 4.8}}, boundaries=tail, stream=bursts))
@@ -47,6 +48,10 @@ def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_s
     assert at_client.observations.boundaries.server_emission_ms is None  # a client's ITL is no server's interval
     steady = canonical(case(metrics=engine, boundaries=tail, stream={"bursty": False}))
     assert steady.observations.boundaries.server_emission_ms is None  # its p99 against the median is jitter
+    behind_a_little = canonical(case(metrics=engine, boundaries=tail, stream={"bursty": True, "tokens_per_burst": 1.7}))
+    assert behind_a_little.observations.boundaries.server_emission_ms is None  # a loaded reader, not a buffer
+    big_chunks = canonical(case(metrics=engine, boundaries={**tail, "tokens_per_chunk": 6}, stream={**bursts, "tokens_per_burst": 12}))
+    assert big_chunks.observations.boundaries.server_emission_ms is None  # two chunks of six tokens a burst
     no_client = canonical(case(metrics=engine))
     assert no_client.observations.boundaries is None
 
