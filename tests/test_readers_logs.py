@@ -140,3 +140,15 @@ def test_damaged_copies_give_one_line(tmp_path, fmt, sample, broken):
     with pytest.raises(InputError) as err:
         FORMATS[fmt].read(artifact)
     assert "\n" not in str(err.value) and str(err.value)
+
+
+def test_vllm_stats_line_with_deferred_requests(tmp_path):
+    """The real CPU build's line while requests wait for their grammar (structured output): a `Deferred`
+    count sits between the waiting count and the KV usage (logged by the lab's structured-output fault)."""
+    log = tmp_path / "server.log"
+    log.write_text("(APIServer pid=31694) INFO 12-03 07:28:41 [loggers.py:335] Engine 000: Avg prompt throughput: 164.5 tokens/s, "
+                   "Avg generation throughput: 154.8 tokens/s, Running: 0 reqs, Waiting: 1 reqs, Deferred: 1 reqs, "
+                   "CPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n")
+    facts = vllm_log.FORMAT.read(Artifact.load(log)).facts
+    assert facts["observations.metrics.waiting_requests"].value == 1
+    assert facts["observations.memory.kv_cache_usage"].value == 0.0

@@ -41,7 +41,7 @@ _SIGNS = re.compile(
 _STATS = re.compile(r"(?:Engine (\d+): )?Avg prompt throughput: .*Avg generation throughput: ")
 _STATS_FIELDS = re.compile(
     r"Avg generation throughput: (?P<gen>\S+) tokens/s, Running: (?P<running>\S+) reqs, (?:Swapped: \S+ reqs, )?"
-    r"(?:Waiting|Pending): (?P<waiting>\S+) reqs, (?:\w+ )?KV cache usage: (?P<kv>\S+?)%"
+    r"(?:Waiting|Pending): (?P<waiting>\S+) reqs, (?:\w+: \S+ reqs, )*(?:\w+ )?KV cache usage: (?P<kv>\S+?)%"
 )
 _SPEC = re.compile(r"SpecDecoding metrics: ")
 _SPEC_FIELDS = {key: re.compile(pattern) for key, pattern in (
