@@ -145,7 +145,7 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         same("observations.boundaries.tokens_per_chunk"),
     ), only_with="observations.metrics"),
     Equivalence("observations.boundaries.server_emission_ms", "the gap between a stream's tokens as the server sends them", (
-        Alternative("observations.metrics.itl_ms", _engine_interval, "the server's inter-token latency, p50 else mean, read at the engine"),
+        Alternative("observations.metrics.itl_ms", _engine_interval, "the server's inter-token latency (p50, else mean), behind a stream whose chunks came 4 or more a burst"),
     ), only_with="observations.boundaries.client_p99_ms"),
     Equivalence("observations.speculation.acceptance_rate", "accepted draft tokens over drafted tokens", (
         Alternative("observations.speculation.mean_accepted_per_cycle", _accepted_rate, "(tokens per cycle - 1) / draft length"),
