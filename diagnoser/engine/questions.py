@@ -90,10 +90,11 @@ def next_questions(
         for name in missing:
             score[name] += weight / len(missing)
             evaluate[name].add(spec.id)
+    folded = _fold_fields_into_sections(score, bounds, evaluate)
     questions = [
         Question(
             input=name,
-            label=input_info(name).label,
+            label=_label(name, folded.get(name, [])),
             how=input_info(name).how,
             score=round(value, 4),
             would_bound=sorted(bounds[name]),
@@ -102,3 +103,24 @@ def next_questions(
         for name, value in score.items()
     ]
     return sorted(questions, key=lambda q: (-q.score, q.input))
+
+
+def _fold_fields_into_sections(
+    score: dict[str, float], bounds: dict[str, set[str]], evaluate: dict[str, set[str]]
+) -> dict[str, list[str]]:
+    """One question per section: when a whole section is asked for, a question about one of its
+    fields asks for the same thing again (answering the section gives the field), so the field's
+    weight and reasons join the section's. Returns the fields folded into each section."""
+    folded: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(n for n in score if "." in n and n.partition(".")[0] in score):
+        section, _, field = name.partition(".")
+        score[section] += score.pop(name)
+        bounds[section] |= bounds.pop(name, set())
+        evaluate[section] |= evaluate.pop(name, set())
+        folded[section].append(field)
+    return folded
+
+
+def _label(name: str, fields: list[str]) -> str:
+    label = input_info(name).label
+    return f"{label}, above all {', '.join(fields)}" if fields else label

@@ -19,15 +19,20 @@ from diagnoser.models.session import Answer, Source, SourceKind
 from diagnoser.session_ops import FieldErrors, answer_section, apply_answer, ranking_changes, with_source
 from diagnoser.tui.fields import answer_form, error_for, nested, parse_document
 from diagnoser.tui.screens.base import StageScreen
-from diagnoser.tui.widgets import FormField, Sidebar
+from diagnoser.tui.widgets import FormField
 
 RANKING_SHOWN = 5
+# How next_questions weighs a question, in the words a user needs to compare two of them.
+WEIGHT_MEANING = "10 for each open cause an answer would bound, 5 for a possible one, up to 4 for each rule it lets evaluate"
 
 
 class InterviewScreen(StageScreen):
     STAGE = "interview"
-    AUTO_FOCUS = "#answer Input, #answer TextArea, #answer Select"
+    # The question has focus on arrival, not the answer box: a digit typed there would be an answer,
+    # not the stage key a user presses to move on. Enter (or a click) goes into the answer.
+    AUTO_FOCUS = "#interview-view"
     BINDINGS = [
+        Binding("enter", "into_answer", "Type the answer"),
         Binding("ctrl+s", "answer", "Answer", priority=True),
         Binding("ctrl+n", "next", "Next", priority=True),
         Binding("ctrl+b", "previous", "Back", priority=True),
@@ -44,7 +49,11 @@ class InterviewScreen(StageScreen):
             yield Static("", id="question")
             yield Vertical(id="answer")
             yield Static("", id="answer-error", classes="form-error")
-            yield Static("blank: not known. Or run the command and load its result on Evidence (3)", classes="hint")
+            yield Static(
+                "enter: type the answer (esc leaves it, so digits change stage again). blank: not known. "
+                "Or run the command and load its result on Evidence (3)",
+                classes="hint",
+            )
             with Horizontal(classes="buttons"):
                 yield Button("Answer ^s", id="do-answer", variant="primary", compact=True)
                 yield Button("Next ^n", id="do-next", compact=True)
@@ -79,7 +88,7 @@ class InterviewScreen(StageScreen):
         text = Text()
         text.append(f"Question {self.questions.index(q) + 1} of {len(self.questions)}: ", style="bold")
         text.append(q.label, style="bold cyan")
-        text.append(f"  (score {q.score:g})\n")
+        text.append(f"  (weight {q.score:g}: {WEIGHT_MEANING})\n")
         if q.would_bound:
             text.append("why: ", style="bold")
             text.append("bounds or refutes " + "; ".join(f"{i} ({titles.get(i, i)})" for i in q.would_bound) + "\n")
@@ -106,8 +115,11 @@ class InterviewScreen(StageScreen):
             current = getattr(self.workspace.session.case.observations, section, None)
             given = current if current is not None and not isinstance(current, list) else None
             await box.mount(*(FormField(spec, getattr(given, spec.key, None)) for spec in form.fields))
-        if self.is_current and not isinstance(self.focused, Sidebar):
-            box.query("Input, TextArea, Select").first().focus()
+
+    def action_into_answer(self) -> None:
+        fields = self.query("#answer Input, #answer TextArea, #answer Select")
+        if fields:
+            fields.first().focus()
 
     def _answer_value(self, q: Question):
         documents = self.query("#answer-document")
