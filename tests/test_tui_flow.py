@@ -106,6 +106,13 @@ def test_the_whole_flow(tmp_path):
             assert decision is not None and decision.hypothesis == "client-gap"
             await pilot.press("m")
             await pilot.pause()
+            # the export asks where, offering the session's folder in full
+            path = app.screen.query_one("#export-path")
+            assert path.value == str((tmp_path / "case-moe-small-experts.report.md").absolute())
+            await pilot.press("enter")
+            await pilot.pause()
+            status = str(app.screen.query_one("#export-status").render())
+            assert status == f"wrote case-moe-small-experts.report.md in {tmp_path.absolute()}"
             return decision
 
     decision = run(walk())

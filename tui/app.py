@@ -20,7 +20,7 @@ from diagnoser.models.session import Session
 from diagnoser.tui.jobs import Jobs
 from diagnoser.tui.screens.bound import BoundScreen
 from diagnoser.tui.screens.decision import DecisionScreen
-from diagnoser.tui.screens.dialogs import HelpScreen
+from diagnoser.tui.screens.dialogs import ExportScreen, HelpScreen, export_message
 from diagnoser.tui.screens.evidence import EvidenceScreen
 from diagnoser.tui.screens.hypotheses import HypothesesScreen
 from diagnoser.tui.screens.interview import InterviewScreen
@@ -112,17 +112,36 @@ class DiagnoserApp(App[None]):
             return False
         return True
 
-    def export(self, fmt: str) -> Path:
-        """Write the session report beside the session file; the path written comes back."""
+    def export_path(self, fmt: str) -> Path:
+        """Where an export goes unless the user says otherwise: beside the session file."""
+        w = self.workspace
+        base = w.path if w.path is not None else Path("diagnoser.session.json")
+        return base.with_name(base.name.removesuffix(".json").removesuffix(".session") + EXPORT_SUFFIX[fmt]).absolute()
+
+    def export(self, fmt: str, path: Path | None = None) -> Path:
+        """Write the session report (to ``path``, else beside the session file); the path written comes back."""
         from diagnoser.fileio import check_outputs, write_atomic
         from diagnoser.session_report import render_session_html, render_session_json, render_session_markdown
 
         w = self.workspace
-        base = w.path if w.path is not None else Path("diagnoser.session.json")
-        path = base.with_name(base.name.removesuffix(".json").removesuffix(".session") + EXPORT_SUFFIX[fmt])
-        check_outputs([("export", path)], [base])
+        path = (path or self.export_path(fmt)).expanduser().absolute()
+        check_outputs([("export", path)], [*w.inputs, *([w.path] if w.path is not None else [])])
         render = {"markdown": render_session_markdown, "html": render_session_html, "json": render_session_json}[fmt]
+        path.parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, render(w.session, w.diagnosis))
+
+    def ask_export(self, fmt: str, done) -> None:
+        """Ask where the report goes, write it, and hand ``done`` the written path or the refusal."""
+
+        def chosen(answer: str | None) -> None:
+            if answer is None:
+                return
+            try:
+                done(self.export(fmt, Path(answer)), None)
+            except (InputError, OSError) as err:
+                done(None, err)
+
+        self.push_screen(ExportScreen(f"Export the report as {fmt}", str(self.export_path(fmt))), chosen)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         if hasattr(screen, "commands"):
@@ -141,7 +160,10 @@ class DiagnoserApp(App[None]):
         yield from super().get_system_commands(screen)
 
     def _export_from_palette(self, fmt: str) -> None:
-        try:
-            self.notify(f"wrote {self.export(fmt).name}")
-        except InputError as err:
-            self.notify(markup_safe(err), severity="error")
+        def done(path: Path | None, err: Exception | None) -> None:
+            if path is not None:
+                self.notify(export_message(path))
+            else:
+                self.notify(markup_safe(err), severity="error")
+
+        self.ask_export(fmt, done)

@@ -34,11 +34,12 @@ def evaluate(case: Case, rulebook) -> tuple[Diagnosis, BoundReport | None]:
 
 
 class Workspace:
-    def __init__(self, session: Session, path: Path | None, rulebook=None) -> None:
+    def __init__(self, session: Session, path: Path | None, rulebook=None, inputs: tuple[Path, ...] = ()) -> None:
         from diagnoser.engine import load_rulebook
 
         self.rulebook = rulebook if rulebook is not None else load_rulebook(())
         self.path = path
+        self.inputs = inputs  # the files it was opened from: no export may overwrite them
         self.session = session
         self.saved = session  # as last read or written: what another TUI's changes are merged against
         self.diagnosis, self.bound = evaluate(session.case, self.rulebook)

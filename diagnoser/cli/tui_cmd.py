@@ -35,13 +35,13 @@ def open_workspace(source: str | None, session_out: str | None):
     if source is not None and looks_like_session(source):
         path = Path(session_out or source)
         inputs = [source] if path != Path(source) else []
-        return Workspace(load_session(source), path), inputs, "hypotheses"
+        return Workspace(load_session(source), path, inputs=tuple(map(Path, inputs))), inputs, "hypotheses"
     if source is None:
         return Workspace(Session(), Path(session_out or "diagnoser.session.json")), [], "pin"
     case = load_case(source)
     session = Session(case=case, sources=[Source(kind=SourceKind.case, label=Path(source).name, sections=merge_case(Case(), case)[1])])
     path = Path(session_out) if session_out else free_session_path(Path(source))
-    return Workspace(session, path), [source], "pin" if case.workload is None else "bound"
+    return Workspace(session, path, inputs=(Path(source),)), [source], "pin" if case.workload is None else "bound"
 
 
 @click.command("tui")

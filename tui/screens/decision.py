@@ -19,7 +19,7 @@ from diagnoser.models.session import Mark
 from diagnoser.session_ops import decide
 from diagnoser.session_report import prediction_text
 from diagnoser.tui.screens.base import StageScreen
-from diagnoser.tui.screens.dialogs import NoteScreen, remedy_label
+from diagnoser.tui.screens.dialogs import NoteScreen, export_message, remedy_label
 from diagnoser.report.untrusted import markup_safe
 
 FORMATS = (("markdown", "m", "Markdown"), ("html", "h", "HTML"), ("json", "j", "JSON"))
@@ -65,12 +65,11 @@ class DecisionScreen(StageScreen):
         self.app.save(self.workspace.session.model_copy(update={"decision": decision}))
 
     def action_export(self, fmt: str) -> None:
-        try:
-            path = self.app.export(fmt)
-        except InputError as err:
-            self.query_one("#export-status", Static).update(Text(str(err), style="bold red"))
-            return
-        self.query_one("#export-status", Static).update(f"wrote {path.name}")
+        def done(path, err) -> None:
+            status = self.query_one("#export-status", Static)
+            status.update(Text(export_message(path)) if path is not None else Text(str(err), style="bold red"))
+
+        self.app.ask_export(fmt, done)
 
     def action_note(self) -> None:
         decision = self.workspace.session.decision

@@ -1,4 +1,4 @@
-"""Modal dialogs: the help screen, a note editor, and the choice of a remedy."""
+"""Modal dialogs: the help screen, a note editor, the choice of a remedy, and where an export goes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Markdown, OptionList, Static, TextArea
+from textual.widgets import Input, Markdown, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from diagnoser.models.hypothesis import Hypothesis
@@ -25,7 +25,7 @@ Work down the stages; every change is saved to the session file at once.
 | 4 | Interview | the next questions, one at a time: answer (ctrl+s), next (ctrl+n), back (ctrl+b) |
 | 5 | Hypotheses | mark confirmed (c), refuted (r), needs data (n), clear (u); note (e); choose a remedy (d) |
 | 6 | What-if | Amdahl, speculation and batching, prefilled from the case |
-| 7 | Decision | the chosen remedy and its undo criteria; export Markdown (m), HTML (h), JSON (j) |
+| 7 | Decision | the chosen remedy and its undo criteria; export Markdown (m), HTML (h), JSON (j) to a path you confirm |
 | 8 | Walkthrough | a scored training walkthrough: enter answers, ctrl+n skips or goes on, ctrl+f finishes |
 
 Anywhere: **ctrl+p** opens the command palette (its commands follow the screen you are on),
@@ -80,6 +80,31 @@ class RemedyScreen(ModalScreen[int | None]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(int(event.option.id))
+
+
+class ExportScreen(ModalScreen[str | None]):
+    """Where the report goes: the default beside the session file, shown in full and editable,
+    so nobody learns afterwards that it landed inside a repository."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, title: str, default: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            yield Input(self.default, id="export-path")
+            yield Static("enter writes the file there (folders are made), escape cancels", classes="dialog-hint")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+
+def export_message(path) -> str:
+    return f"wrote {path.name} in {path.parent}"
 
 
 def remedy_label(remedy) -> str:

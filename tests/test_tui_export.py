@@ -1,0 +1,58 @@
+"""The decision export asks where the report goes, writes there, says the folder, and never
+writes over the files the session was opened from."""
+
+from __future__ import annotations
+
+from tui_support import example_copy, make_app, run
+
+
+def export_to(case, target: str | None):
+    async def walk():
+        app = make_app(case, start="decision")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            await pilot.press("h")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "ExportScreen"
+            if target is not None:
+                box = app.screen.query_one("#export-path")
+                box.value = target
+            await pilot.press("enter")
+            await pilot.pause()
+            return str(app.screen.query_one("#export-status").render())
+
+    return run(walk())
+
+
+def test_the_report_goes_where_the_user_says_and_the_status_names_the_folder(tmp_path):
+    case = example_copy(tmp_path)
+    target = tmp_path / "reports" / "today.html"
+    status = export_to(case, str(target))
+    assert status == f"wrote today.html in {target.parent}"
+    assert "<html" in target.read_text().lower()
+    assert not (tmp_path / "case-moe-small-experts.report.html").exists()
+
+
+def test_the_case_it_was_opened_from_is_never_overwritten(tmp_path):
+    case = example_copy(tmp_path)
+    before = case.read_bytes()
+    status = export_to(case, str(case))
+    assert "is an input of this command; inputs are never overwritten" in status
+    assert case.read_bytes() == before
+
+
+def test_escape_writes_nothing(tmp_path):
+    case = example_copy(tmp_path)
+
+    async def walk():
+        app = make_app(case, start="decision")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            await pilot.press("m")
+            await pilot.pause()
+            await pilot.press("escape")
+            await pilot.pause()
+            return type(app.screen).__name__, str(app.screen.query_one("#export-status").render())
+
+    assert run(walk()) == ("DecisionScreen", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["case-moe-small-experts.yaml"]
