@@ -31,8 +31,11 @@ def test_a_refuted_cause_is_not_the_exported_verdict(tmp_path):
             await pilot.press("enter")
             await pilot.pause()
             assert ws.session.decision is not None and ws.session.decision.hypothesis != top
-            await pilot.press("m", "h")
-            await pilot.pause()
+            for key in ("m", "h"):  # each export asks where; enter takes the offered path beside the session
+                await pilot.press(key)
+                await pilot.pause()
+                await pilot.press("enter")
+                await pilot.pause()
             return top, ws.session.decision
 
     refuted, decision = run(walk())

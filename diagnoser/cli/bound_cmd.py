@@ -108,7 +108,7 @@ def _pinned(workload_file: str | None, flags: dict[str, Any], observed: dict[str
     try:
         workload = Workload.model_validate(doc)
     except ValidationError as err:
-        raise InputError(validation_message(err, workload_file or "workload")) from None
+        raise InputError(validation_message(err, workload_file or "workload", Workload)) from None
     report = compute_bound(workload)
     from diagnoser.report.bound import render_bound
 

@@ -115,7 +115,7 @@ def _batch_inputs(path: str):
             return case.workload
         return Workload.model_validate(data)
     except ValidationError as err:
-        raise InputError(validation_message(err, path)) from None
+        raise InputError(validation_message(err, path, Case if "workload" in data else Workload)) from None
 
 
 @whatif.command("batch")

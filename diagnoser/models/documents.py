@@ -6,6 +6,8 @@ CLI never shows a traceback for a typo.
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,14 +18,79 @@ from diagnoser.errors import InputError
 M = TypeVar("M", bound=BaseModel)
 
 
-def validation_message(err: ValidationError, where: str) -> str:
-    """One line naming the first bad field, for the CLI."""
-    first = err.errors()[0]
+def validation_message(err: ValidationError, where: str, model: type[BaseModel] | None = None) -> str:
+    """One line naming the first bad field, for the CLI.
+
+    A value that fits none of a union's forms fails once per form; those failures are one
+    problem and are said together. With ``model``, a key that is not a field gets the nearest
+    field's name, as the rule loader does.
+    """
+    errors = err.errors()
+    first = errors[0]
+    together = _union_alternatives(errors)
     # a key is the document's own text: a newline or escape in it must not break the one line
-    loc = ".".join(str(part) if str(part).isprintable() else repr(str(part)) for part in first["loc"]) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    loc_parts = first["loc"][:-1] if len(together) > 1 else first["loc"]
+    loc = ".".join(str(part) if str(part).isprintable() else repr(str(part)) for part in loc_parts) or "(top level)"
+    msg = ", or ".join(
+        e["msg"].removeprefix("Value error, ") if i == 0 else e["msg"].removeprefix("Input should be ")
+        for i, e in enumerate(together)
+    )
+    if first["type"] == "extra_forbidden" and model is not None:
+        known = _field_names(model, first["loc"][:-1])
+        guess = difflib.get_close_matches(str(first["loc"][-1]), known, n=1, cutoff=0.6) if known else []
+        msg = f"not a field here; did you mean {guess[0]!r}?" if guess else f"not a field here (fields: {', '.join(known)})"
+    if first["type"] == "missing":
+        misspelt = _misspelling_of(first["loc"], errors)
+        if misspelt is not None:
+            msg += f" (is {misspelt!r}, given beside it, a misspelling?)"
+            together = [*together, next(e for e in errors if e["loc"] == (*first["loc"][:-1], misspelt))]
+    more = f" (+{len(errors) - len(together)} more)" if len(errors) > len(together) else ""
     return f"{where}: {loc}: {msg}{more}"
+
+
+def _union_alternatives(errors: list) -> list:
+    """The first error and those that are the same value failing another form of one union: same
+    place but the last part (the form's tag), same input."""
+    first = errors[0]
+    same = [
+        e for e in errors
+        if len(e["loc"]) == len(first["loc"]) and e["loc"][:-1] == first["loc"][:-1] and e.get("input") is first.get("input")
+        and isinstance(e["loc"][-1], str) and e["type"] != "extra_forbidden"
+    ]
+    return same if len(same) > 1 and first in same else [first]
+
+
+def _misspelling_of(loc: tuple, errors: list) -> str | None:
+    """A key refused as extra beside a missing required field, close enough to be its misspelling."""
+    extras = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == loc[:-1]]
+    close = difflib.get_close_matches(str(loc[-1]), extras, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The fields of the model found at ``loc`` inside ``model`` (list indexes and union forms
+    followed to the first model that has the next key); empty when the place is not a model."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = _model_in(fields[part].annotation)
+        if current is None:
+            return []
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 # A YAML document may share one node many times through anchors and aliases, and an alias inside
@@ -138,4 +205,4 @@ def load_model(path: str | Path, model: type[M], what: str, version: int | tuple
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise InputError(validation_message(err, str(path))) from None
+        raise InputError(validation_message(err, str(path), model)) from None

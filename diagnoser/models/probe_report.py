@@ -56,4 +56,4 @@ def load_report(path: str | Path) -> ProbeReport:
     try:
         return ProbeReport.model_validate(data)
     except ValidationError as err:
-        raise InputError(validation_message(err, str(path))) from None
+        raise InputError(validation_message(err, str(path), ProbeReport)) from None

@@ -126,7 +126,7 @@ def load_session(path: str | Path) -> Session:
     try:
         return Session.model_validate(data)
     except ValidationError as err:
-        raise InputError(validation_message(err, f"{path}: session")) from None
+        raise InputError(validation_message(err, f"{path}: session", Session)) from None
 
 
 def session_text(session: Session) -> str:
