@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import get_args
+from typing import Annotated, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -54,9 +54,61 @@ def unit_of(name: str) -> str:
     return next((unit for suffix, unit in _UNITS if name.endswith(suffix)), "")
 
 
+_COUNTED = ("launches", "calls", "requests", "sequences", "preemptions", "concurrency", "ctas", "points", "batch",
+            "per_step", "per_cycle", "experts", "ranks", "cores")
+
+
+def _unit_of_field(name: str, annotation, description: str) -> str:
+    """The name's unit, else what the type and wording say: a flag, a count, a share, a ratio, a
+    name, so every field a condition may compare says what its numbers mean."""
+    if unit := unit_of(name):
+        return unit
+    if name.startswith("ms_") or "_ms_per_" in name:
+        return "ms" + name.partition("_ms")[2].replace("_", " ") if "_ms_per_" in name else "ms"
+    meaning = description.lower()
+    listed, kinds = _kinds(annotation)
+    if kinds <= {bool}:
+        unit = "true/false"
+    elif "fraction" in meaning or "fraction" in name or name.endswith(("_share", "_usage", "_rate")) or name == "acceptance":
+        unit = "fraction"
+    elif name.endswith(("ratio", "speedup", "growth", "slowdown", "imbalance")):
+        unit = "x"
+    elif "bytes" in name:
+        unit = "B"
+    elif "token" in name or name.startswith("context_"):
+        unit = "tokens"
+    elif kinds <= {int} or any(word in name for word in _COUNTED) or name in ("tp", "ep", "pp", "dp"):
+        unit = "count"
+    elif all(isinstance(k, type) and issubclass(k, str) for k in kinds):
+        unit = "text"
+    else:
+        unit = ""
+    return f"list of {unit}" if listed and unit else unit
+
+
+def _kinds(annotation) -> tuple[bool, set]:
+    """The plain types a field holds (Optional, unions and Annotated unwrapped), and whether in a list."""
+    listed, kinds, todo = False, set(), [annotation]
+    while todo:
+        a = todo.pop()
+        origin = get_origin(a)
+        if origin in (list, tuple, set, frozenset):
+            listed = True
+            todo += get_args(a)
+        elif origin is Annotated:
+            todo.append(get_args(a)[0])
+        elif origin is Literal:
+            kinds |= {type(x) for x in get_args(a)}
+        elif origin is not None:
+            todo += get_args(a)
+        elif a is not type(None):
+            kinds.add(a)
+    return listed, kinds or {object}  # None (a derived field, its type not declared): nothing to read
+
+
 def _model_fields(model: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, FieldInfo]:
     return {
-        name: FieldInfo(name, unit_of(name), (field.description or "").strip())
+        name: FieldInfo(name, _unit_of_field(name, field.annotation, field.description or ""), (field.description or "").strip())
         for name, field in model.model_fields.items()
         if name not in exclude
     }
@@ -75,7 +127,7 @@ def _percentile_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
 
 
 def _derived(**fields: tuple[str, str]) -> dict[str, FieldInfo]:
-    return {name: FieldInfo(name, unit, meaning, derived=True) for name, (unit, meaning) in fields.items()}
+    return {name: FieldInfo(name, unit or _unit_of_field(name, None, meaning), meaning, derived=True) for name, (unit, meaning) in fields.items()}
 
 
 _PERCENTILE_SECTIONS = tuple(n for n, fl in ServingMetrics.model_fields.items() if Percentiles in get_args(fl.annotation))
