@@ -90,11 +90,30 @@ def test_rules_new_scaffolds_a_rule_and_fixture_pair_that_pass_as_written(tmp_pa
     assert ran.returncode == 0 and "2 passed, 0 failed" in ran.stdout
     assert "coverage: no fixture fires: 0 of 1 rules" in ran.stdout
     assert "coverage: thresholds no near miss tests: 0 of 1 rules" in ran.stdout
+    assert "hint:" not in ran.stdout  # the worked example claims what no bundled rule does
+    text = rules.read_text()
+    assert 'title: "TODO: queued-behind-stream, the cause in one line"' in text  # prose about this id, not the example's
+    assert "stream" not in text.split("\nqueued-behind-stream:\n", 1)[1].replace("queued-behind-stream", "")
     again = run_cli("rules", "new", "queued-behind-stream", "--dir", str(tmp_path))
     assert again.returncode == 2 and "already exists" in again.stderr
     for bad, message in (("Queued_Behind", "lower-case words joined by hyphens"), ("launch-gaps", "is already a loaded rule")):
         out = run_cli("rules", "new", bad, "--dir", str(tmp_path))
         assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_new_rule_that_says_what_a_bundled_one_says_gets_a_hint(tmp_path):
+    run_cli("rules", "new", "my-launch", "--dir", str(tmp_path))
+    rules, fixtures = tmp_path / "my-launch.yaml", tmp_path / "my-launch-fixtures.yaml"
+    rules.write_text(rules.read_text().replace("Budget.queue_ms", "Budget.launch_ms"))
+    fixtures.write_text(fixtures.read_text().replace("queue_ms", "launch_ms"))
+    ran = run_cli("rules", "test", str(fixtures), "--rules", str(rules))
+    assert ran.returncode == 0 and "2 passed, 0 failed" in ran.stdout
+    assert "hint: my-launch claims the same time as launch-gaps wherever it fires and is silent where they are" in ran.stdout
+    # a higher cut-off than the bundled rule's: launch-gaps fires on the near miss, so it is not the same claim
+    rules.write_text(rules.read_text().replace("value: 0.1,", "value: 0.2,"))
+    fixtures.write_text(fixtures.read_text().replace("launch_ms: 0.5", "launch_ms: 1.5").replace("device_ms: 9.5", "device_ms: 8.5"))
+    ran = run_cli("rules", "test", str(fixtures), "--rules", str(rules))
+    assert ran.returncode == 0 and "hint:" not in ran.stdout, ran.stdout
 
 
 def test_coverage_of_the_bundled_rules_names_what_no_fixture_pins(tmp_path):

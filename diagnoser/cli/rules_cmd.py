@@ -139,15 +139,20 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
         for problem in r.problems:
             click.echo(f"       {problem}")
     failed = sum(not r.ok for r in results)
+    own = _own_rules(book, rule_paths)
+    if own and path is not None:
+        from diagnoser.engine.twins import twins
+
+        for rule, same in twins(folder, book, own).items():
+            click.echo(
+                f"hint: {rule} claims the same time as {', '.join(same)} wherever it fires and is silent where they are: "
+                f"a duplicate? `diagnoser rules show {same[0]}`"
+            )
     if show_coverage:
         from diagnoser.engine.coverage import coverage
 
-        from diagnoser.engine.loader import rule_files
-
         # with --rules, the coverage of those rules: a pack author's own, not the bundled ones
-        extra = {str(p) for p in rule_files(rule_paths)}
-        own = {r for r, where in book.origin.items() if where in extra} if rule_paths else None
-        report = coverage(folder, book, own)
+        report = coverage(folder, book, own or None)
         for label, ids in (
             ("no fixture fires", report.never_fired),
             ("no near-miss fixture (silent:)", report.no_near_miss),
@@ -157,3 +162,11 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
     click.echo(f"{len(results) - failed} passed, {failed} failed")
     if failed:
         ctx.exit(EXIT_FIXTURES_FAILED)
+
+
+def _own_rules(book, rule_paths: tuple[str, ...]) -> set[str]:
+    """The rules loaded from ``--rules`` files: an author's own, not the bundled ones."""
+    from diagnoser.engine.loader import rule_files
+
+    extra = {str(p) for p in rule_files(rule_paths)}
+    return {r for r, where in book.origin.items() if where in extra}

@@ -17,37 +17,39 @@ RULE_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 RULE_TEMPLATE = """\
 # {rule_id}: a rule written only in YAML (docs/writing-rules.md, "A rule in YAML only").
 # `diagnoser rules facts` lists the fields a condition may name; `diagnoser rules test {fixtures} --rules {rules}` runs it.
+# Every TODO is yours to write. The condition and claim are a worked example (time a step spends queued on its
+# stream) so the fixtures pass from the start: replace them, then the fixtures, with the physics of {rule_id}.
 {rule_id}:
-  title: Launched work waits behind other work on the stream   # what the cause is, in one line
+  title: "TODO: {rule_id}, the cause in one line"
   thresholds:                       # every cut-off the condition reads: value, unit and why that value
-    MIN_SHARE: {{value: 0.1, unit: fraction, why: "under a tenth of the step, queueing is ordinary stream order"}}
+    MIN_SHARE: {{value: 0.1, unit: fraction, why: "TODO: why this cut-off (the example's: below a tenth of the step is ordinary)"}}
   when: Budget.queue_ms >= MIN_SHARE * Budget.step_ms
   claims: Budget.queue_ms           # the measured time it may remove (or `parent`, or leave out: indicated)
-  explanation: Kernels are ready but wait for earlier work on the same stream, so the step is longer than its work.
+  explanation: "TODO: what {rule_id} costs per step, and why the condition shows it"
   check:
-    measure: the stream timeline of the same steps (nsys), with the waits attributed to what ran before them
-    confirms: the waits sit behind work that could run on another stream or earlier
-    refutes: the waits are true dependencies (each kernel needs the previous one's output)
+    measure: "TODO: the measurement that tells {rule_id} from the causes it could be mistaken for"
+    confirms: "TODO: what that measurement shows when {rule_id} holds"
+    refutes: "TODO: what it shows when it does not"
   remedies:
-  - action: move independent work to its own stream or reorder it
-    cost: code change
-    risk: synchronisation bugs
+  - action: "TODO: the change that removes it"
+    cost: "TODO: configuration, engine flag, code change, hardware"
+    risk: "TODO: what the change could break"
   undo:
   - metric: per_user_latency
-    revert_if: the step does not fall by about the queued time
+    revert_if: "TODO: what, measured after the change, says to revert it"
 """
 
 FIXTURE_TEMPLATE = """\
 # Fixtures for {rule_id}: one case where it must fire, one near miss that differs only in the deciding fact.
 fixtures:
-  - name: {rule_id} fires - 3 of 10 ms queued
+  - name: {rule_id} fires - 3 of 10 ms queued (the worked example; TODO your case)
     case:
       observations:
         budget: {{step_ms: 10, device_ms: 7, queue_ms: 3}}
     fires: [{rule_id}]
     grades: {{{rule_id}: measured}}
     speedup: {{{rule_id}: 1.4286}}   # 10 / (10 - 3)
-  - name: {rule_id} near miss - 0.5 of 10 ms queued is under the threshold
+  - name: {rule_id} near miss - 0.5 of 10 ms queued is under the threshold (TODO the same case, the deciding fact just short)
     case:
       observations:
         budget: {{step_ms: 10, device_ms: 9.5, queue_ms: 0.5}}
