@@ -39,6 +39,21 @@ def test_a_missing_field_beside_its_misspelling_is_one_problem():
     )
 
 
+def test_a_whole_document_check_has_no_place_to_name():
+    from pydantic import BaseModel, model_validator
+
+    class Doc(BaseModel):
+        a: int = 0
+
+        @model_validator(mode="after")
+        def whole(self):
+            raise ValueError("the parts disagree")
+
+    with pytest.raises(ValidationError) as err:
+        Doc.model_validate({"a": 1})
+    assert validation_message(err.value, "d.yaml", Doc) == "d.yaml: (top level): the parts disagree"
+
+
 def test_other_problems_are_still_counted():
     assert message({"observations": {"expected": {"x": 1}}}).endswith("kind: Field required (+1 more)")
 

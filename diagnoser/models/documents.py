@@ -54,7 +54,7 @@ def _union_alternatives(errors: list) -> list:
     first = errors[0]
     same = [
         e for e in errors
-        if len(e["loc"]) == len(first["loc"]) and e["loc"][:-1] == first["loc"][:-1] and e.get("input") is first.get("input")
+        if e["loc"] and len(e["loc"]) == len(first["loc"]) and e["loc"][:-1] == first["loc"][:-1] and e.get("input") is first.get("input")
         and isinstance(e["loc"][-1], str) and e["type"] != "extra_forbidden"
     ]
     return same if len(same) > 1 and first in same else [first]
