@@ -69,7 +69,32 @@ def test_a_wrong_number_that_is_no_known_mistake_is_wrong_not_a_trap(catalogue):
     run.submit("a")
     verdict = run.submit("7 ms")  # floor-ms
     assert verdict.outcome is Outcome.wrong and verdict.trap is None and verdict.expected.startswith("5 ms")
+    # its working also holds the answers to steps 4-7, so it waits for step 7, the last that reads it
+    assert verdict.worked == ["shown after step 7, the last that reads this calculation (it holds the answers up to there)"]
+    for answer in ("200 tokens/s", "50 tokens/s", "25%", "15 ms"):
+        verdict = run.submit(answer)
+    assert verdict.outcome is Outcome.correct
     assert any("memory-only floor = 10 GB / 2 TB/s = 5 ms" in line for line in verdict.worked)
+
+
+def test_no_working_gives_away_a_later_steps_answer_or_repeats(catalogue):
+    from diagnoser.walkthroughs import explain
+    from diagnoser.walkthroughs.model import NumberStep
+
+    for name, prepared in catalogue.items():
+        steps = prepared.doc.steps
+        shown = []
+        for i, step in enumerate(steps):
+            working = explain.worked(prepared, step)
+            text = " ".join(working)
+            for later in steps[i + 1:]:
+                if isinstance(later, NumberStep) and len(explain.worked(prepared, later)) > 1:
+                    figure = explain.expected_text(prepared, later).split(" ")[0]
+                    if len(figure.strip("0.")) >= 3:  # a figure distinctive enough to be the answer, not a coincidence
+                        assert figure not in text, f"{name}: step {i + 1}'s working gives away {later.id} ({figure})"
+            if len(working) > 1:
+                assert working not in shown, f"{name}: step {i + 1} repeats a working already shown"
+                shown.append(working)
 
 
 def test_answers_are_read_in_the_steps_unit_and_unreadable_ones_say_what_was_expected(catalogue):

@@ -72,8 +72,25 @@ def is_mistake(prepared: Prepared, choice: Choice) -> bool:
     return prepared.book.specs[prepared.book.resolve(choice.rule)].kind is not Kind.cause
 
 
-def worked(prepared: Prepared, step) -> list[str]:
-    return prepared.figures[step.id].worked if isinstance(step, NumberStep) else []
+def worked(prepared: Prepared, step, deferred: bool = True) -> list[str]:
+    """The calculator's working for a number step. Steps that read one calculation share one
+    working, which holds every figure they ask for: shown before the last of them it would give
+    away the answers still to come, and shown each time it says the same thing again. So the
+    working comes once, after the last step that reads it (``deferred=False``: at every step, for
+    the interviewer's sheet, where the answers are the point)."""
+    if not isinstance(step, NumberStep):
+        return []
+    lines = prepared.figures[step.id].worked
+    if not deferred or not lines:
+        return lines
+    steps = prepared.doc.steps
+    sharing = [i for i, s in enumerate(steps) if isinstance(s, NumberStep) and prepared.figures[s.id].worked == lines]
+    here = steps.index(step)
+    if here == sharing[-1]:
+        return lines
+    if here == sharing[0]:
+        return [f"shown after step {sharing[-1] + 1}, the last that reads this calculation (it holds the answers up to there)"]
+    return []
 
 
 def engine_lines(prepared: Prepared, step) -> list[str]:

@@ -75,7 +75,7 @@ def interviewer_sheet(prepared: Prepared) -> InterviewerSheet:
             reasoning=[
                 step.explain.strip(),
                 *_right_answers(prepared, step),
-                *explain.worked(prepared, step),
+                *explain.worked(prepared, step, deferred=False),
                 *explain.engine_lines(prepared, step),
             ],
             wrong_answers=_wrong_answers(prepared, step),
