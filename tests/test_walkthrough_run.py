@@ -136,3 +136,16 @@ def test_a_case_walkthrough_reveals_the_engine_ranking_and_what_the_thread_found
     cause = by_step(result)["cause"]
     assert cause.engine[-2].startswith("engine ranks 1. [graph-not-replaying]")
     assert "32 x 16 = 512" in result.debrief and result.source.startswith("https://github.com/sgl-project/")
+
+
+def test_case_d16_reads_the_capture_limit_the_scenario_gives(catalogue):
+    """The scenario says graphs are captured up to 160 (the case writes it as the server's setting);
+    the engine reads it as the capture limit and does not ask for it again."""
+    from diagnoser.engine import diagnose
+    from diagnoser.models.case import load_case
+
+    book = catalogue["case-d16-graph-replay"].book
+    d = diagnose(load_case(REPO / "diagnoser" / "walkthroughs" / "scenarios" / "cases" / "D16.yaml"), book)
+    hit = next(h for h in d.hypotheses if h.rule == "graph-not-replaying")
+    assert {(e.name, e.value) for e in hit.evidence} >= {("graph.max_captured_batch", 160), ("graph.live_units", 32)}
+    assert not any(q.input.startswith(("graph", "server")) for q in d.questions)
