@@ -97,6 +97,12 @@ def test_every_text_is_escaped():
     assert f"Diagnosis: {hostile}" in " ".join(o.text)  # a reader still sees the title as written
 
 
+def test_backticked_commands_are_code_not_literal_backticks(moe):
+    page = render_html(moe)
+    assert "`" not in " ".join(outline(page).text)  # checks, remedies, questions: every `command` is set as code
+    assert "<code>diagnoser bound</code>" in page
+
+
 def test_cli_writes_the_page_and_refuses_two_formats(tmp_path):
     target = tmp_path / "report.html"
     out = run_cli("diagnose", str(MOE), "--html", "-o", str(target))

@@ -63,8 +63,8 @@ def _check(h: Hypothesis) -> str:
         return ""
     c = h.check
     return (
-        f'<dl class="check"><dt>check</dt><dd>{escape(c.measure)}</dd><dt>confirms</dt><dd>{escape(c.confirms)}</dd>'
-        f"<dt>refutes</dt><dd>{escape(c.refutes)}</dd></dl>"
+        f'<dl class="check"><dt>check</dt><dd>{with_code(c.measure)}</dd><dt>confirms</dt><dd>{with_code(c.confirms)}</dd>'
+        f"<dt>refutes</dt><dd>{with_code(c.refutes)}</dd></dl>"
     )
 
 
@@ -72,8 +72,8 @@ def _remedies(h: Hypothesis) -> str:
     remedies = []
     for r in h.remedies:
         predicted = f" &rarr; {escape(ms(r.predicted_step_ms))}, {r.predicted_speedup:.3f}x" if r.predicted_speedup else ""
-        remedies.append(f"<li>{escape(r.action)} <em>(cost: {escape(r.cost)}; risk: {escape(r.risk)})</em>{predicted}</li>")
-    undo = [f"<li><code>{escape(u.metric.value)}</code>: {escape(u.revert_if)}</li>" for u in h.undo]
+        remedies.append(f"<li>{with_code(r.action)} <em>(cost: {escape(r.cost)}; risk: {escape(r.risk)})</em>{predicted}</li>")
+    undo = [f"<li><code>{escape(u.metric.value)}</code>: {with_code(u.revert_if)}</li>" for u in h.undo]
     out = f'<dl><dt>remedies</dt><dd><ul class="remedies">{"".join(remedies)}</ul></dd></dl>' if remedies else ""
     return out + (f'<dl><dt>undo when</dt><dd><ul class="undo">{"".join(undo)}</ul></dd></dl>' if undo else "")
 
@@ -91,7 +91,7 @@ def _article(h: Hypothesis, index: int, marks: Mapping[str, str] | None) -> str:
     return (
         f'<article class="{css}" id="{escape(h.id)}">'
         f"<h3>{index}. <code>{escape(h.id)}</code> {escape(h.title)}{grade}{escape(mark_suffix(h, marks))}</h3>"
-        f"{_gain(h)}{refines}<p>{escape(h.explanation)}</p>{_evidence(h)}{_check(h)}{_remedies(h)}</article>"
+        f"{_gain(h)}{refines}<p>{with_code(h.explanation)}</p>{_evidence(h)}{_check(h)}{_remedies(h)}</article>"
     )
 
 
