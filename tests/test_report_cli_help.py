@@ -16,7 +16,9 @@ def test_group_help_summaries_are_whole_sentences():
     import click
 
     for group in ("rules", "lab", "nsys", "whatif", "case", "walkthrough"):
-        commands = "".join(run_cli(group, "--help").stdout.partition("Commands:")[2].split())  # wrapping may break at a hyphen
+        listed = run_cli(group, "--help").stdout.partition("Commands:")[2]
+        assert not [line for line in listed.splitlines() if line.rstrip().endswith("...")], (group, listed)  # click's cut
+        commands = "".join(listed.split())  # wrapping may break at a hyphen
         loaded = cli.get_command(click.Context(cli), group)
         for name, sub in getattr(loaded, "commands", {}).items():  # a plain command has no summaries to cut
             assert "".join(f"{name} {first_sentence(sub.help)}".split()) in commands, (group, name)

@@ -118,7 +118,7 @@ def export(report: Path, out_dir: Path | None, timeout: float, step_range: str |
     _show([export_sqlite(report, out_dir, timeout)], as_json, step_range, steps_from, output)
 
 
-@nsys.command()
+@nsys.command(short_help="Read SQLite exports (or .nsys-rep files), one per rank, and summarise each rank.")
 @click.argument("export_files", metavar="EXPORT...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @step_options
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
@@ -132,7 +132,7 @@ def show(export_files: tuple[Path, ...], step_range: str | None, steps_from: str
           output)
 
 
-@nsys.command()
+@nsys.command(short_help="Run `nsys recipe NAME` on one report per rank and read its output into facts.")
 @click.argument("name")
 @click.argument("reports", metavar="REPORT...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out-dir", "--out", "out_dir", type=click.Path(path_type=Path),
