@@ -34,3 +34,13 @@ def bandwidth_report(tmp_path: Path, device: str, gbs: float) -> Path:
 
 # torch is in the optional gpu extra: tests that run torch probes skip without it
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch (the gpu extra) is not installed")
+
+
+@pytest.fixture
+def one_thread_restored():
+    """The lab's Engine.run pins torch to one thread for the process; give the rest of the session its threads back."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

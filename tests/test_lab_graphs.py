@@ -109,14 +109,6 @@ def test_step_path_per_fault():
     assert decode_path(frozenset({"eager-launches", "kv-gather"}), "cuda") == "dynamic"
 
 
-@pytest.fixture
-def one_thread_restored():
-    """Engine.run pins torch to one thread for the process; give the rest of the session its threads back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def generate(path: str, monkeypatch) -> tuple[dict[int, list[int]], list[list[int]], int]:
     """Run the engine loop over four requests with the step path forced; the tokens each request got,
     the segment lengths of every forward call, and how many steps went through ``decode``."""

@@ -37,6 +37,10 @@ from diagnoser.lab.model import Segment, TinyMoE
 from diagnoser.lab.served import FREQUENCY_PENALTY, PREFILL_CHUNK, PRESENCE_PENALTY, TOP_P, ModelConfig, decode_path
 from diagnoser.lab.tokenizer import EOS, Tokenizer
 
+# A profile left on (a client that never calls /stop_profile) or running under heavy load grew
+# without limit (6.7 GB measured): it records this many steps, then stops and waits for the stop
+# command to write what it holds. The lab's own measurements profile well under a hundred.
+MAX_PROFILED_STEPS = 512
 DETOK_WINDOW = 6  # tokens an incremental detokenizer re-decodes per token (its prefix offset)
 
 
@@ -68,6 +72,8 @@ class Engine:
         self.stopping = False
         self.step_no = itertools.count()
         self.profiler: profile | None = None
+        self.profiled_steps = 0
+        self.held_profile: profile | None = None  # stopped at MAX_PROFILED_STEPS, not yet written
         self.profile_commands: deque[tuple[str, Path | None, threading.Event, list]] = deque()
 
     # -- called from the command thread ----------------------------------------------------------
@@ -129,6 +135,9 @@ class Engine:
             return
         for r in [r for r in self.running if r.rid in self.cancelled]:
             self._finish(r, "abort", out)
+        # one still waiting is finished too, so the API server lets go of its request (it held every
+        # request cancelled before admission: 68 -> 352 MB over 6,000 aborts)
+        out.finished += [(r.rid, "abort") for r in self.waiting if r.rid in self.cancelled]
         self.waiting = deque(r for r in self.waiting if r.rid not in self.cancelled)
         self.cancelled.clear()
 
@@ -185,6 +194,11 @@ class Engine:
         for i, token in zip(sampling, tokens):
             self._deliver(plan[i][0], token, step_ms, out)
         out.batch_tokens = sum(len(s.tokens) for s in segments)
+        if self.profiler is not None:
+            self.profiled_steps += 1
+            if self.profiled_steps >= MAX_PROFILED_STEPS:
+                self.held_profile, self.profiler = self.profiler, None
+                self.held_profile.__exit__(None, None, None)
 
     def _sample(self, logits: torch.Tensor, requests: list[Request], greedy: torch.Tensor | None) -> list[int]:
         """One token per row; ``greedy`` is the argmax a captured step already took on the device,
@@ -236,11 +250,14 @@ class Engine:
                     activities = [ProfilerActivity.CPU]
                     if self.model.device.type == "cuda":
                         activities.append(ProfilerActivity.CUDA)
+                    self.held_profile, self.profiled_steps = None, 0
                     self.profiler = profile(activities=activities)
                     self.profiler.__enter__()
-                elif command == "stop" and self.profiler is not None:
-                    prof, self.profiler = self.profiler, None
-                    prof.__exit__(None, None, None)
+                elif command == "stop" and (self.profiler is not None or self.held_profile is not None):
+                    prof = self.profiler or self.held_profile
+                    if self.profiler is not None:
+                        prof.__exit__(None, None, None)
+                    self.profiler = self.held_profile = None
                     assert path is not None
                     prof.export_chrome_trace(str(path))
                     result.append(path)

@@ -47,6 +47,11 @@ from diagnoser.lab.tokenizer import EOS, StreamDecoder, Tokenizer
 BURST = 8  # events a buffering proxy holds before writing them out
 MODEL = "lab-tiny-moe"
 MAX_TOKENS_DEFAULT = 16
+# The lab's context is a few thousand tokens: its longest prompt, as token ids or text, is tens of
+# kB. A larger body is refused before it is read (a 10 MB prompt tokenised on the event loop
+# stalled every stream for 16 s), and what is accepted is tokenised off the loop.
+MAX_BODY_BYTES = 256 * 1024
+DISCONNECT_POLL_S = 0.5  # how often an unstreamed request checks that its client is still there
 
 
 @dataclass
@@ -64,7 +69,8 @@ class BadRequest(Exception):
 
 
 def _error(message: str, code: int) -> JSONResponse:
-    kind = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 409: "ConflictError", 422: "BadRequestError"}
+    kind = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 409: "ConflictError", 413: "PayloadTooLarge",
+            422: "BadRequestError"}
     return JSONResponse({"error": {"message": message, "type": kind.get(code, "Error"), "code": code}}, status_code=code)
 
 
@@ -227,7 +233,7 @@ def create_app(config: LabConfig) -> FastAPI:
 
     async def completion(request: Request, chat: bool):
         try:
-            body = await request.json()
+            body = json.loads(await _bounded_body(request))
         except ValueError:
             raise BadRequest("the body is not JSON") from None
         if not isinstance(body, dict):
@@ -237,7 +243,7 @@ def create_app(config: LabConfig) -> FastAPI:
         if _int(body, "n", 1, 1, 1) != 1:
             raise BadRequest("n must be 1")
         core: EngineCore = state["core"]
-        prompt = parse_prompt(body, chat, tokenizer)
+        prompt = await asyncio.to_thread(parse_prompt, body, chat, tokenizer)
         key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
         max_tokens = _int(body, key, MAX_TOKENS_DEFAULT, 1, core.cfg.max_context)
         if len(prompt) + max_tokens > core.cfg.max_context:
@@ -250,7 +256,7 @@ def create_app(config: LabConfig) -> FastAPI:
         stream = Stream(job, tokenizer, chat, options, "buffered-stream" in config.faults)
         if body.get("stream"):
             return StreamingResponse(stream.events(core), media_type="text/event-stream")
-        return await stream.whole(core)
+        return await _unless_abandoned(request, stream.whole(core))
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -261,6 +267,35 @@ def create_app(config: LabConfig) -> FastAPI:
         return await completion(request, chat=True)
 
     return app
+
+
+async def _bounded_body(request: Request) -> bytes:
+    """The body, refused with 413 past MAX_BODY_BYTES whether or not it declares its length."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body is {int(declared)} bytes; this server takes at most {MAX_BODY_BYTES}", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise BadRequest(f"the body is over {MAX_BODY_BYTES} bytes, the most this server takes", 413)
+    return bytes(body)
+
+
+async def _unless_abandoned(request: Request, work):
+    """Await ``work`` while the client is there; a client gone cancels it, and the cancelled stream
+    frees its slot (an unstreamed request otherwise kept the engine busy for minutes)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                return Response(status_code=499)
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 class Stream:
