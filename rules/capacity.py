@@ -15,6 +15,7 @@ from diagnoser.engine import (
     P,
     TEST,
     W,
+    Boundaries,
     Budget,
     Finding,
     KernelClass,
@@ -41,6 +42,8 @@ KV_FULL = 0.95
 QUEUE_SHARE = 0.2
 # Under 5 ms of queueing is a wait for the running step to end, whatever its share of a short first token.
 MIN_QUEUE_MS = 5.0
+# Metrics read at these boundaries time a request from its arrival at the server, not at the client.
+ENGINE_CLOCKS = ("engine", "server_emission")
 # The queue time and the figure it is part of, read at the same statistic: means first, then medians;
 # the first-token time first, then the whole request's latency.
 QUEUE_PAIRS = (
@@ -68,6 +71,12 @@ def queued(m) -> bool:
         return False
     wait, whole = m[pair[0]], m[pair[1]]
     return wait >= MIN_QUEUE_MS and wait >= QUEUE_SHARE * whole
+
+
+def waits_before_the_engine(client_ttft: float, server_ttft: float) -> bool:
+    """The client's first token comes a queue's worth later than the engine's: the same cut-offs as a timed queue."""
+    wait = client_ttft - server_ttft
+    return wait >= MIN_QUEUE_MS and wait >= QUEUE_SHARE * client_ttft
 
 
 def queue_not_timed(m) -> bool:
@@ -139,6 +148,28 @@ class CapacityRules(RuleSet):
             step_ms=m[whole],
             detail=f"Requests wait {m[wait]:.4g} of {m[whole]:.4g} ms to be admitted: the gain is on the "
             f"{'first-token time' if whole.startswith('ttft') else 'request latency'}, not on the per-token rate.",
+        )
+
+    @rule(
+        SPECS["admission-queueing"],
+        Metrics(concurrency=MATCH.streams, ttft_mean_ms=MATCH.server_ttft, boundary=P(lambda b: b in ENGINE_CLOCKS)),
+        Server(max_num_seqs=MATCH.admitted),
+        Boundaries(ttft_ms=MATCH.client_ttft),
+        TEST(lambda streams, admitted, client_ttft, server_ttft: streams > admitted and waits_before_the_engine(client_ttft, server_ttft)),
+    )
+    def queued_before_the_engine_clock(self, streams, admitted, client_ttft, server_ttft):
+        """Where a request waits depends on the server: in the engine's queue (its queue time counts
+        it) or ahead of it, in the API server (no engine figure counts it; measured on the real vLLM:
+        a client first token of 388 ms against the engine's 12 ms, queue time 0). The client's first
+        token less the engine's is that wait, whichever side of the clock it fell."""
+        wait = client_ttft - server_ttft
+        return Finding(
+            evidence=[ev("boundaries.ttft_ms", client_ttft, "ms"), ev("metrics.ttft_mean_ms", server_ttft, "ms"),
+                      ev("metrics.concurrency", streams), ev("server.max_num_seqs", admitted)],
+            removable_ms=wait,
+            step_ms=client_ttft,
+            detail=f"Requests wait {wait:.4g} of their {client_ttft:.4g} ms first token before the engine's clock starts: "
+            "the gain is on the first-token time, not on the per-token rate.",
         )
 
     @rule(

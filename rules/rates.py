@@ -37,6 +37,10 @@ SPECS = load_specs(__file__)
 BELOW_FLOOR = 0.95
 # A chunk interval 1.5x the per-token time means chunks hold about 1.5 tokens or more.
 CHUNK_RATIO = 1.5
+# Chunks that hold a twentieth more tokens than one each put the chunk rate 5 % off the token rate, the
+# repeatability of a serving benchmark; below that (a real vLLM stream at 1.002: one chunk in 500 carried
+# two tokens) counting chunks as tokens changes nothing a comparison could see.
+MULTI_TOKEN_CHUNKS = 1.05
 # A budget's step within 15 % of the observed device step describes the same steps (step-to-step
 # spread and a trace's own overhead stay inside that); beyond it, it describes other work.
 STEP_AGREEMENT = 0.15
@@ -195,7 +199,7 @@ class RateGuards(RuleSet):
     def other_concurrency(self, expected, observed):
         return Finding(evidence=[ev("expected.concurrency", expected), ev("metrics.concurrency", observed)])
 
-    @rule(SPECS["chunk-interval-as-token"], AS.m << Metrics(tokens_per_chunk=MATCH.per_chunk), TEST(lambda per_chunk: per_chunk > 1))
+    @rule(SPECS["chunk-interval-as-token"], AS.m << Metrics(tokens_per_chunk=MATCH.per_chunk), TEST(lambda per_chunk: per_chunk >= MULTI_TOKEN_CHUNKS))
     def multi_token_chunks(self, m, per_chunk):
         return Finding(evidence=[ev("metrics.tokens_per_chunk", per_chunk), *self.itl(m)])
 
