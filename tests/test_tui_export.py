@@ -6,7 +6,10 @@ from __future__ import annotations
 from tui_support import example_copy, make_app, run
 
 
-def export_to(case, target: str | None):
+def export_to(case, target: str | None, confirm: bool = True):
+    """Press h on the Decision screen, set the offered path to ``target`` (None: keep it), then
+    enter (or escape); the screen left showing and its export status come back."""
+
     async def walk():
         app = make_app(case, start="decision")
         async with app.run_test(size=(100, 30)) as pilot:
@@ -15,11 +18,10 @@ def export_to(case, target: str | None):
             await pilot.pause()
             assert type(app.screen).__name__ == "ExportScreen"
             if target is not None:
-                box = app.screen.query_one("#export-path")
-                box.value = target
-            await pilot.press("enter")
+                app.screen.query_one("#export-path").value = target
+            await pilot.press("enter" if confirm else "escape")
             await pilot.pause()
-            return str(app.screen.query_one("#export-status").render())
+            return type(app.screen).__name__, str(app.screen.query_one("#export-status").render())
 
     return run(walk())
 
@@ -27,7 +29,7 @@ def export_to(case, target: str | None):
 def test_the_report_goes_where_the_user_says_and_the_status_names_the_folder(tmp_path):
     case = example_copy(tmp_path)
     target = tmp_path / "reports" / "today.html"
-    status = export_to(case, str(target))
+    _, status = export_to(case, str(target))
     assert status == f"wrote today.html in {target.parent}"
     assert "<html" in target.read_text().lower()
     assert not (tmp_path / "case-moe-small-experts.report.html").exists()
@@ -36,23 +38,12 @@ def test_the_report_goes_where_the_user_says_and_the_status_names_the_folder(tmp
 def test_the_case_it_was_opened_from_is_never_overwritten(tmp_path):
     case = example_copy(tmp_path)
     before = case.read_bytes()
-    status = export_to(case, str(case))
+    _, status = export_to(case, str(case))
     assert "is an input of this command; inputs are never overwritten" in status
     assert case.read_bytes() == before
 
 
 def test_escape_writes_nothing(tmp_path):
     case = example_copy(tmp_path)
-
-    async def walk():
-        app = make_app(case, start="decision")
-        async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause()
-            await pilot.press("m")
-            await pilot.pause()
-            await pilot.press("escape")
-            await pilot.pause()
-            return type(app.screen).__name__, str(app.screen.query_one("#export-status").render())
-
-    assert run(walk()) == ("DecisionScreen", "")
+    assert export_to(case, None, confirm=False) == ("DecisionScreen", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["case-moe-small-experts.yaml"]
