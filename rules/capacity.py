@@ -18,16 +18,20 @@ from diagnoser.engine import (
     Boundaries,
     Budget,
     Finding,
+    Grade,
     KernelClass,
+    Layout,
     Memory,
     Metrics,
     Routing,
     RuleSet,
+    RunDiff,
     Server,
     ev,
     load_specs,
     rule,
 )
+from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number
 
 SPECS = load_specs(__file__)
 
@@ -71,6 +75,12 @@ def queued(m) -> bool:
         return False
     wait, whole = m[pair[0]], m[pair[1]]
     return wait >= MIN_QUEUE_MS and wait >= QUEUE_SHARE * whole
+
+
+def lower_cap_slower(slower: str, faster: str) -> bool:
+    """The slower run admitted fewer sequences at once."""
+    a, b = as_number(slower), as_number(faster)
+    return a is not None and b is not None and a < b
 
 
 def waits_before_the_engine(client_ttft: float, server_ttft: float) -> bool:
@@ -171,6 +181,33 @@ class CapacityRules(RuleSet):
             detail=f"Requests wait {wait:.4g} of their {client_ttft:.4g} ms first token before the engine's clock starts: "
             "the gain is on the first-token time, not on the per-token rate.",
         )
+
+    @rule(
+        SPECS["admission-queueing"],
+        AS.d << RunDiff(setting="max_num_seqs", slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and lower_cap_slower(slower, faster)
+             and d.get("in_flight", 0) > as_number(slower)),
+    )
+    def lower_cap_slower_under_more_load(self, d, slower):
+        """Two runs that differ only in the admission cap, with more requests in flight than the lower
+        cap admits: the lower cap is slower because requests wait for a slot, and the A/B measured it."""
+        return ablation_finding(d, ev("runs.in_flight", d["in_flight"]), ev("runs.lower_cap", slower))
+
+    @rule(
+        SPECS["admission-queueing"],
+        AS.d << RunDiff(setting="max_num_seqs", slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        NOT(RunDiff(setting="max_num_seqs", in_flight=W())),
+        NOT(Metrics(concurrency=W())),
+        NOT(Layout(batch=W())),
+        TEST(lambda slowdown, slower, faster: slowdown >= SLOWER and lower_cap_slower(slower, faster)),
+    )
+    def lower_cap_slower_load_unknown(self, d, slower):
+        """The lower cap is slower and nothing says how many requests were in flight: admission is what a cap
+        does first, but a cap can also cut what else follows it (the graphs captured), so it is indicated until
+        the load is known to exceed the lower cap."""
+        finding = ablation_finding(d, ev("runs.lower_cap", slower))
+        return Finding(evidence=finding.evidence, grade=Grade.indicated,
+                       detail="How many requests were in flight is not stated: above the lower cap, they queued for it.")
 
     @rule(
         SPECS["admission-queueing"],

@@ -24,6 +24,7 @@ class RunDelta:
     figure: str  # which figure both runs measured
     base_time: float  # time per unit of work: ms per token, or s for a fixed job
     other_time: float
+    in_flight: float | None = None  # the load both runs kept in flight (their shared concurrency or batch), when stated
 
     @property
     def ratio(self) -> float:
@@ -124,9 +125,19 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
                 figure=shared[0],
                 base_time=shared[1],
                 other_time=shared[2],
+                in_flight=_shared_load(base, other),
             )
         )
     return deltas
+
+
+def _shared_load(a: Run, b: Run) -> float | None:
+    """The requests both runs kept in flight, when both state the same count: what a cap is held against."""
+    for name in ("concurrency", "batch"):
+        x, y = a.settings.get(name), b.settings.get(name)
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and x == y:
+            return float(x)
+    return None
 
 
 def sweep_points(runs: list[Run], setting: str) -> list[tuple[float, float]]:

@@ -190,6 +190,7 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
             slower=("", "the setting's value in the slower run"), faster=("", "its value in the faster run"),
             slower_time=("", "time per unit of the slower run"), faster_time=("", "time per unit of the faster run"),
             slowdown=("", "slower_time / faster_time (>= 1)"),
+            in_flight=("count", "requests both runs kept in flight (their shared concurrency or batch), when stated"),
         ),
         f.HostCostFact: _model_fields(HostCost),
         f.Routing: _model_fields(RoutingObs, exclude=("expert_load_per_rank",)) | _derived(

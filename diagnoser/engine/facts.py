@@ -117,7 +117,8 @@ class Expectation(Fact):
 class RunDiff(Fact):
     """One run against the baseline: ``setting`` (or ``several``), ``ratio`` of time per unit (above 1 is slower),
     ``base_time``/``other_time`` and the ``figure`` they come from; ``slower``/``faster`` are the setting's values
-    in the slower and faster run, ``slowdown`` (>= 1) and ``slower_time``/``faster_time`` read it either way round."""
+    in the slower and faster run, ``slowdown`` (>= 1) and ``slower_time``/``faster_time`` read it either way round;
+    ``in_flight`` is the load both runs kept in flight, when they state the same."""
 
 
 class HostCostFact(Fact):
@@ -463,6 +464,7 @@ def _run_diff(d: RunDelta) -> RunDiff:
         base=d.base, other=d.other, setting=d.setting, changed=list(d.changed), before=d.before, after=d.after,
         figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
         slower=slower, faster=faster, slower_time=slower_time, faster_time=faster_time, slowdown=slower_time / faster_time,
+        **({"in_flight": d.in_flight} if d.in_flight is not None else {}),
     )
 
 

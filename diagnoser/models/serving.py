@@ -126,6 +126,7 @@ KNOWN_SETTINGS = {
     "output_tokens": "generated tokens per request",
     "concurrency": "requests in flight",
     "batch": "sequences decoding together",
+    "max_num_seqs": "sequences the scheduler admits at once: a cap, which the load may or may not reach",
     "draft_length": "speculative draft tokens per cycle",
     "speculative": "speculative decoding on (true) or off (false)",
     "max_context": "configured maximum context length",
@@ -164,7 +165,7 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "n_threads": ("threads", False),
     "num_thread": ("threads", False),
     "attn_backend": ("attention_backend", False),
-    "max_num_seqs": ("batch", False),
+    "max_running_requests": ("max_num_seqs", False),
 }
 
 # Settings whose change alters the work itself (a sweep), not only how it is done.
