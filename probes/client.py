@@ -32,6 +32,7 @@ from diagnoser.models.probe_results import ClientFacts, LatencyStats
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
 from diagnoser.probes.sse_client import StreamedResponse, api_url, request_body, served_model, stream
+from diagnoser.probes.wakeup import WakeupMonitor
 
 DEFAULT_PROMPT = "Describe, step by step, how a decode step on a GPU reads the model weights and the KV cache."
 MAX_REQUESTS = 100
@@ -87,13 +88,14 @@ def run(ctx: ProbeContext) -> ClientFacts:
     requests = bounded_int(ctx.options, "requests", 3, 1, MAX_REQUESTS)
     max_tokens = bounded_int(ctx.options, "max_tokens", 128, 2, MAX_TOKENS)
     concurrency = bounded_int(ctx.options, "concurrency", 1, 1, MAX_CONCURRENCY)
-    with open_session(ctx, api) as (client, url, model), ThreadPoolExecutor(concurrency) as pool:
+    with open_session(ctx, api) as (client, url, model), ThreadPoolExecutor(concurrency) as pool, WakeupMonitor() as wake:
         body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, ctx.options)
         responses = list(pool.map(lambda _: stream_bounded(ctx, client, url, body), range(requests)))
-    return client_facts(responses, url, api, model, concurrency, max_tokens)
+    return client_facts(responses, url, api, model, concurrency, max_tokens, wake.p99_ms())
 
 
-def client_facts(responses: list[StreamedResponse], url: str, api: str, model: str, concurrency: int, max_tokens: int) -> ClientFacts:
+def client_facts(responses: list[StreamedResponse], url: str, api: str, model: str, concurrency: int, max_tokens: int,
+                 client_delay_p99_ms: float | None = None) -> ClientFacts:
     """What the streams received, with vLLM bench serve's definitions (shared with ``diagnoser live``)."""
     metrics = [sm.request_metrics(r) for r in responses]
     per_chunk, source = mean_tokens_per_chunk(responses)
@@ -118,6 +120,7 @@ def client_facts(responses: list[StreamedResponse], url: str, api: str, model: s
         bunching=sm.bunching(responses),
         itl_growth_ms_per_1k_output=sm.itl_growth_per_1k_output(responses),
         server_timing=sm.server_reconciliation(responses),
+        client_delay_p99_ms=client_delay_p99_ms,
     )
 
 
@@ -158,6 +161,7 @@ def to_observations(facts: ClientFacts) -> dict[str, Any]:
             client_p99_ms=itl_p99,
             buffered_p99_ms=server.buffered_p99_ms if server else None,
             tokens_per_chunk=_positive(facts.tokens_per_chunk),
+            client_delay_p99_ms=facts.client_delay_p99_ms,
             ttft_ms=_p50(facts.ttft_ms),
             itl_growth_ms_per_1k_output=facts.itl_growth_ms_per_1k_output,
         )

@@ -140,14 +140,15 @@ class OutputPathRules(RuleSet):
     @rule(
         SPECS["client-gap"],
         AS.b << Boundaries(device_step_ms=MATCH.device, client_p99_token_ms=MATCH.p99),
-        TEST(lambda b, p99, device: p99 >= BURST_RATIO * device and held_in_the_tail(b, device)),
+        TEST(lambda b, p99, device: p99 - own_delay(b) >= BURST_RATIO * device and held_in_the_tail(b, device)),
     )
     def client_gap_in_the_tail(self, b, device, p99):
         """A long p99 against the median step is a gap on the way out only if chunks were held
-        after emission; measured and short, the tail is the server's own slow steps."""
+        after emission; measured and short, the tail is the server's own slow steps. What the
+        measuring client's own host delayed is neither."""
         return Finding(
-            evidence=[ev("boundaries.device_step_ms", device, "ms"), *_per_token(b, "client_p99_ms", p99)],
-            removable_ms=p99 - device,
+            evidence=[ev("boundaries.device_step_ms", device, "ms"), *_per_token(b, "client_p99_ms", p99), *_own_delay(b)],
+            removable_ms=p99 - device - own_delay(b),
             step_ms=p99,
             detail="The gain is on the client's p99 inter-chunk gap, not on the median.",
         )
@@ -182,19 +183,21 @@ class OutputPathRules(RuleSet):
     @rule(
         SPECS["proxy-buffering"],
         AS.b << Boundaries(server_emission_ms=MATCH.server, client_p99_ms=MATCH.p99),
-        TEST(lambda b, p99, server: p99 >= BURST_RATIO * server and held_in_the_tail(b, server)),
+        TEST(lambda b, p99, server: p99 - own_delay(b) >= BURST_RATIO * server and held_in_the_tail(b, server)),
     )
     def proxy_bursts(self, b, server, p99):
         """A long client p99 is buffering only if chunks wait after emission; when the server's
         emission-to-receipt lag was measured, that lag bounds it (a server whose own intervals
-        grow has a long p99 too, with nothing held)."""
-        evidence = [ev("boundaries.server_emission_ms", server, "ms"), ev("boundaries.client_p99_ms", p99, "ms")]
+        grow has a long p99 too, with nothing held). The delay the client's own host adds is
+        not the proxy's."""
+        evidence = [ev("boundaries.server_emission_ms", server, "ms"), ev("boundaries.client_p99_ms", p99, "ms"), *_own_delay(b)]
         held = b.get("buffered_p99_ms")
         if held is not None:
             evidence.append(ev("boundaries.buffered_p99_ms", held, "ms"))
+        outside = p99 - server - own_delay(b)
         return Finding(
             evidence=evidence,
-            removable_ms=p99 - server if held is None else min(held, p99 - server),
+            removable_ms=outside if held is None else min(held - own_delay(b), outside),
             step_ms=p99,
             detail="Chunks arrive in bursts: the gain is on the p99 gap the user sees, not on the rate.",
         )
@@ -384,9 +387,19 @@ class OutputPathRules(RuleSet):
 
 
 def held_in_the_tail(b, server_ms: float) -> bool:
-    """Chunks wait after emission for a burst's worth of steps, or the wait was not measured."""
+    """Chunks wait after emission for a burst's worth of steps beyond the client's own delay, or
+    the wait was not measured."""
     held = b.get("buffered_p99_ms")
-    return held is None or held >= (BURST_RATIO - 1) * server_ms
+    return held is None or held - own_delay(b) >= (BURST_RATIO - 1) * server_ms
+
+
+def own_delay(b) -> float:
+    """The p99 delay the measuring client's own host added to its receipt times (0: not measured)."""
+    return b.get("client_delay_p99_ms") or 0.0
+
+
+def _own_delay(b) -> list:
+    return [ev("boundaries.client_delay_p99_ms", b["client_delay_p99_ms"], "ms")] if b.get("client_delay_p99_ms") else []
 
 
 def context_slope_per_1k(s) -> float:

@@ -18,6 +18,7 @@ from diagnoser.http import Client, HttpError
 from diagnoser.live.prompts import sized
 from diagnoser.probes.base import ProbeTimeout
 from diagnoser.probes.sse_client import StreamedResponse, request_body, stream
+from diagnoser.probes.wakeup import WakeupMonitor
 
 GAUGE_INTERVAL_S = 0.5
 MAX_GAUGE_SAMPLES = 600  # five minutes of samples; a longer load keeps the first ones
@@ -45,6 +46,7 @@ class Window:
     gauges: list[str]
     duration_s: float
     failed: list[str] = field(default_factory=list)
+    client_delay_p99_ms: float | None = None  # how late this client's own threads woke during the load
 
 
 def scrape(http: Client, url: str) -> str | None:
@@ -101,8 +103,8 @@ def run_load(url: str, model: str, shape: Shape, tokens_per_word: float, deadlin
     with Client(url, timeout_s=60) as http:
         before = scrape(http, url) or ""
         start = time.monotonic()
-        with GaugeSampler(url) as sampler, ThreadPoolExecutor(shape.concurrency) as pool:
+        with GaugeSampler(url) as sampler, ThreadPoolExecutor(shape.concurrency) as pool, WakeupMonitor() as wake:
             done = list(pool.map(lambda i: one(i, http), range(shape.requests)))
         duration = time.monotonic() - start
         after = scrape(http, url) or ""
-    return Window([r for r in done if r is not None], before, after, sampler.samples, duration, failed)
+    return Window([r for r in done if r is not None], before, after, sampler.samples, duration, failed, wake.p99_ms())

@@ -173,6 +173,10 @@ class BoundaryTimings(_Obs):
         default=None, ge=0, le=1e9, description="p99 time a chunk spent between server emission and client receipt, beyond the smallest lag"
     )
     tokens_per_chunk: Positive | None = Field(default=None, description="tokens per streamed chunk")
+    client_delay_p99_ms: float | None = Field(
+        default=None, ge=0, le=1e9,
+        description="p99 of how late the measuring client's own threads woke while it read: receipt delay its own host added",
+    )
     ttft_ms: Positive | None = Field(default=None, description="time to first token")
     itl_growth_ms_per_1k_output: float | None = Field(
         default=None, description="slope of inter-token interval against tokens already generated"

@@ -311,6 +311,9 @@ class ClientFacts(_Figures):
     bunching: Bunching | None = Field(description="how often chunks arrive together; null with too few chunks")
     itl_growth_ms_per_1k_output: float | None = Field(description="slope of the per-token interval against tokens generated, ms per 1k tokens")
     server_timing: ServerTiming | None = Field(description="null when the server does not stamp its chunks")
+    client_delay_p99_ms: float | None = Field(
+        default=None, ge=0, description="p99 of how late the client's own threads woke while it read (its host's load); null: not measured"
+    )
 
 
 class ContextSweepPoint(_Figures):

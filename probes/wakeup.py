@@ -1,0 +1,50 @@
+"""How late the measuring client itself runs: the delay a loaded host adds to every receipt time.
+
+A chunk's receipt time is when the client's reader ran, not when the bytes arrived. On a host
+busy with other work the reader waits for a core, and the chunks it then reads look held, as a
+buffering proxy holds them. A thread that sleeps a short, fixed period over and over and notes
+how late it woke measures that wait on the same host, in the same process, during the same
+reads (the technique of cyclictest); a gap the client measured is the server's or a proxy's
+only beyond it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+PERIOD_S = 0.002
+# 2 ms apart, an hour of samples; a probe is bounded far below that, and past it the monitor stops noting
+MAX_SAMPLES = 1_800_000
+MIN_SAMPLES = 20
+
+
+class WakeupMonitor:
+    """``with WakeupMonitor() as wake: ...`` then ``wake.p99_ms()``: the p99 oversleep, in ms."""
+
+    def __init__(self) -> None:
+        self.late_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wakeup-monitor", daemon=True)
+
+    def __enter__(self) -> "WakeupMonitor":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(1.0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and len(self.late_ms) < MAX_SAMPLES:
+            start = time.perf_counter()
+            time.sleep(PERIOD_S)
+            self.late_ms.append(max(0.0, (time.perf_counter() - start - PERIOD_S) * 1e3))
+
+    def p99_ms(self) -> float | None:
+        """None with too few wake-ups to judge by (a run of a few tens of ms); with fewer than a
+        hundred the p99 is the latest wake-up, which is what a reader that woke as rarely met."""
+        samples = sorted(self.late_ms)
+        if len(samples) < MIN_SAMPLES:
+            return None
+        return samples[min(len(samples) - 1, int(0.99 * len(samples)))]

@@ -1,0 +1,33 @@
+"""The client measures how late its own threads run, so a loaded client is not taken for a proxy."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from diagnoser.probes.wakeup import WakeupMonitor
+
+
+def test_a_reader_kept_from_the_gil_shows_as_late():
+    """A busy Python loop in the same process hands the GIL over once per switch interval (5 ms), so
+    the monitor wakes up to that late; other load on the host only makes it later, so the lower
+    bound holds on a busy machine."""
+    with WakeupMonitor() as held:
+        end = time.perf_counter() + 0.6
+        while time.perf_counter() < end:
+            sum(range(20000))
+    assert held.p99_ms() is not None and held.p99_ms() >= 1.0
+
+
+def test_too_short_a_window_has_no_p99():
+    with WakeupMonitor() as wake:
+        pass
+    assert wake.p99_ms() is None
+
+
+def test_the_monitor_stops_with_its_block():
+    with WakeupMonitor() as wake:
+        time.sleep(0.3)
+    count = len(wake.late_ms)
+    time.sleep(0.05)
+    assert len(wake.late_ms) == count and not any(t.name == "wakeup-monitor" for t in threading.enumerate())
