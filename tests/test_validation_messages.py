@@ -54,6 +54,17 @@ def test_a_whole_document_check_has_no_place_to_name():
     assert validation_message(err.value, "d.yaml", Doc) == "d.yaml: (top level): the parts disagree"
 
 
+def test_several_fields_failing_alike_are_not_one_union():
+    """Five fields holding one NaN object fail the same way: the first is named, the others counted."""
+    from probe_examples import bandwidth_facts
+
+    from diagnoser.models.probe_results import BandwidthFacts
+
+    with pytest.raises(ValidationError) as err:
+        bandwidth_facts(gbs=float("nan"))
+    assert validation_message(err.value, "probe", BandwidthFacts) == "probe: read_gbs: Input should be a finite number (+4 more)"
+
+
 def test_other_problems_are_still_counted():
     assert message({"observations": {"expected": {"x": 1}}}).endswith("kind: Field required (+1 more)")
 

@@ -50,14 +50,16 @@ def validation_message(err: ValidationError, where: str, model: type[BaseModel] 
 
 def _union_alternatives(errors: list) -> list:
     """The first error and those that are the same value failing another form of one union: same
-    place but the last part (the form's tag), same input."""
+    place but the last part (the form's tag), same input, each failing in a different way."""
     first = errors[0]
     same = [
         e for e in errors
         if e["loc"] and len(e["loc"]) == len(first["loc"]) and e["loc"][:-1] == first["loc"][:-1] and e.get("input") is first.get("input")
         and isinstance(e["loc"][-1], str) and e["type"] != "extra_forbidden"
     ]
-    return same if len(same) > 1 and first in same else [first]
+    # the forms of one union fail each in its own way; several fields failing alike are several problems
+    distinct = len({e["type"] for e in same}) == len(same)
+    return same if len(same) > 1 and first in same and distinct else [first]
 
 
 def _misspelling_of(loc: tuple, errors: list) -> str | None:
