@@ -76,7 +76,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "straggler", "late-rank",
             "tensor parallel over two processes (gloo; NCCL on two GPUs); rank 1 computes its shard over a padded "
-            "batch (768 rows on gloo) before every all-reduce, so rank 0 waits at each collective",
+            "batch (1536 rows on gloo) before every all-reduce, so rank 0 waits at each collective",
             names=(("collectives[all_reduce].late_rank", 1),),
         ),
         Fault(

@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-# The late rank's padded batch, its slow path: on one CPU core 768 rows of a 512-wide GEMM take
+# The late rank's padded batch, its slow path: on one CPU core 1536 rows of a 512-wide GEMM take
 # milliseconds; a GPU needs many more rows (about 17 GFLOP per layer, some hundreds of microseconds
 # in fp32 on an H200) to be as late against its healthy step.
-LATE_ROWS = {"gloo": 768, "nccl": 32768}
+LATE_ROWS = {"gloo": 1536, "nccl": 32768}
 
 
 def backend_for(device: str) -> tuple[str, str]:
