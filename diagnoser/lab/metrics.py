@@ -35,6 +35,9 @@ class LabMetrics:
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefilled prompt tokens.", labels, registry=r).labels(model_name)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens.", labels, registry=r).labels(model_name)
         self.success = Counter("vllm:request_success", "Finished requests.", [*labels, "finished_reason"], registry=r)
+        # the lab's own, not vLLM's: requests the API server still holds, whether or not the engine
+        # runs them, so a request abandoned on the way in or out is seen to be let go
+        self.api_requests = Gauge("lab:api_server_requests", "Requests the API server holds.", labels, registry=r).labels(model_name)
         self.model_name = model_name
 
     def finished(self, reason: str) -> None:

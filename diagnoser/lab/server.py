@@ -126,6 +126,7 @@ class Requests:
         self.metrics = metrics
         self.jobs: dict[int, Job] = {}
         self.ids = itertools.count()
+        metrics.api_requests.set_function(lambda: len(self.jobs))
 
     def add(self, prompt: list[int], max_tokens: int, ignore_eos: bool) -> Job:
         job = Job(next(self.ids), prompt, max_tokens, ignore_eos, asyncio.Queue())
