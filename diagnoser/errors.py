@@ -13,6 +13,14 @@ EXIT_INPUT = 2
 EXIT_FIXTURES_FAILED = 3  # `rules test`: a fixture failed (the rules misbehave, the tool did not)
 
 
+def nearest(name: str, candidates: list[str]) -> str | None:
+    """The candidate a mistyped ``name`` most likely meant, for "did you mean" in a one-line error."""
+    import difflib  # only when there is a mistake to explain
+
+    found = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
 class DiagnoserError(Exception):
     """Base class; ``exit_code`` tells the CLI how to leave."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from diagnoser.errors import EXIT_FIXTURES_FAILED, InputError
+from diagnoser.errors import EXIT_FIXTURES_FAILED, InputError, nearest
 
 _RULES_OPTION = click.option("--rules", "rule_paths", multiple=True, metavar="PATH", help="Extra rule file or folder (repeatable).")
 
@@ -51,7 +51,7 @@ def facts_cmd(fact: str | None, as_json: bool) -> None:
     """The fields every fact class carries, with unit and meaning: what a pattern may name."""
     import json
 
-    from diagnoser.engine.fact_fields import fact_table, nearest
+    from diagnoser.engine.fact_fields import fact_table
 
     table = {cls.__name__: fields for cls, fields in fact_table().items()}
     if fact is not None:

@@ -27,10 +27,10 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from diagnoser.engine.fact_fields import SECTION, fact_table, nearest, unknown_field
+from diagnoser.engine.fact_fields import SECTION, fact_table, unknown_field
 from diagnoser.engine.overrides import threshold_overrides
 from diagnoser.engine.spec import PARENT_CAP, Finding, RuleSet, RuleSpec, ev, rule
-from diagnoser.errors import InputError
+from diagnoser.errors import InputError, nearest
 from diagnoser.experta_compat import AS, NOT, TEST, W, Rule
 from diagnoser.models.documents import load_document, validation_message
 

@@ -8,15 +8,16 @@ nearest valid field instead. ``diagnoser rules facts`` prints it for rule author
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Literal, get_args, get_origin
+from typing import get_args
 
 from pydantic import BaseModel
 
 from diagnoser.engine import facts as f
 from diagnoser.models.case import BoundInputs
+from diagnoser.errors import nearest
+from diagnoser.models.documents import plain_types
 from diagnoser.models.hypothesis import BoundSummary
 from diagnoser.models.observations import (
     BoundaryTimings,
@@ -87,23 +88,8 @@ def _unit_of_field(name: str, annotation, description: str) -> str:
 
 
 def _kinds(annotation) -> tuple[bool, set]:
-    """The plain types a field holds (Optional, unions and Annotated unwrapped), and whether in a list."""
-    listed, kinds, todo = False, set(), [annotation]
-    while todo:
-        a = todo.pop()
-        origin = get_origin(a)
-        if origin in (list, tuple, set, frozenset):
-            listed = True
-            todo += get_args(a)
-        elif origin is Annotated:
-            todo.append(get_args(a)[0])
-        elif origin is Literal:
-            kinds |= {type(x) for x in get_args(a)}
-        elif origin is not None:
-            todo += get_args(a)
-        elif a is not type(None):
-            kinds.add(a)
-    return listed, kinds or {object}  # None (a derived field, its type not declared): nothing to read
+    listed, kinds = plain_types(annotation)
+    return listed, set(kinds) or {object}  # None (a derived field, its type not declared): nothing to read
 
 
 def _model_fields(model: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, FieldInfo]:
@@ -219,11 +205,6 @@ SECTION = {
     "Memory": "memory", "Platform": "platform", "Stream": "stream", "StepMix": "step_mix", "Shares": "budget_shares",
     "ObservedStep": "workload.observed", "Holds": "holds", "Unevaluable": "unevaluable",
 }
-
-
-def nearest(name: str, candidates: list[str]) -> str | None:
-    found = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return found[0] if found else None
 
 
 def unknown_field(fact_class: type, name: str) -> str | None:

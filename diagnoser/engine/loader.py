@@ -26,7 +26,7 @@ from diagnoser.engine.fact_fields import unknown_field
 from diagnoser.engine.facts import INPUTS
 from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, rules_print_to_stderr, time_limit
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
-from diagnoser.errors import InputError
+from diagnoser.errors import InputError, nearest
 from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, Rule
 from diagnoser.models.hypothesis import Kind
 
@@ -289,8 +289,6 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
     for spec in book.specs.values():
         parent = book.specs.get(spec.parent) if spec.parent else None
         if spec.parent and parent is None:
-            from diagnoser.engine.fact_fields import nearest
-
             hint = nearest(spec.parent, sorted(book.specs))
             raise InputError(
                 f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is not a loaded rule" + (f" (nearest: {hint})" if hint else "")

@@ -6,14 +6,13 @@ CLI never shows a traceback for a typo.
 
 from __future__ import annotations
 
-import difflib
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from diagnoser.errors import InputError
+from diagnoser.errors import InputError, nearest
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -37,8 +36,8 @@ def validation_message(err: ValidationError, where: str, model: type[BaseModel] 
     )
     if first["type"] == "extra_forbidden" and model is not None:
         known = _field_names(model, first["loc"][:-1])
-        guess = difflib.get_close_matches(str(first["loc"][-1]), known, n=1, cutoff=0.6) if known else []
-        msg = f"not a field here; did you mean {guess[0]!r}?" if guess else f"not a field here (fields: {', '.join(known)})"
+        guess = nearest(str(first["loc"][-1]), known)
+        msg = f"not a field here; did you mean {guess!r}?" if guess else f"not a field here (fields: {', '.join(known)})"
     if first["type"] == "missing":
         misspelt = _misspelling_of(first["loc"], errors)
         if misspelt is not None:
@@ -65,8 +64,7 @@ def _union_alternatives(errors: list) -> list:
 def _misspelling_of(loc: tuple, errors: list) -> str | None:
     """A key refused as extra beside a missing required field, close enough to be its misspelling."""
     extras = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == loc[:-1]]
-    close = difflib.get_close_matches(str(loc[-1]), extras, n=1, cutoff=0.6)
-    return close[0] if close else None
+    return nearest(str(loc[-1]), extras)
 
 
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -86,13 +84,28 @@ def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+    return next((k for k in plain_types(annotation)[1] if isinstance(k, type) and issubclass(k, BaseModel)), None)
+
+
+def plain_types(annotation: Any) -> tuple[bool, list]:
+    """The plain types a field holds, in the order declared (Optional, unions, Annotated and
+    Literal unwrapped), and whether it holds them in a list: what a field means to a reader."""
+    listed, kinds, todo = False, [], [annotation]
+    while todo:
+        a = todo.pop(0)
+        origin = typing.get_origin(a)
+        if origin in (list, tuple, set, frozenset):
+            listed = True
+            todo += typing.get_args(a)
+        elif origin is typing.Annotated:
+            todo.append(typing.get_args(a)[0])
+        elif origin is typing.Literal:
+            kinds += [type(x) for x in typing.get_args(a) if type(x) not in kinds]
+        elif origin is not None:
+            todo += typing.get_args(a)
+        elif a is not type(None) and a not in kinds:
+            kinds.append(a)
+    return listed, kinds
 
 
 # A YAML document may share one node many times through anchors and aliases, and an alias inside

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from diagnoser.engine.loader import Rulebook
-from diagnoser.errors import InputError
+from diagnoser.errors import InputError, nearest
 from diagnoser.models.case import Case
 from diagnoser.walkthroughs.calculators import calculate, read_field
 from diagnoser.walkthroughs.model import (
@@ -108,8 +108,6 @@ def _figure(spec: Compute, scale: float) -> Figure:
 
 def _check_rule(book: Rulebook, rule_id: str | None) -> None:
     if rule_id is not None and book.resolve(rule_id) not in book.specs:
-        from diagnoser.engine.fact_fields import nearest
-
         hint = nearest(rule_id, sorted(book.specs))
         raise InputError(f"rule {rule_id!r} is not a loaded rule" + (f" (nearest: {hint})" if hint else ""))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from diagnoser.engine.loader import YAML_SUFFIXES, Rulebook, error_line
-from diagnoser.errors import InputError
+from diagnoser.errors import InputError, nearest
 from diagnoser.walkthroughs.model import WALKTHROUGH_SCHEMA_VERSION, Walkthrough
 from diagnoser.walkthroughs.prepare import Prepared, prepare
 
@@ -88,8 +88,6 @@ def load_catalogue(
 
 def find(catalogue: dict[str, Prepared], name: str) -> Prepared:
     if name not in catalogue:
-        from diagnoser.engine.fact_fields import nearest
-
         hint = nearest(name, sorted(catalogue))
         raise InputError(f"no walkthrough named {name!r}" + (f" (nearest: {hint}); " if hint else "; ") + "`diagnoser walkthrough` lists them")
     return catalogue[name]
