@@ -31,7 +31,8 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
-from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number
+from diagnoser.models.serving import SERVER_CLOCKS
+from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number, larger
 
 SPECS = load_specs(__file__)
 
@@ -46,8 +47,6 @@ KV_FULL = 0.95
 QUEUE_SHARE = 0.2
 # Under 5 ms of queueing is a wait for the running step to end, whatever its share of a short first token.
 MIN_QUEUE_MS = 5.0
-# Metrics read at these boundaries time a request from its arrival at the server, not at the client.
-ENGINE_CLOCKS = ("engine", "server_emission")
 # The queue time and the figure it is part of, read at the same statistic: means first, then medians;
 # the first-token time first, then the whole request's latency.
 QUEUE_PAIRS = (
@@ -79,8 +78,7 @@ def queued(m) -> bool:
 
 def lower_cap_slower(slower: str, faster: str) -> bool:
     """The slower run admitted fewer sequences at once."""
-    a, b = as_number(slower), as_number(faster)
-    return a is not None and b is not None and a < b
+    return larger(faster, slower)
 
 
 def waits_before_the_engine(client_ttft: float, server_ttft: float) -> bool:
@@ -162,7 +160,7 @@ class CapacityRules(RuleSet):
 
     @rule(
         SPECS["admission-queueing"],
-        Metrics(concurrency=MATCH.streams, ttft_mean_ms=MATCH.server_ttft, boundary=P(lambda b: b in ENGINE_CLOCKS)),
+        Metrics(concurrency=MATCH.streams, ttft_mean_ms=MATCH.server_ttft, boundary=P(lambda b: b in SERVER_CLOCKS)),
         Server(max_num_seqs=MATCH.admitted),
         Boundaries(ttft_ms=MATCH.client_ttft),
         TEST(lambda streams, admitted, client_ttft, server_ttft: streams > admitted and waits_before_the_engine(client_ttft, server_ttft)),

@@ -30,6 +30,7 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
+from diagnoser.models.serving import ENGINE_SIDE
 
 SPECS = load_specs(__file__)
 
@@ -55,8 +56,6 @@ NEAR_BOUND = 0.8
 NEAR_ZERO_SHARE = 0.2
 # Per-token figures within 25 % of each other agree within streaming jitter (the client-gap slack).
 TIMING_AGREEMENT = 1.25
-# Boundaries on the engine's side of the transport: their per-token figures are the server's.
-ENGINE_SIDE = frozenset({"device_step", "engine", "server_emission"})
 
 
 def bursty(s) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnoser.models.case import Case
+from diagnoser.models.serving import SERVER_CLOCKS
 
 Read = Callable[[dict], Any]  # a stated value from the case (as a plain dict), or None
 
@@ -100,7 +101,7 @@ def _engine_interval(data: dict) -> Any:
     interval is the typical gap, and the client's p99 against it is what was held on the way. A steady
     stream, or one whose reader only fell a chunk or two behind, keeps its own figures: its p99 against the
     server's median would be the server's own jitter (long prefill steps, a loaded host)."""
-    if _at("observations.metrics.boundary")(data) not in ("engine", "server_emission") or not _held_bursts(data):
+    if _at("observations.metrics.boundary")(data) not in SERVER_CLOCKS or not _held_bursts(data):
         return None
     itl = _at("observations.metrics.itl_ms")(data) or {}
     return itl.get("p50") or itl.get("mean")

@@ -30,6 +30,12 @@ class MetricBoundary(str, Enum):
     unknown = "unknown"
 
 
+# Boundaries that time a request from its arrival at the server (its counters, its emission)...
+SERVER_CLOCKS = frozenset({MetricBoundary.engine.value, MetricBoundary.server_emission.value})
+# ...and every boundary on the engine's side of the transport: their per-token figures are the server's.
+ENGINE_SIDE = SERVER_CLOCKS | {MetricBoundary.device_step.value}
+
+
 class RateKind(str, Enum):
     """A tokens/s figure over all streams together, or for one stream."""
 
