@@ -126,14 +126,15 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
     from pathlib import Path
 
     from diagnoser.engine import load_rulebook
-    from diagnoser.engine.fixtures import bundled_fixtures, run_fixtures
+    from diagnoser.engine.fixtures import bundled_fixtures, diagnosed_fixtures, run_fixtures
 
     book = load_rulebook(rule_paths)
     folder = Path(path) if path else bundled_fixtures()
-    results = run_fixtures(folder, book)
+    diagnosed = diagnosed_fixtures(folder, book)
+    results = run_fixtures(diagnosed)
     if path is None:  # the bundled fixtures and those of every installed rule pack
         for pack in book.pack_fixtures:
-            results += run_fixtures(pack, book)
+            results += run_fixtures(diagnosed_fixtures(pack, book))
     for r in results:
         click.echo(f"{'ok  ' if r.ok else 'FAIL'} {Path(r.file).name}: {r.name}")
         for problem in r.problems:
@@ -143,7 +144,7 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
     if own and path is not None:
         from diagnoser.engine.twins import twins
 
-        for rule, same in twins(folder, book, own).items():
+        for rule, same in twins(diagnosed, own).items():
             click.echo(
                 f"hint: {rule} claims the same time as {', '.join(same)} wherever it fires and is silent where they are: "
                 f"a duplicate? `diagnoser rules show {same[0]}`"
@@ -152,7 +153,7 @@ def test_cmd(ctx: click.Context, path: str | None, rule_paths: tuple[str, ...], 
         from diagnoser.engine.coverage import coverage
 
         # with --rules, the coverage of those rules: a pack author's own, not the bundled ones
-        report = coverage(folder, book, own or None)
+        report = coverage(diagnosed, book, own or None)
         for label, ids in (
             ("no fixture fires", report.never_fired),
             ("no near-miss fixture (silent:)", report.no_near_miss),

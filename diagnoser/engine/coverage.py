@@ -9,12 +9,9 @@ thresholds no such fixture touches could have any values and its fixtures would 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-
 from diagnoser.engine.explain import explain_rules, thresholds_by_rule
-from diagnoser.engine.fixtures import fixture_files, load_fixtures
+from diagnoser.engine.fixtures import Diagnosed
 from diagnoser.engine.loader import Rulebook
-from diagnoser.engine.runner import diagnose
 
 
 @dataclass
@@ -38,20 +35,18 @@ class Coverage:
         return [r for r in self.rules if r in self.with_thresholds and r not in self.threshold_tested]
 
 
-def coverage(path: Path, rulebook: Rulebook, only: set[str] | None = None) -> Coverage:
-    """Coverage of ``only`` (rule ids; default all loaded rules) by the fixtures in ``path``."""
+def coverage(diagnosed: list[Diagnosed], rulebook: Rulebook, only: set[str] | None = None) -> Coverage:
+    """Coverage of ``only`` (rule ids; default all loaded rules) by these fixtures."""
     report = Coverage(rules=sorted(only if only is not None else rulebook.specs))
     reads = thresholds_by_rule(rulebook)
     report.with_thresholds = {r for r in report.rules if reads[r]}
-    for file in fixture_files(path):
-        for fixture in load_fixtures(file):
-            d = diagnose(fixture.case, rulebook)
-            report.fired |= {h.rule for h in d.hypotheses}
-            silent = [r for r in fixture.silent if r in rulebook.specs]
-            report.near_missed |= set(silent)
-            tested = [r for r in silent if r in report.with_thresholds and r not in report.threshold_tested]
-            if tested:
-                for x in explain_rules(fixture.case, rulebook, tested):
-                    if x.stopped_at.startswith("TEST("):
-                        report.threshold_tested.add(x.rule)
+    for one in diagnosed:
+        report.fired |= {h.rule for h in one.diagnosis.hypotheses}
+        silent = [r for r in one.fixture.silent if r in rulebook.specs]
+        report.near_missed |= set(silent)
+        tested = [r for r in silent if r in report.with_thresholds and r not in report.threshold_tested]
+        if tested:
+            for x in explain_rules(one.fixture.case, rulebook, tested):
+                if x.stopped_at.startswith("TEST("):
+                    report.threshold_tested.add(x.rule)
     return report

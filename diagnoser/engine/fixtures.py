@@ -6,6 +6,7 @@ gains within a tolerance, so a fixture fails only when the reasoning changed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -14,7 +15,7 @@ from diagnoser.engine.loader import Rulebook
 from diagnoser.engine.runner import diagnose
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
-from diagnoser.models.hypothesis import Grade, Kind
+from diagnoser.models.hypothesis import Diagnosis, Grade, Kind
 from diagnoser.models.documents import load_document, validation_message
 
 SPEEDUP_TOLERANCE = 0.01
@@ -83,9 +84,32 @@ def resolved(fixture: Fixture, rulebook: Rulebook) -> Fixture:
     })
 
 
+@dataclass(frozen=True)
+class Diagnosed:
+    """A fixture (its rule ids resolved) and the diagnosis of its case, made once for every
+    reader: the fixture's own checks, the duplicate-rule hint and the coverage report."""
+
+    file: Path
+    fixture: Fixture
+    diagnosis: Diagnosis
+
+
+def diagnosed_fixtures(path: Path, rulebook: Rulebook) -> list[Diagnosed]:
+    out = []
+    for file in fixture_files(path):
+        for fixture in load_fixtures(file):
+            fixture = resolved(fixture, rulebook)
+            out.append(Diagnosed(file, fixture, diagnose(fixture.case, rulebook)))
+    return out
+
+
 def check_fixture(fixture: Fixture, rulebook: Rulebook) -> list[str]:
     fixture = resolved(fixture, rulebook)
-    d = diagnose(fixture.case, rulebook)
+    return problems_of(fixture, diagnose(fixture.case, rulebook))
+
+
+def problems_of(fixture: Fixture, d: Diagnosis) -> list[str]:
+    """What the diagnosis of a (resolved) fixture's case got wrong against the fixture."""
     concluded = {h.rule for h in d.hypotheses if h.rule != "engine"}
     problems = []
     causes = d.of_kind(Kind.cause)
@@ -126,12 +150,8 @@ def check_fixture(fixture: Fixture, rulebook: Rulebook) -> list[str]:
     return problems
 
 
-def run_fixtures(path: Path, rulebook: Rulebook) -> list[FixtureResult]:
-    results = []
-    for file in fixture_files(path):
-        for fixture in load_fixtures(file):
-            results.append(FixtureResult(file=str(file), name=fixture.name, problems=check_fixture(fixture, rulebook)))
-    return results
+def run_fixtures(diagnosed: list[Diagnosed]) -> list[FixtureResult]:
+    return [FixtureResult(file=str(x.file), name=x.fixture.name, problems=problems_of(x.fixture, x.diagnosis)) for x in diagnosed]
 
 
 def bundled_fixtures() -> Path:

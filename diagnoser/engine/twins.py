@@ -7,33 +7,27 @@ near misses. That reads any rule alike (YAML or Python), whatever facts it names
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from diagnoser.engine.fixtures import fixture_files, load_fixtures, resolved
-from diagnoser.engine.loader import Rulebook
-from diagnoser.engine.runner import diagnose
+from diagnoser.engine.fixtures import Diagnosed
 from diagnoser.models.hypothesis import Kind
 
 SAME_GAIN = 0.01  # removable times within 1 % are the same claim (fixture figures are exact)
 
 
-def twins(path: Path, rulebook: Rulebook, own: set[str]) -> dict[str, list[str]]:
+def twins(diagnosed: list[Diagnosed], own: set[str]) -> dict[str, list[str]]:
     """For each of ``own`` rules, the other rules that fired with its gain on every fixture it
     fired on and were silent on every fixture that must keep it silent."""
     agreeing: dict[str, list[set[str]]] = {r: [] for r in own}  # per fixture it fired on: who claimed the same
     differing: dict[str, set[str]] = {r: set() for r in own}  # who fired on a near miss of it
-    for file in fixture_files(path):
-        for fixture in load_fixtures(file):
-            fixture = resolved(fixture, rulebook)
-            causes = [h for h in diagnose(fixture.case, rulebook).hypotheses if h.kind is Kind.cause and h.gain]
-            for rule in own:
-                mine = [h.gain.removable_ms for h in causes if h.rule == rule]
-                if rule in fixture.silent:
-                    differing[rule] |= {h.rule for h in causes}
-                elif mine:
-                    agreeing[rule].append({
-                        h.rule for h in causes
-                        if h.rule not in own and abs(h.gain.removable_ms - mine[0]) <= SAME_GAIN * max(mine[0], 1e-9)
-                    })
+    for one in diagnosed:
+        causes = [h for h in one.diagnosis.hypotheses if h.kind is Kind.cause and h.gain]
+        for rule in own:
+            mine = [h.gain.removable_ms for h in causes if h.rule == rule]
+            if rule in one.fixture.silent:
+                differing[rule] |= {h.rule for h in causes}
+            elif mine:
+                agreeing[rule].append({
+                    h.rule for h in causes
+                    if h.rule not in own and abs(h.gain.removable_ms - mine[0]) <= SAME_GAIN * max(mine[0], 1e-9)
+                })
     found = {rule: set.intersection(*sets) - differing[rule] for rule, sets in agreeing.items() if sets}
     return {rule: sorted(names) for rule, names in found.items() if names}
