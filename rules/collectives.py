@@ -12,6 +12,7 @@ from diagnoser.engine import (
     TEST,
     Budget,
     Collective,
+    Expectation,
     Finding,
     Layout,
     Shares,
@@ -130,6 +131,30 @@ class CollectiveRules(RuleSet):
             detail=(
                 f"{batch} sequence(s) cannot fill {pp} stages: each stage waits for the one before it, "
                 f"so each GPU is busy about {batch / pp:.0%} of the step."
+            ),
+        )
+
+    @rule(
+        SPECS["pipeline-stages-serialize"],
+        AS.layout << Layout(pp=MATCH.pp),
+        Expectation(kind=MATCH.kind),
+        TEST(lambda pp: pp > 1),
+    )
+    def pipeline_token_latency(self, layout, pp, kind):
+        """Whatever the batch, each token passes the stages in turn: pipelining overlaps different
+        sequences, never one token's layers, so a token's step is the whole model's plus the hops.
+        That is slow only against a figure that expected more (another layout, a spreadsheet that
+        counted every GPU working on each token); a batch smaller than the stages says more (idle
+        stages), in the rule above."""
+        if layout.get("batch", pp) < pp:
+            return None
+        return Finding(
+            evidence=[ev("workload.layout.pp", pp), ev("expected.kind", kind)],
+            detail=(
+                f"Each token passes all {pp} stages one after another, so its step is the whole model's time on one "
+                "GPU plus the hand-offs; pipelining adds throughput across sequences, never per-token speed, "
+                f"where tensor parallelism over the same GPUs splits every layer. The expected figure ({kind}) is "
+                "worth checking for a layout that had every GPU working on each token."
             ),
         )
 

@@ -52,6 +52,11 @@ STALL_RATIO = 4.0
 # decoding stream waits out as one long gap. The real server's 2000-token prompts made 30-190 ms mixed
 # steps against a 2.35 ms decode step (13-80x); a short prompt beside the decodes adds a fraction of a step.
 MIXED_STEP_RATIO = 2.0
+# A stream that stopped for fifty of its steps at once, with nothing said about how prefill is scheduled:
+# no per-step jitter, wake-up or collector pause on a loaded host comes near it (the loaded 2-core box's
+# worst gaps were 5-15 steps, healthy, under two CPU burners), while one long prompt's prefill (or a preempted sequence's
+# recompute, which is a prefill) is thousands of tokens of work done between two decode steps.
+LONE_STALL_RATIO = 50.0
 # What the mixed steps add to every step the streams decode, averaged over the trace's decode and mixed steps:
 # a tenth of the step is beyond run-to-run noise. A healthy server admitting a few short prompts added 5 %
 # (two 94-token prefills among 51 steps); a 2000-token prompt every half second adds several steps' worth.
@@ -376,6 +381,31 @@ class OutputPathRules(RuleSet):
             step_ms=decode + extra,
             detail=f"{mixed_steps} of {mixed_steps + decode_steps} steps prefilled beside running decodes and took {mixed / decode:.3g}x "
             f"a decode-only step: {extra:.3g} ms on every step on average, and a {mixed - decode:.3g} ms stall each time.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        NOT(Host(prefill_interleaved=W())),
+        NOT(Host(itl_spike_ratio=W())),
+        NOT(Server(prefill_priority=W())),
+        NOT(StepMix()),
+        NOT(Stream(bursty=True)),
+        TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step),
+    )
+    def lone_long_stall(self, stall, step):
+        """A decode step's work barely changes from one step to the next; the work that takes dozens of steps'
+        time inside a serving loop is a long prefill run between two of them. Not when the tokens came in
+        bursts: then they were made on time and held on the way, and the stall is the holding. Nothing in the case says how
+        prefill is scheduled, so the stall only makes it possible, and claims no time until it is lined up
+        with a prefill."""
+        return Finding(
+            evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            grade=Grade.possible,
+            detail=f"A stream stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost). Whether a "
+            "prompt was being prefilled then (server log lines, /metrics prompt tokens over the stall, or a trace's step "
+            "split) would settle it and bound the gain.",
         )
 
     @rule(SPECS["prefill-stalls"], Server(prefill_priority=True), NOT(Stream(worst_stall_ms=W())))
