@@ -9,6 +9,7 @@ check to run instead of staying silent.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -124,7 +125,10 @@ class GraphReplayObs(_Obs):
     )
     kernel_launches_per_step: float | None = Field(default=None, ge=0, description="kernel launches per step outside graphs")
     graph_launches_per_step: float | None = Field(default=None, ge=0, description="CUDA graph launches per step")
-    captured_batch_sizes: list[int] | None = Field(default=None, description="batch sizes (or token counts) the engine captured graphs for")
+    # a graph is captured for one sequence or more: a size of 0 is no capture, and no largest size
+    captured_batch_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, description="batch sizes (or token counts) the engine captured graphs for"
+    )
     max_captured_batch: int | None = Field(
         default=None, ge=1, description="the largest captured size, in the capture list's unit (the engine's cuda_graph_max_bs, max capture size)"
     )
