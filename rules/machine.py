@@ -35,6 +35,11 @@ PCIE_GBS = 25.0
 # share asked of launch gaps, because a resident decode loop needs no per-step PCIe traffic.
 MIN_H2D_SHARE = 0.05
 MIN_H2D_MS = 0.1
+# Hot enough that boost logic trades clocks for temperature: NVIDIA boards begin stepping clocks down
+# in the 80s °C, well before their slowdown threshold (about 90 °C); laptops' SoCs throttle near it too.
+HOT_C = 85.0
+# Drawing 95 % of the enforced power limit during the run: the power governor, not the load, sets the clocks.
+POWER_CAP_SHARE = 0.95
 # CFS throttling in more than 1 of 20 periods: the engine loop regularly stalls for the rest of a
 # (typically 100 ms) quota period, many decode steps long; below that, occasional bursts.
 CPU_THROTTLED = 0.05
@@ -73,15 +78,29 @@ def clock_ratio(p) -> float | None:
     return min(ratios) if ratios else None
 
 
+def strained(p) -> list:
+    """Heat or power that makes a GPU give up clocks, when neither clocks nor reasons were read: at
+    HOT_C and above boost logic trades clocks for temperature; drawing POWER_CAP_SHARE of the enforced
+    limit, the power governor sets them. Read clocks or reasons say what happened instead."""
+    if clock_ratio(p) is not None or p.get("throttled"):
+        return []
+    found = []
+    if p.get("temperature_c", 0) >= HOT_C:
+        found.append(ev("probe.temperature_c", p["temperature_c"], "°C"))
+    if p.get("power_limit_w") and p.get("power_w", 0) >= POWER_CAP_SHARE * p["power_limit_w"]:
+        found += [ev("probe.power_w", p["power_w"], "W"), ev("probe.power_limit_w", p["power_limit_w"], "W")]
+    return found
+
+
 def throttled(p) -> bool:
     ratio = clock_ratio(p)
-    return bool(p.get("throttled")) or (ratio is not None and ratio < CLOCK_RATIO)
+    return bool(p.get("throttled")) or (ratio is not None and ratio < CLOCK_RATIO) or bool(strained(p))
 
 
 def throttle_finding(p, device_ms: float | None) -> Finding:
     """At most the device time the lower clocks stretched: ``device * (1 - ratio)``; without clocks, indicated."""
     ratio = clock_ratio(p)
-    evidence = [ev("probe.throttle_reasons", ", ".join(p.get("throttled", [])) or "none reported")]
+    evidence = [ev("probe.throttle_reasons", ", ".join(p.get("throttled", [])) or "none reported"), *strained(p)]
     if ratio is not None:
         evidence.append(ev("probe.clock_ratio", ratio))
     bounded = ratio is not None and device_ms is not None

@@ -30,7 +30,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.comparison import ablation, ablation_finding, larger
 from diagnoser.rules.context import sweep_evidence
 
 SPECS = load_specs(__file__)
@@ -68,6 +68,10 @@ def mixed_extra_ms(mixed_steps: int, decode_steps: int, decode: float, mixed: fl
     return (mixed - decode) * mixed_steps / max(1, mixed_steps + decode_steps)
 # Prompts this long fill at least a whole prefill chunk at common token budgets per step.
 LONG_PROMPT_TOKENS = 1000
+# Adding decode streams adds only their KV reads to a step that already reads every weight, so the aggregate
+# output rate rises (memory-bound) or holds (compute-bound); a fall of a quarter with more streams is beyond
+# batching's own overheads and run-to-run spread: the added streams brought other work into the steps.
+FEWER_TOKENS_WITH_MORE_STREAMS = 1.25
 # What a penalty cost that scans the history grows with.
 HISTORY_GROWTH = frozenset({"output_length", "context"})
 
@@ -406,6 +410,26 @@ class OutputPathRules(RuleSet):
             detail=f"A stream stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost). Whether a "
             "prompt was being prefilled then (server log lines, /metrics prompt tokens over the stall, or a trace's step "
             "split) would settle it and bound the gain.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        AS.d << RunDiff(setting="concurrency", figure="output_tokens_per_s", slowdown=MATCH.slowdown, slower=MATCH.slower,
+                        faster=MATCH.faster),
+        Metrics(input_tokens=MATCH.prompt),
+        TEST(lambda slowdown, slower, faster, prompt: slowdown >= FEWER_TOKENS_WITH_MORE_STREAMS and larger(slower, faster)
+             and prompt >= LONG_PROMPT_TOKENS),
+    )
+    def more_streams_fewer_tokens(self, d, slowdown, slower, faster, prompt):
+        """More concurrent streams of long prompts made fewer output tokens per second in all: each stream's
+        prefill ran in the steps the others decode in. Preemption or a cache that no longer fits would do it
+        too, so it is indicated, and a trace's step split measures it."""
+        return Finding(
+            evidence=[ev("runs.changed", "concurrency"), ev("runs.faster", faster), ev("runs.slower", slower),
+                      ev("runs.ratio", slowdown), ev("metrics.input_tokens", prompt)],
+            grade=Grade.indicated,
+            detail=f"{slower} concurrent streams made {slowdown:.3g}x fewer output tokens per second in all than {faster}, "
+            f"with {prompt:.0f}-token prompts: decode alone would have made more.",
         )
 
     @rule(SPECS["prefill-stalls"], Server(prefill_priority=True), NOT(Stream(worst_stall_ms=W())))

@@ -56,6 +56,23 @@ def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_s
     assert no_client.observations.boundaries is None
 
 
+def test_a_rate_that_is_the_output_over_the_request_latency_includes_prefill():
+    # TensorRT-LLM's benchmark line: 190 tokens in a 4,409.8 ms request is 43.09 tokens/s, the rate it printed
+    one_stream = {"boundary": "unknown", "output_tokens_per_s": 43.09, "concurrency": 1, "output_tokens": 190,
+                  "request_latency_ms": {"mean": 4409.8}}
+    found = canonical(case(metrics=one_stream))
+    assert found.observations.metrics.rate_includes_prefill is True
+    assert "request latency" in found.sources["observations.metrics.rate_includes_prefill"]
+    per_user = {k: v for k, v in one_stream.items() if k not in ("output_tokens_per_s", "concurrency")}
+    assert canonical(case(metrics={**per_user, "per_user_tokens_per_s": 43.4})).observations.metrics.rate_includes_prefill
+    # decode alone: 190 tokens at 50.4 tokens/s took 3.77 s of the 4.41 s request
+    decode = canonical(case(metrics={**per_user, "per_user_tokens_per_s": 50.38}))
+    assert decode.observations.metrics.rate_includes_prefill is None
+    # four streams' aggregate is no single request's rate
+    many = canonical(case(metrics={**one_stream, "concurrency": 4}))
+    assert many.observations.metrics.rate_includes_prefill is None
+
+
 def test_acceptance_from_tokens_per_cycle():
     # 2.6 tokens a cycle of 8 drafts: the verify's own token plus 1.6 accepted drafts, 1.6 / 8 = 0.2
     found = canonical(case(speculation={"mean_accepted_per_cycle": 2.6, "draft_length": 8}))
@@ -115,5 +132,6 @@ def test_schema_case_says_each_fields_role():
     assert done.returncode == 0
     found = json.loads(done.stdout)["x-field-roles"]
     assert found["observations.server.cuda_graph_max_batch"] == "feeds observations.graph.max_captured_batch"
-    assert found["observations.probe.temperature_c"].startswith("informational: ")
+    assert found["observations.probe.pcie_generation"].startswith("informational: ")
+    assert found["observations.probe.temperature_c"] == "read by the rules or the bound"
     assert found["observations.server.max_num_seqs"] == "read by the rules or the bound"

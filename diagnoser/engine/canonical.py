@@ -130,6 +130,24 @@ def _fixed_cost_per_request(data: dict) -> Any:
     return True if fixed >= FIXED_SHARE * totals[0] else None
 
 
+# Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
+SAME_RATE = 0.03
+
+
+def _rate_over_request(data: dict) -> Any:
+    """A stream's rate that equals its output tokens over the whole request's latency counts the time to the
+    first token (queueing, prefill) as if it were decode. One stream's aggregate rate is its own rate."""
+    metrics = _at("observations.metrics")(data) or {}
+    rate = metrics.get("per_user_tokens_per_s")
+    if rate is None and metrics.get("concurrency") == 1:
+        rate = metrics.get("output_tokens_per_s")
+    latency = metrics.get("request_latency_ms") or {}
+    latency_ms, tokens = latency.get("mean") or latency.get("p50"), metrics.get("output_tokens")
+    if not (rate and latency_ms and tokens):
+        return None
+    return True if abs(rate * latency_ms / 1e3 / tokens - 1) <= SAME_RATE else None
+
+
 EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.graph.max_captured_batch", "the largest batch the engine captured a graph for", (
         _largest("observations.graph.captured_batch_sizes"),
@@ -159,6 +177,8 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),
+        Alternative("observations.metrics", _rate_over_request,
+                    "the rate is the output tokens over the request latency (within 3 %)"),
     ), only_with="observations.metrics"),
 )
 
