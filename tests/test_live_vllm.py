@@ -70,6 +70,8 @@ def test_without_dev_mode_live_names_what_it_could_not_get_and_takes_the_command
         # as a user would: the command line for the settings, the profiler's folder for the trace
         told = measure(server.url, Options(duration_s=90, requests=4, concurrency=2, max_tokens=32, profile_dir=server.profile_dir,
                                            server_args="vllm serve tiny --enforce-eager --max-model-len 4096"))
+        assert any(server.sockets.iterdir())  # vLLM's processes talk over sockets in the server's own folder
+    assert not server.sockets.exists()  # and none is left in the temporary folder once it stops
     assert HOW_TO_SUPPLY in bare.missing
     assert told.case.observations.budget is not None  # the trace from --profile-dir
     assert bare.case.observations.metrics.itl_ms is not None  # /metrics and the stream still measured

@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,6 +107,7 @@ class VllmServer:
         self.moe, self.dev_mode, self.kv_cache_gib = moe, dev_mode, kv_cache_gib
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self.sockets: Path | None = None
 
     @property
     def profile_dir(self) -> Path:
@@ -126,7 +128,12 @@ class VllmServer:
     def __enter__(self) -> "VllmServer":
         self.profile_dir.mkdir(parents=True, exist_ok=True)
         port = self.port or free_port()
-        env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib)}
+        # vLLM's processes talk over ZMQ sockets it names in the temporary folder and leaves there when
+        # stopped (about seven a server); a folder of the server's own, short enough for a socket path,
+        # goes with it. TMPDIR stays: torch.compile's cache lives there and is shared between servers.
+        self.sockets = Path(tempfile.mkdtemp(prefix="vllm-ipc-"))
+        env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+               "VLLM_RPC_BASE_PATH": str(self.sockets)}
         if self.dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         with open(self.log, "w") as log:
@@ -165,6 +172,8 @@ class VllmServer:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
         return self.proc.returncode
 
     def __exit__(self, *exc: object) -> None:
