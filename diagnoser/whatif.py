@@ -56,6 +56,7 @@ class BoundedGain(BaseModel):
     speedup: float
     capped_by: str | None = None
     share_of_step: float = Field(default=0.0, description="removable_ms / step_ms")
+    over_ms: float | None = Field(default=None, description="the reference step this time comes on top of (step_ms is their sum)")
 
 
 class SpeculationResult(BaseModel):

@@ -290,6 +290,7 @@ class OutputPathRules(RuleSet):
             evidence=[ev("host.itl_spike_ratio", ratio), ev("host.prefill_interleaved", True)],
             removable_ms=step * (ratio - 1),
             step_ms=step * ratio,
+            on_top=True,
             detail="The gain is on the spiking (p99) interval, not on the median step.",
         )
 
@@ -326,6 +327,7 @@ class OutputPathRules(RuleSet):
             evidence=[ev("host.prefill_interleaved", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
             removable_ms=stall - step,
             step_ms=stall,
+            on_top=True,
             detail="The gain is on the worst stall a stream saw, not on the median step.",
         )
 
@@ -341,6 +343,7 @@ class OutputPathRules(RuleSet):
             evidence=[ev("server.prefill_priority", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
             removable_ms=stall - step,
             step_ms=stall,
+            on_top=True,
             detail="Prefill runs before any decode: the gain is on the worst stall a stream saw, not on the median step.",
         )
 
@@ -383,6 +386,7 @@ class OutputPathRules(RuleSet):
             evidence=evidence,
             removable_ms=extra,
             step_ms=decode + extra,
+            on_top=True,
             detail=f"{mixed_steps} of {mixed_steps + decode_steps} steps prefilled beside running decodes and took {mixed / decode:.3g}x "
             f"a decode-only step: {extra:.3g} ms on every step on average, and a {mixed - decode:.3g} ms stall each time.",
         )

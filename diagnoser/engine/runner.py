@@ -147,15 +147,18 @@ def build_hypothesis(
     bounded_by: list[str] = (),
     floor_ms: float | None = None,
 ) -> Hypothesis:
-    step = finding.step_ms or reference_ms
+    on_top = finding.on_top and reference_ms is not None and finding.removable_ms is not None
+    step = reference_ms + finding.removable_ms if on_top else finding.step_ms or reference_ms
     gain = None
     remedies = []
     if finding.removable_ms is not None and step:
         # The floor is one step's bytes: it caps claims on the reference step, not on another
-        # boundary's or another context's interval (a finding's own step_ms).
-        floor = floor_ms if finding.step_ms is None else None
+        # boundary's or another context's interval (a finding's own step_ms or a time on top of the step).
+        floor = floor_ms if finding.step_ms is None and not on_top else None
         cap, cap_name = floor_cap(step, floor, cap_ms, spec.parent)
         gain = bounded_gain(step, finding.removable_ms, cap, cap_name)
+        if on_top:
+            gain = gain.model_copy(update={"over_ms": reference_ms})
     for r in spec.remedies:
         predicted = bounded_gain(step, gain.removable_ms * r.share) if gain else None
         remedies.append(
@@ -193,10 +196,29 @@ def build_hypothesis(
     )
 
 
-def _rank_key(h: Hypothesis) -> tuple:
+def stream_steps(hypotheses: list[Hypothesis]) -> dict[float, float]:
+    """For each reference step that some time comes on top of, the longest such sum: the time per token
+    a stream sees, which every cause measured on that reference step also comes out of."""
+    found: dict[float, float] = {}
+    for h in hypotheses:
+        if h.gain is not None and h.gain.over_ms is not None:
+            found[h.gain.over_ms] = max(found.get(h.gain.over_ms, 0.0), h.gain.step_ms)
+    return found
+
+
+def compared_speedup(h: Hypothesis, streams: dict[float, float]) -> float:
+    """The speed-up a cause's time gives on the step a stream sees, so causes on the reference step and
+    times on top of it are compared on one step; elsewhere, its own."""
+    if h.gain is None:
+        return 1.0
+    seen = streams.get(h.gain.over_ms if h.gain.over_ms is not None else h.gain.step_ms)
+    return h.gain.speedup if seen is None else seen / (seen - h.gain.removable_ms)
+
+
+def _rank_key(h: Hypothesis, streams: dict[float, float]) -> tuple:
     """A locating cause (the slowdown follows a changed setting) restates the comparison the
     engineer supplied; a mechanism of any grade says what to fix inside it, so it comes first."""
-    speedup = h.gain.speedup if h.gain else 1.0
+    speedup = compared_speedup(h, streams)
     grade = GRADE_ORDER[h.grade] if h.grade is not None else 0
     # At equal gain a measured cause comes before its refinements (they are capped by it, never
     # above it); an unbounded one after them, since it is only named because they hold.
@@ -230,7 +252,8 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
     before refinements (unless a measured refinement explains its parent), evidence; then the
     other kinds. One entry per id."""
-    keys = {id(h): _rank_key(h) for h in hypotheses}
+    streams = stream_steps(hypotheses)
+    keys = {id(h): _rank_key(h, streams) for h in hypotheses}
     best: dict[str, Hypothesis] = {}
     for h in sorted(hypotheses, key=lambda h: keys[id(h)]):
         best.setdefault(h.rule, h)

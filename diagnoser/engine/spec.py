@@ -99,6 +99,10 @@ class Finding:
     evidence: list[Evidence]
     removable_ms: float | None = None
     step_ms: float | None = None  # when the time is at another boundary than the reference step
+    # The time comes on top of the reference step: a stream waits out both (a prefill in its step, a stall
+    # between two steps). The gain is on their sum, and causes measured on the reference step are ranked
+    # against it on that sum, the time per token the stream sees.
+    on_top: bool = False
     detail: str = ""
     key: str = ""  # tells apart several firings of one rule (one per collective, ...)
     missing: list[str] = field(default_factory=list)
