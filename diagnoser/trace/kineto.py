@@ -30,7 +30,6 @@ import math
 import os
 import re
 from array import array
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -596,6 +595,8 @@ def read_kineto_many(paths: list[Path], workers: int | None = None, memory: int 
         for i in order:
             read[i] = _read_if_any(paths[i])
     else:
+        from concurrent.futures import ProcessPoolExecutor  # here: a small trace, read in-process, starts without it
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for i, trace in zip(order, pool.map(_read_if_any, [paths[i] for i in order])):
                 read[i] = trace
