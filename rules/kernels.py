@@ -17,6 +17,7 @@ from diagnoser.engine import (
     Grade,
     Graph,
     Host,
+    HostCostFact,
     KernelClass,
     Metrics,
     P,
@@ -32,6 +33,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
 
 SPECS = load_specs(__file__)
@@ -263,6 +265,21 @@ class KernelRules(RuleSet):
         """A sorting configuration, and the sampling kernels' measured share of the device time bounds it."""
         evidence = [ev(f"server.{n}", s[n]) for n in ("sampling", "top_k", "vocab_size") if n in s]
         return Finding(evidence=_kernel_evidence(k) + evidence, removable_ms=device * share)
+
+    @rule(
+        SPECS["sort-sampling"],
+        AS.s << Server(),
+        AS.c << HostCostFact(name="sampling"),
+        Reference(step_ms=MATCH.step),
+        NOT(KernelClass(kernel_class="sampling", share_of_step=W())),
+        TEST(lambda s, c, step: whole_vocabulary_sort(s) and timed_ms(c, step) is not None),
+    )
+    def sort_sampling_on_the_host(self, s, c, step):
+        """A sampler on the host that sorts the whole vocabulary, and its time per step measured: the sort
+        (V log V over the vocabulary) is most of what sampling does, so that time bounds it."""
+        ms = timed_ms(c, step)
+        evidence = [ev(f"server.{n}", s[n]) for n in ("sampling", "top_k", "vocab_size") if n in s]
+        return Finding(evidence=[ev("host_costs[sampling].ms_per_step", ms, "ms"), *evidence], removable_ms=ms)
 
     @rule(
         SPECS["sort-sampling"],
