@@ -57,6 +57,10 @@ class BoundedGain(BaseModel):
     capped_by: str | None = None
     share_of_step: float = Field(default=0.0, description="removable_ms / step_ms")
     over_ms: float | None = Field(default=None, description="the reference step this time comes on top of (step_ms is their sum)")
+    stream_step_ms: float | None = Field(
+        default=None, description="the longer step a stream sees (time on top of this reference step), on which causes were ranked"
+    )
+    stream_speedup: float | None = Field(default=None, description="the speed-up removable_ms gives on stream_step_ms")
 
 
 class SpeculationResult(BaseModel):

@@ -127,3 +127,22 @@ def test_no_predicted_step_goes_below_the_physical_floor(book):
     assert host.claimed_ms == 6 and host.gain.capped_by == "the bound's floor"
     assert host.gain.after_ms == pytest.approx(floor)
     assert all(r.predicted_step_ms >= floor - 1e-9 for h in d.hypotheses for r in h.remedies if r.predicted_step_ms)
+
+
+def test_a_cause_ranked_on_the_step_a_stream_sees_says_so(book):
+    """Host time in the 4.73 ms decode step against 3.48 ms of prefill on top of it: both leave the 8.21 ms a
+    stream waits per token, so host time ranks on that step, and the report gives both figures."""
+    from diagnoser.report.diagnosis import render_text
+
+    case = Case.model_validate({"observations": {
+        "budget": {"step_ms": 4.73, "device_ms": 2.3, "launch_ms": 0.19, "host_ms": 2.24},
+        "step_mix": {"decode_steps": 40, "mixed_steps": 10, "decode_step_ms": 4.73, "mixed_step_ms": 22.13},
+    }})
+    d = diagnose(case, book)
+    causes = {h.rule: h for h in d.of_kind(Kind.cause)}
+    prefill, host = causes["prefill-stalls"].gain, causes["host-overhead"].gain
+    assert prefill.over_ms == 4.73 and prefill.step_ms == pytest.approx(8.21) and prefill.stream_step_ms is None
+    assert host.step_ms == 4.73 and host.speedup == pytest.approx(4.73 / 2.49)  # its own figure stays
+    assert host.stream_step_ms == pytest.approx(8.21) and host.stream_speedup == pytest.approx(8.21 / 5.97)
+    assert [h.rule for h in d.of_kind(Kind.cause)][:2] == ["prefill-stalls", "host-overhead"]
+    assert "ranked on the 8.21 ms a stream sees: 1.375x" in render_text(d)

@@ -271,8 +271,17 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     for h in sorted(hypotheses, key=key):
         if h.id not in seen:
             seen.add(h.id)
-            ranked.append(h)
+            ranked.append(_on_the_stream_step(h, streams))
     return ranked
+
+
+def _on_the_stream_step(h: Hypothesis, streams: dict[float, float]) -> Hypothesis:
+    """A gain on a reference step that time on top of it lengthens says on which step it was ranked."""
+    if h.gain is None or h.gain.over_ms is not None or h.gain.step_ms not in streams:
+        return h
+    seen = streams[h.gain.step_ms]
+    ranked_on = {"stream_step_ms": seen, "stream_speedup": compared_speedup(h, streams)}
+    return h.model_copy(update={"gain": h.gain.model_copy(update=ranked_on)})
 
 
 def _summary(source: str, floor_ms: float, result, **extra: float | str) -> BoundSummary:

@@ -61,7 +61,10 @@ def gain_text(h: Hypothesis) -> str:
         return "not bounded yet" + (f": needs {', '.join(h.bounded_by)}" if h.bounded_by else "")
     g = h.gain
     capped = f", capped by {g.capped_by}" if g.capped_by else ""
-    return f"at most {ms(g.removable_ms)} of {ms(g.step_ms)} -> {ms(g.after_ms)}, {g.speedup:.3f}x{capped}"
+    streamed = ""
+    if g.stream_step_ms is not None:
+        streamed = f"; ranked on the {ms(g.stream_step_ms)} a stream sees: {g.stream_speedup:.3f}x"
+    return f"at most {ms(g.removable_ms)} of {ms(g.step_ms)} -> {ms(g.after_ms)}, {g.speedup:.3f}x{capped}{streamed}"
 
 
 def bound_line(d: Diagnosis) -> str | None:
