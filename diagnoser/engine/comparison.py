@@ -48,9 +48,20 @@ def _value(run: Run, name: str) -> str:
     return "unset" if value is None else str(value).lower()
 
 
-def _shared_figure(a: Run, b: Run) -> tuple[str, float, float] | None:
-    """The first figure both runs measured, as time per unit (smaller is faster)."""
-    for field in ("per_token_ms", "per_user_tokens_per_s", "output_tokens_per_s", "duration_s"):
+# Settings that set how many streams decode at once: more of them make each stream's token slower and the
+# server's tokens per second higher, by design, so runs that differ only in these are compared on the
+# aggregate rate (the work done per second) when both measured it, not on one stream's time.
+STREAM_COUNT_SETTINGS = frozenset({"max_num_seqs", "concurrency", "batch"})
+FIGURES = ("per_token_ms", "per_user_tokens_per_s", "output_tokens_per_s", "duration_s")
+
+
+def _shared_figure(a: Run, b: Run, changed: tuple[str, ...]) -> tuple[str, float, float] | None:
+    """The first figure both runs measured, as time per unit (smaller is faster); the aggregate rate first
+    when only the number of streams changed."""
+    order = FIGURES
+    if set(changed) <= STREAM_COUNT_SETTINGS:
+        order = ("output_tokens_per_s", *(f for f in FIGURES if f != "output_tokens_per_s"))
+    for field in order:
         x, y = getattr(a.figures, field), getattr(b.figures, field)
         if x is not None and y is not None:
             if field.endswith("tokens_per_s"):
@@ -102,12 +113,10 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
     for other in runs:
         if other is base:
             continue
-        shared = _shared_figure(base, other)
-        if shared is None:
-            continue
         names = sorted(set(base.settings) | set(other.settings))
         changed = tuple(n for n in names if _value(base, n) != _value(other, n))
-        if not changed:
+        shared = _shared_figure(base, other, changed)
+        if shared is None or not changed:
             continue
         grouped = one_switch(base, other, changed)
         if grouped is not None:
