@@ -215,6 +215,11 @@ def compared_speedup(h: Hypothesis, streams: dict[float, float]) -> float:
     return h.gain.speedup if seen is None else seen / (seen - h.gain.removable_ms)
 
 
+# Speed-ups are compared to two decimals: measured figures repeat within a few per cent, so causes a
+# thousandth apart (a timed host cost and the A/B delta it is spent in) are equal, and the evidence decides.
+SPEEDUP_DIGITS = 2
+
+
 def _rank_key(h: Hypothesis, streams: dict[float, float]) -> tuple:
     """A locating cause (the slowdown follows a changed setting) restates the comparison the
     engineer supplied; a mechanism of any grade says what to fix inside it, so it comes first."""
@@ -225,7 +230,7 @@ def _rank_key(h: Hypothesis, streams: dict[float, float]) -> tuple:
     refinement_first = h.gain is None and h.grade is not Grade.measured
     family = (h.parent is None) if refinement_first else (h.parent is not None)
     return (
-        not h.leads, KIND_ORDER[h.kind], h.locates, grade, -round(speedup, 9), h.implied_by is not None, family,
+        not h.leads, KIND_ORDER[h.kind], h.locates, grade, -round(speedup, SPEEDUP_DIGITS), h.implied_by is not None, family,
         -len(h.evidence), h.id, h.model_dump_json(),
     )
 
