@@ -37,6 +37,23 @@ def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
     assert alone.observations.graph is None  # a batch says nothing about graphs on its own
 
 
+def test_the_live_batch_from_littles_law_capped_by_the_scheduler():
+    # 50 requests/s, each 256 tokens at 5.5 ms plus nothing known of its first token: 50 x 1.408 s = 70 in flight
+    served = {"boundary": "client_receipt", "requests_per_s": 50, "output_tokens": 256, "tpot_ms": {"p50": 5.5}}
+    found = canonical(case(metrics=served, graph={"max_captured_batch": 48}))
+    assert found.observations.graph.live_batch_size == 70
+    assert found.sources["observations.graph.live_batch_size"].startswith("observations.metrics.requests_per_s (Little's law")
+    latency = canonical(case(metrics={"requests_per_s": 4, "request_latency_ms": {"mean": 3000}}, graph={}))
+    assert latency.observations.graph.live_batch_size == 12  # the request's own latency when given
+    capped = canonical(case(metrics=served, server={"max_num_seqs": 32}, graph={}))
+    assert capped.observations.graph.live_batch_size == 32  # the scheduler runs no more at once
+    two_ranks = canonical(Case.model_validate({"workload": {"batch": 64, "layout": {"dp": 2}},
+                                               "observations": {"metrics": served, "graph": {}}}))
+    assert two_ranks.observations.graph.live_batch_size == 32  # the pinned batch per rank comes first
+    stated = canonical(case(metrics={**served, "running_sequences": 20}, graph={}))
+    assert stated.observations.graph.live_batch_size == 20  # the engine's own count comes first
+
+
 def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_stream():
     engine, tail = {"boundary": "engine", "itl_ms": {"mean": 4.8, "p50": 4.5}}, {"client_p99_ms": 87.0}
     bursts = {"bursty": True, "tokens_per_burst": 21.3}  # nginx with gzip on, in front of the real vLLM

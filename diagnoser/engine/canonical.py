@@ -130,6 +130,28 @@ def _fixed_cost_per_request(data: dict) -> Any:
     return True if fixed >= FIXED_SHARE * totals[0] else None
 
 
+def _in_flight(data: dict) -> Any:
+    """Little's law: requests completed per second times the time each spends in the server is how many are
+    in it on average; the scheduler runs at most ``max_num_seqs`` of them at once. (A data-parallel layout
+    comes with the workload's batch, which is read first.)"""
+    metrics = _at("observations.metrics")(data) or {}
+    rate = metrics.get("requests_per_s")
+
+    def typical(name: str) -> Any:
+        figure = metrics.get(name) or {}
+        return figure.get("mean") or figure.get("p50")
+
+    latency_ms = typical("request_latency_ms")
+    if latency_ms is None and typical("tpot_ms") and metrics.get("output_tokens"):
+        latency_ms = metrics["output_tokens"] * typical("tpot_ms") + (typical("ttft_ms") or 0.0)
+    if not rate or not latency_ms:
+        return None
+    in_flight = rate * latency_ms / 1e3
+    cap = _at("observations.server.max_num_seqs")(data)
+    running = int(min(in_flight, cap) if cap else in_flight)
+    return running if running >= 1 else None
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -156,6 +178,9 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.graph.live_batch_size", "sequences decoding together on one rank", (
         Alternative("workload.batch", _batch_per_rank, "the group-wide batch over the data-parallel ranks"),
         same("observations.metrics.running_sequences"),
+        Alternative("observations.metrics.requests_per_s", _in_flight,
+                    "Little's law: requests per second x each request's time (its latency, else output tokens x TPOT + TTFT), "
+                    "at most max_num_seqs"),
     ), only_with="observations.graph"),
     Equivalence("observations.boundaries.client_receipt_ms", "the median gap between chunks at the client", (
         same("observations.boundaries.client_p50_ms"),
