@@ -52,6 +52,9 @@ def test_the_live_batch_from_littles_law_capped_by_the_scheduler():
     assert two_ranks.observations.graph.live_batch_size == 32  # the pinned batch per rank comes first
     stated = canonical(case(metrics={**served, "running_sequences": 20}, graph={}))
     assert stated.observations.graph.live_batch_size == 20  # the engine's own count comes first
+    averaged = canonical(case(metrics={"running_sequences": 1.5}, graph={}))
+    assert averaged.observations.graph.live_batch_size == 2  # a gauge averaged over a window, as whole sequences
+    assert canonical(case(metrics={"running_sequences": 0.4}, graph={})).observations.graph.live_batch_size is None
 
 
 def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_stream():

@@ -60,6 +60,12 @@ def _largest(path: str) -> Alternative:
     return Alternative(path, read, "the largest size in the capture list")
 
 
+def _running(data: dict) -> Any:
+    """The engine's running count is a gauge, often averaged over a window (1.5 running); a batch is whole."""
+    count = _at("observations.metrics.running_sequences")(data)
+    return round(count) if isinstance(count, (int, float)) and count >= 1 else None
+
+
 def _batch_per_rank(data: dict) -> Any:
     batch, dp = _at("workload.batch")(data), _at("workload.layout.dp")(data) or 1
     return batch // dp if isinstance(batch, int) and batch >= dp else None
@@ -177,7 +183,7 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     )),
     Equivalence("observations.graph.live_batch_size", "sequences decoding together on one rank", (
         Alternative("workload.batch", _batch_per_rank, "the group-wide batch over the data-parallel ranks"),
-        same("observations.metrics.running_sequences"),
+        Alternative("observations.metrics.running_sequences", _running, "rounded to whole sequences"),
         Alternative("observations.metrics.requests_per_s", _in_flight,
                     "Little's law: requests per second x each request's time (its latency, else output tokens x TPOT + TTFT), "
                     "at most max_num_seqs"),
