@@ -35,7 +35,8 @@ def covered(path: str, sources: dict[str, str]) -> bool:
 
 def test_healthy_server_shows_no_measured_cause_and_every_fact_names_its_source(tmp_path):
     found, result = run_fault("none")
-    assert healthy_problems(result) == []
+    shares = {h.id: round(h.gain.removable_ms / h.gain.step_ms, 3) for h in result.hypotheses if h.gain}
+    assert healthy_problems(result) == [], f"shares of the step: {shares}"  # the margin's data when it fails
     case = found.case
     assert case.observations.metrics is not None and case.observations.metrics.itl_ms is not None
     assert case.observations.server.max_num_seqs is not None  # dev mode: /server_info was read
