@@ -136,20 +136,21 @@ def _fixed_cost_per_request(data: dict) -> Any:
     return True if fixed >= FIXED_SHARE * totals[0] else None
 
 
+def _typical(metrics: dict, name: str) -> Any:
+    """A latency figure's mean, else its median."""
+    figure = metrics.get(name) or {}
+    return figure.get("mean") or figure.get("p50")
+
+
 def _in_flight(data: dict) -> Any:
     """Little's law: requests completed per second times the time each spends in the server is how many are
     in it on average; the scheduler runs at most ``max_num_seqs`` of them at once. (A data-parallel layout
     comes with the workload's batch, which is read first.)"""
     metrics = _at("observations.metrics")(data) or {}
     rate = metrics.get("requests_per_s")
-
-    def typical(name: str) -> Any:
-        figure = metrics.get(name) or {}
-        return figure.get("mean") or figure.get("p50")
-
-    latency_ms = typical("request_latency_ms")
-    if latency_ms is None and typical("tpot_ms") and metrics.get("output_tokens"):
-        latency_ms = metrics["output_tokens"] * typical("tpot_ms") + (typical("ttft_ms") or 0.0)
+    latency_ms = _typical(metrics, "request_latency_ms")
+    if latency_ms is None and _typical(metrics, "tpot_ms") and metrics.get("output_tokens"):
+        latency_ms = metrics["output_tokens"] * _typical(metrics, "tpot_ms") + (_typical(metrics, "ttft_ms") or 0.0)
     if not rate or not latency_ms:
         return None
     in_flight = rate * latency_ms / 1e3
@@ -169,8 +170,7 @@ def _rate_over_request(data: dict) -> Any:
     rate = metrics.get("per_user_tokens_per_s")
     if rate is None and metrics.get("concurrency") == 1:
         rate = metrics.get("output_tokens_per_s")
-    latency = metrics.get("request_latency_ms") or {}
-    latency_ms, tokens = latency.get("mean") or latency.get("p50"), metrics.get("output_tokens")
+    latency_ms, tokens = _typical(metrics, "request_latency_ms"), metrics.get("output_tokens")
     if not (rate and latency_ms and tokens):
         return None
     return True if abs(rate * latency_ms / 1e3 / tokens - 1) <= SAME_RATE else None
