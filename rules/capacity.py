@@ -47,6 +47,11 @@ KV_FULL = 0.95
 QUEUE_SHARE = 0.2
 # Under 5 ms of queueing is a wait for the running step to end, whatever its share of a short first token.
 MIN_QUEUE_MS = 5.0
+# By Little's law the share of the requests in the system that wait is the share of each request's time spent
+# waiting: a tenth is a queue worth naming; a few per cent is one arrival waiting out the running step.
+WAITING_SHARE = 0.1
+# ... or a whole request waiting on average: the queue is seldom empty, so the server runs at its cap.
+SATURATED_QUEUE = 1.0
 # The queue time and the figure it is part of, read at the same statistic: means first, then medians;
 # the first-token time first, then the whole request's latency.
 QUEUE_PAIRS = (
@@ -74,6 +79,12 @@ def queued(m) -> bool:
         return False
     wait, whole = m[pair[0]], m[pair[1]]
     return wait >= MIN_QUEUE_MS and wait >= QUEUE_SHARE * whole
+
+
+def waiting_is_a_share(m, waiting: float) -> bool:
+    """Requests waited, and (when the requests in the system are known) as a notable share of them."""
+    in_system = max(m.get("concurrency") or 0, (m.get("running_sequences") or 0) + waiting)
+    return waiting >= SATURATED_QUEUE or (waiting > 0 and (in_system <= waiting or waiting >= WAITING_SHARE * in_system))
 
 
 def lower_cap_slower(slower: str, faster: str) -> bool:
@@ -224,10 +235,11 @@ class CapacityRules(RuleSet):
         SPECS["admission-queueing"],
         AS.m << Metrics(waiting_requests=MATCH.waiting),
         NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL))),
-        TEST(lambda m, waiting: waiting > 0 and queue_not_timed(m)),
+        TEST(lambda m, waiting: waiting_is_a_share(m, waiting) and queue_not_timed(m)),
     )
     def requests_waiting(self, m, waiting):
-        """Requests wait for a sequence slot or for KV blocks; with the cache full it is the blocks (kv-cache-pressure)."""
+        """Requests wait for a sequence slot or for KV blocks; with the cache full it is the blocks (kv-cache-pressure).
+        A fraction of a request waiting among dozens in flight is an arrival waiting out the running step."""
         return Finding(
             evidence=_admission(m),
             detail=f"Up to {waiting:g} requests waited to be admitted in the window; the server's queue time would bound it.",

@@ -10,6 +10,7 @@ from diagnoser.engine import (
     MATCH,
     NOT,
     TEST,
+    W,
     Budget,
     Collective,
     Expectation,
@@ -17,6 +18,7 @@ from diagnoser.engine import (
     Layout,
     Shares,
     Probe,
+    Reference,
     RuleSet,
     Server,
     ev,
@@ -69,6 +71,40 @@ class CollectiveRules(RuleSet):
     )
     def exposed_comm(self, comm, step):
         return Finding(evidence=[ev("budget.exposed_comm_ms", comm, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=comm)
+
+    @rule(
+        SPECS["exposed-comm"],
+        Collective(op=MATCH.op, interval_ms=MATCH.interval, calls_per_step=MATCH.calls),
+        NOT(Budget(exposed_comm_ms=W())),
+        NOT(Reference(step_ms=W())),
+        TEST(lambda interval, calls: interval * calls >= MIN_COMM_MS),
+    )
+    def collectives_per_step(self, op, interval, calls):
+        """A decode step's tensor-parallel collectives sit between the layers that need their result, so their
+        time per step is on the critical path unless something overlaps it; with no step to hold it against and
+        no budget of its exposed part, it is indicated."""
+        return Finding(
+            evidence=[ev(f"collectives[{op}].calls_per_step", calls), ev(f"collectives[{op}].interval_ms", interval, "ms")],
+            key=op,
+            detail=f"{calls:g} {op} calls of {interval:.3g} ms each: {interval * calls:.3g} ms of every step.",
+        )
+
+    @rule(
+        SPECS["exposed-comm"],
+        Collective(op=MATCH.op, interval_ms=MATCH.interval, calls_per_step=MATCH.calls),
+        NOT(Budget(exposed_comm_ms=W())),
+        Reference(step_ms=MATCH.step),
+        TEST(lambda interval, calls, step: interval * calls >= MIN_COMM_MS and interval * calls >= COMM_SHARE * step),
+    )
+    def collectives_share_of_step(self, op, interval, calls, step):
+        """The collectives' time per step against the step: a tenth or more of it, and the budget that would say
+        how much is exposed is missing, so it is indicated."""
+        return Finding(
+            evidence=[ev(f"collectives[{op}].calls_per_step", calls), ev(f"collectives[{op}].interval_ms", interval, "ms"),
+                      ev("reference.step_ms", step, "ms")],
+            key=op,
+            detail=f"{calls:g} {op} calls of {interval:.3g} ms each take {interval * calls / step:.0%} of the {step:.4g} ms step.",
+        )
 
     @rule(
         SPECS["late-rank"],

@@ -51,6 +51,11 @@ def any_change(slower: str, faster: str) -> bool:
     return True
 
 
+def fewer(slower: str, faster: str) -> bool:
+    """The slower run has the smaller numeric value (fewer layers on the device)."""
+    return larger(faster, slower)
+
+
 # Settings whose A/B a mechanism rule reads as a measurement of that mechanism, and which side of
 # the change must be the slower one. regression-located leaves these to the mechanism rules, so
 # one measured delta is held by one hypothesis.
@@ -61,6 +66,7 @@ ABLATIONS = {
     "kernel_backend": any_change,  # slow-kernel-path
     "max_context": larger,  # max-context-work
     "threads": more_threads,  # cpu-oversubscribed
+    "gpu_layers": fewer,  # cpu-offload: the layers left off the device are read from host memory every step
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)

@@ -14,6 +14,7 @@ from diagnoser.engine import (
     W,
     Finding,
     HostCostFact,
+    Metrics,
     Reference,
     RuleSet,
     Server,
@@ -30,8 +31,20 @@ SPECS = load_specs(__file__)
 # A timed host cost worth naming: at least 3 % of the measured step (or 0.05 ms when no step is known).
 MIN_SHARE = 0.03
 MIN_MS = 0.05
+# A first token a thousand decode steps late is not a prompt's prefill (a 32K-token prompt fills in a few hundred
+# steps' time: prefill runs hundreds of tokens per step's time) nor an admission queue the server timed: with a
+# grammar on, it is the grammar being compiled before the first token.
+FIRST_TOKEN_STEPS = 1000
 # Host costs a grammar or schema constraint adds on every step.
 MASK_COSTS = {"structured_output", "logits_processors"}
+
+
+def first_token_ms(m) -> float | None:
+    return m.get("ttft_mean_ms", m.get("ttft_p50_ms"))
+
+
+def queued_ms(m) -> float:
+    return m.get("queue_mean_ms", m.get("queue_p50_ms", 0.0))
 
 
 def timed_ms(c, step: float | None) -> float | None:
@@ -88,6 +101,23 @@ class HostCostRules(RuleSet):
     @rule(SPECS["structured-output-overhead"], *ablation("structured_output"))
     def structured_output_measured(self, d):
         return ablation_finding(d)
+
+    @rule(
+        SPECS["structured-output-overhead"],
+        Server(structured_output=True),
+        AS.m << Metrics(per_token_ms=MATCH.step),
+        TEST(lambda m, step: first_token_ms(m) is not None and first_token_ms(m) - queued_ms(m) >= FIRST_TOKEN_STEPS * step),
+    )
+    def grammar_compiled_before_first_token(self, m, step):
+        """Decoding under a grammar, and the first token took thousands of steps' time beyond any queueing: the
+        grammar is compiled (or its token masks precomputed) before the first token. Indicated: the first-token
+        time with and without the constraint measures it."""
+        ttft = first_token_ms(m)
+        return Finding(
+            evidence=[ev("server.structured_output", True), ev("metrics.ttft_ms", ttft, "ms"), ev("metrics.per_token_ms", step, "ms")],
+            detail=f"The first token took {ttft / step:.0f} steps' time ({ttft:.4g} ms against {step:.3g} ms per token); the cost is "
+            "in the first token (a rate over whole requests counts it), not in each step.",
+        )
 
     @rule(
         SPECS["structured-output-overhead"],

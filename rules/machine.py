@@ -165,6 +165,27 @@ class MachineRules(RuleSet):
             "copies would bound it.",
         )
 
+    @rule(SPECS["cpu-offload"], *ablation("gpu_layers"))
+    def fewer_layers_on_device_slower(self, d):
+        """The same model with fewer layers on the device ran slower: the delta is what the layers left in host
+        memory cost, read at host speed every step."""
+        return ablation_finding(d)
+
+    @rule(
+        SPECS["cpu-offload"],
+        Memory(layers_on_device=MATCH.placed, layers_total=MATCH.total),
+        TEST(lambda placed, total: placed < total),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+    def layers_left_on_host(self, placed, total):
+        """Layers not placed on the device run from host memory (or on the CPU) every step, at a small fraction
+        of the device's bandwidth: a few such layers can take as long as all the others. Indicated: an A/B with
+        them placed measures it."""
+        return Finding(
+            evidence=[ev("memory.layers_on_device", placed), ev("memory.layers_total", total)],
+            detail=f"{total - placed} of {total} layers stay off the device.",
+        )
+
     @rule(
         SPECS["h2d-copies"],
         AS.b << Budget(h2d_exposed_ms=MATCH.exposed, step_ms=MATCH.step),

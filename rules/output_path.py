@@ -14,6 +14,7 @@ from diagnoser.engine import (
     W,
     Boundaries,
     ContextSweep,
+    Expectation,
     Finding,
     Grade,
     Host,
@@ -32,6 +33,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding, larger
 from diagnoser.rules.context import sweep_evidence
+from diagnoser.rules.rates import beyond_batching, expected_rate, observed_rate, per_stream_rate
 
 SPECS = load_specs(__file__)
 
@@ -72,6 +74,15 @@ LONG_PROMPT_TOKENS = 1000
 # output rate rises (memory-bound) or holds (compute-bound); a fall of a quarter with more streams is beyond
 # batching's own overheads and run-to-run spread: the added streams brought other work into the steps.
 FEWER_TOKENS_WITH_MORE_STREAMS = 1.25
+# A stall of five seconds is longer than any decode step of a served model (the slowest, layers on a CPU,
+# run at about one token a second): only seconds of other work between two steps make it.
+LONE_STALL_MS = 5000.0
+# Steps that only prefill, a tenth of all steps while streams decode: every decoding stream sits out each of them,
+# so its per-token time is at least a ninth longer than the decode steps alone; a few per cent is the odd
+# arrival's prefill (a healthy real server: 1 prefill-only step among 49).
+PREFILL_STEP_SHARE = 0.1
+# A prefill-only step holds up decoding only when another stream is in flight beside the one prefilling.
+OTHER_STREAMS = 2
 # What a penalty cost that scans the history grows with.
 HISTORY_GROWTH = frozenset({"output_length", "context"})
 
@@ -418,6 +429,26 @@ class OutputPathRules(RuleSet):
 
     @rule(
         SPECS["prefill-stalls"],
+        Stream(worst_stall_ms=MATCH.stall),
+        NOT(Reference(step_ms=W())),
+        NOT(Host(prefill_interleaved=W())),
+        NOT(Server(prefill_priority=W())),
+        NOT(StepMix()),
+        NOT(Stream(bursty=True)),
+        TEST(lambda stall: stall >= LONE_STALL_MS),
+    )
+    def stall_of_seconds(self, stall):
+        """With no per-token time to count it in steps, a stall of seconds is still longer than any decode step
+        of a served model: between two steps something did seconds of work, and a long prompt's prefill (or a
+        preempted sequence's recompute) is what does. Possible, as a lone stall is."""
+        return Finding(
+            evidence=[ev("stream.worst_stall_ms", stall, "ms")],
+            grade=Grade.possible,
+            detail=f"A stream stopped for {stall / 1e3:.3g} s at once. Whether a prompt was being prefilled then would settle it.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
         AS.d << RunDiff(setting="concurrency", figure="output_tokens_per_s", slowdown=MATCH.slowdown, slower=MATCH.slower,
                         faster=MATCH.faster),
         Metrics(input_tokens=MATCH.prompt),
@@ -436,11 +467,59 @@ class OutputPathRules(RuleSet):
             f"with {prompt:.0f}-token prompts: decode alone would have made more.",
         )
 
+    @rule(
+        SPECS["prefill-stalls"],
+        AS.e << Expectation(concurrency=MATCH.fewer),
+        AS.m << Metrics(concurrency=MATCH.more, input_tokens=MATCH.prompt),
+        TEST(lambda e, m, fewer, more, prompt: more > fewer and prompt >= LONG_PROMPT_TOKENS and beyond_batching(e, m)),
+    )
+    def less_per_stream_than_batching_allows(self, e, m, fewer, more, prompt):
+        """With more streams of long prompts, each stream got less than the added streams' decode could cost it:
+        their prefill ran in the steps this stream decodes in. A cache too small for the streams (preemption) would
+        do it too, so it is indicated; a trace's step split measures it."""
+        mine, theirs = per_stream_rate(m, observed_rate(m)), per_stream_rate(e, expected_rate(e))
+        return Finding(
+            evidence=[ev("expected.concurrency", fewer), ev("expected.per_stream_tokens_per_s", theirs),
+                      ev("metrics.concurrency", more), ev("metrics.per_stream_tokens_per_s", mine), ev("metrics.input_tokens", prompt)],
+            grade=Grade.indicated,
+            detail=f"{more:g} streams got {mine:.3g} tokens/s each against {theirs:.3g} at {fewer:g}: batching alone leaves each at "
+            f"least {theirs * fewer / more:.3g}.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        StepMix(prefill_steps=MATCH.prefills, decode_steps=MATCH.decodes),
+        Metrics(concurrency=MATCH.streams),
+        NOT(Stream(worst_stall_ms=W())),
+        TEST(lambda prefills, decodes, streams: streams >= OTHER_STREAMS and decodes > 0 and prefills >= PREFILL_STEP_SHARE * (prefills + decodes)),
+    )
+    def prefill_only_steps_while_streams_decode(self, prefills, decodes, streams):
+        """Whole steps given to prefill while other streams decode: each of those streams sits them out. How long a
+        prefill step takes is not given, so it is indicated; their time against the decode steps' measures it."""
+        share = prefills / (prefills + decodes)
+        return Finding(
+            evidence=[ev("step_mix.prefill_steps", prefills), ev("step_mix.decode_steps", decodes), ev("metrics.concurrency", streams)],
+            grade=Grade.indicated,
+            detail=f"{share:.0%} of the steps only prefilled while {streams:g} streams were in flight: a decoding stream waits "
+            f"through them, at least {1 / (1 - share):.3g}x its decode-only per-token time if they are as long as a decode step.",
+        )
+
     @rule(SPECS["prefill-stalls"], Server(prefill_priority=True), NOT(Stream(worst_stall_ms=W())))
     def prefill_first(self):
         return Finding(
             evidence=[ev("server.prefill_priority", True)],
             detail="Prefill is scheduled before any decode; no stream stall was recorded to bound it.",
+        )
+
+    @rule(SPECS["prefill-stalls"], Server(prefill_priority=True), Stream(worst_stall_ms=MATCH.stall), NOT(Reference(step_ms=W())))
+    def prefill_first_stall_without_a_step(self, stall):
+        """Prefill scheduled first and a stream that stalled: with no per-token time the stall cannot be
+        counted in steps, so it is indicated, not sized."""
+        return Finding(
+            evidence=[ev("server.prefill_priority", True), ev("stream.worst_stall_ms", stall, "ms")],
+            grade=Grade.indicated,
+            detail=f"Prefill is scheduled before any decode and a stream stopped for {stall:.4g} ms; the per-token time "
+            "would say how many steps that is.",
         )
 
 

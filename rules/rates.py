@@ -23,6 +23,7 @@ from diagnoser.engine import (
     ObservedStep,
     P,
     RuleSet,
+    RunDiff,
     Server,
     Stream,
     W,
@@ -54,6 +55,9 @@ NEAR_BOUND = 0.8
 # stalls: the median gap mixes near-zero gaps with stalls. A stream read as it is made, one token a
 # step, has almost none (a few per cent from scheduling jitter).
 NEAR_ZERO_SHARE = 0.2
+# The output's extra time at the observed rate within 15 % of the first token's time is that time: a first
+# token and a decode rate quoted from one run differ by more than that only if something else changed.
+FIRST_TOKEN_MATCH = 0.15
 # Per-token figures within 25 % of each other agree within streaming jitter (the client-gap slack).
 TIMING_AGREEMENT = 1.25
 
@@ -118,6 +122,62 @@ def includes_more_than_decode(m) -> bool:
     return bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and not decode_timed(m)
 
 
+def per_stream_rate(side, rate_kind: str) -> float | None:
+    """One stream's tokens/s on a side stated per stream, or as an aggregate over a known concurrency."""
+    if rate_kind == "per_user" and "per_user_tokens_per_s" in side:
+        return side["per_user_tokens_per_s"]
+    if rate_kind == "aggregate" and "output_tokens_per_s" in side and side.get("concurrency"):
+        return side["output_tokens_per_s"] / side["concurrency"]
+    return None
+
+
+def observed_rate(m) -> str:
+    return "per_user" if "per_user_tokens_per_s" in m else "aggregate"
+
+
+def beyond_batching(e, m) -> bool:
+    """Whether the two sides' concurrencies cannot explain the gap between their per-stream rates. Batching
+    never makes a step longer than running its sequences one after another, so c_hi streams each get at
+    least c_lo / c_hi of what each of c_lo streams gets, and fewer streams never get less each; a gap past
+    either (beyond streaming jitter) is a slowdown, not another operating point."""
+    c_e, c_m = e.get("concurrency"), m.get("concurrency")
+    r_e, r_m = per_stream_rate(e, expected_rate(e)), per_stream_rate(m, observed_rate(m))
+    if not (c_e and c_m and r_e and r_m) or c_e == c_m:
+        return False
+    (c_lo, r_lo), (c_hi, r_hi) = sorted(((c_e, r_e), (c_m, r_m)))
+    return r_hi * TIMING_AGREEMENT < r_lo * c_lo / c_hi or r_lo * TIMING_AGREEMENT < r_hi
+
+
+def one_stream_rate(side) -> float | None:
+    """A side's tokens/s for one stream: stated per stream, or an aggregate measured on a single stream."""
+    if "per_user_tokens_per_s" in side:
+        return side["per_user_tokens_per_s"]
+    return side.get("output_tokens_per_s") if one_stream(side) else None
+
+
+def chunk_counted(m, e) -> bool:
+    """Both sides timed one stream, and the reference reads at least a multi-token chunk's worth more."""
+    mine, theirs = one_stream_rate(m), one_stream_rate(e)
+    return one_stream(m) and one_stream(e) and bool(mine and theirs) and theirs >= CHUNK_RATIO * mine
+
+
+def first_token_gap(m, e) -> tuple[float, float] | None:
+    """(the time the observed rate gives one stream's output beyond what the expected rate gives it, the first
+    token's time), when both are known and the observed rate is the slower."""
+    r_m, r_e = one_stream_rate(m), one_stream_rate(e)
+    tokens, ttft = m.get("output_tokens"), m.get("ttft_mean_ms", m.get("ttft_p50_ms"))
+    if not (r_m and r_e and tokens and ttft) or r_m >= r_e:
+        return None
+    return 1e3 * tokens * (1 / r_m - 1 / r_e), ttft
+
+
+def gap_is_the_first_token(m, e) -> bool:
+    """The observed rate is the expected decode rate with the first token's time added to the output's: the
+    rate counts prefill (and queueing) that the reference leaves out, whatever kind of reference it is."""
+    found = first_token_gap(m, e)
+    return found is not None and abs(found[0] - found[1]) <= FIRST_TOKEN_MATCH * found[1]
+
+
 def one_stream(side) -> bool:
     """The side stated as an aggregate rate timed a single stream: its aggregate is that stream's rate."""
     return side.get("concurrency") == 1
@@ -159,6 +219,24 @@ class RateGuards(RuleSet):
         lengths the long-context rules judge the growth instead."""
         return self.rate_flags_finding()
 
+    @rule(
+        SPECS["rate-includes-prefill"],
+        AS.m << Metrics(),
+        AS.e << Expectation(),
+        NOT(Metrics(rate_includes_prefill=W())),
+        TEST(lambda m, e: not decode_timed(m) and gap_is_the_first_token(m, e)),
+    )
+    def gap_is_first_token(self, m, e):
+        """The output takes longer at the observed rate than at the expected one by the first token's time: the
+        observed figure timed the first token too, the reference did not."""
+        gap, ttft = first_token_gap(m, e)
+        return Finding(
+            evidence=[ev("metrics.output_tokens", m["output_tokens"]), ev("metrics.ttft_ms", ttft, "ms"),
+                      ev("output_time_beyond_expected_ms", gap, "ms")],
+            detail=f"At the observed rate the output takes {gap:.4g} ms longer than at the expected one; the first token "
+            f"alone took {ttft:.4g} ms.",
+        )
+
     def rate_flags_finding(self) -> Finding:
         return Finding(evidence=[ev(f"metrics.{name}", True) for name in self.flags("rate_includes_prefill", "window_includes_warmup")])
 
@@ -196,11 +274,14 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["rate-kind-mismatch"],
-        Expectation(concurrency=MATCH.expected),
-        Metrics(concurrency=MATCH.observed),
-        TEST(lambda expected, observed: max(expected, observed) >= CONCURRENCY_RATIO * min(expected, observed)),
+        AS.e << Expectation(concurrency=MATCH.expected),
+        AS.m << Metrics(concurrency=MATCH.observed),
+        TEST(lambda expected, observed, e, m: max(expected, observed) >= CONCURRENCY_RATIO * min(expected, observed)
+             and not beyond_batching(e, m)),
     )
-    def other_concurrency(self, expected, observed):
+    def other_concurrency(self, expected, observed, e, m):
+        """Another concurrency is another operating point only while batching can explain the gap; a per-stream
+        rate below what the extra streams could cost is a slowdown at that concurrency, for the causes to name."""
         return Finding(evidence=[ev("expected.concurrency", expected), ev("metrics.concurrency", observed)])
 
     @rule(SPECS["chunk-interval-as-token"], AS.m << Metrics(tokens_per_chunk=MATCH.per_chunk), TEST(lambda per_chunk: per_chunk >= MULTI_TOKEN_CHUNKS))
@@ -241,6 +322,28 @@ class RateGuards(RuleSet):
         tokens."""
         rate = "per_user_tokens_per_s" if "per_user_tokens_per_s" in m else "output_tokens_per_s"
         return Finding(evidence=[ev("server.speculative", method), ev("metrics.boundary", "client_receipt"), ev(f"metrics.{rate}", m[rate])])
+
+    @rule(
+        SPECS["chunk-interval-as-token"],
+        AS.m << Metrics(boundary="client_receipt"),
+        AS.e << Expectation(boundary="client_receipt", kind="other_config"),
+        Server(speculative=MATCH.method),
+        NOT(Server(speculative_active=False)),
+        NOT(Metrics(tokens_per_chunk=W())),
+        NOT(RunDiff(setting="speculative")),
+        TEST(lambda m, e: not decode_timed(m) and chunk_counted(m, e)),
+    )
+    def one_client_reads_fewer_under_speculation(self, m, e, method):
+        """Another client configuration read one speculating stream, and this one reads a chunk's worth fewer
+        tokens per second: each chunk carries the tokens one verify step accepted, so a client that counts chunks
+        (or events) counts steps. Another machine or version could be slower for its own reasons, and other
+        streams beside it could slow it, so only a configuration reference with one stream on each side counts."""
+        mine, theirs = one_stream_rate(m), one_stream_rate(e)
+        return Finding(
+            evidence=[ev("server.speculative", method), ev("metrics.per_stream_tokens_per_s", mine), ev("expected.per_stream_tokens_per_s", theirs)],
+            detail=f"The reference client reads {theirs / mine:.3g}x more tokens per second from the same kind of stream: about the "
+            "tokens each verify step emits at once.",
+        )
 
     @rule(
         SPECS["unknown-boundary"],

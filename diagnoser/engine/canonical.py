@@ -11,6 +11,7 @@ case states itself is never overwritten. ``docs/canonical-facts.md`` is this tab
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +160,19 @@ def _in_flight(data: dict) -> Any:
     return running if running >= 1 else None
 
 
+# llama.cpp's load line, which its servers and wrappers (Ollama, LM Studio, koboldcpp) print as it is:
+# "offloaded 31/33 layers to GPU".
+LOGGED_LAYERS = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers", re.IGNORECASE)
+
+
+def _logged_layers(which: int) -> Read:
+    def read(data: dict) -> Any:
+        found = LOGGED_LAYERS.search(_at("observations.platform.fallback_logged")(data) or "")
+        return int(found.group(which)) if found else None
+
+    return read
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -204,6 +218,12 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.metrics.itl_ms", _spike_ratio("observations.metrics.itl_ms", "p99", "p50"), "p99 / p50"),
         Alternative("observations.boundaries", _spike_ratio("observations.boundaries", "client_p99_ms", "client_receipt_ms"),
                     "client_p99_ms / client_receipt_ms"),
+    )),
+    Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
+        Alternative("observations.platform.fallback_logged", _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
+    )),
+    Equivalence("observations.memory.layers_total", "model layers in all", (
+        Alternative("observations.platform.fallback_logged", _logged_layers(2), "llama.cpp's load line: offloaded N/M layers to GPU"),
     )),
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,

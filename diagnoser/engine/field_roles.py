@@ -26,7 +26,6 @@ INFORMATIONAL: dict[str, str] = {
     "observations.graph.graph_launches_per_step": "a trace's count, shown; replay is judged from status and replayed_at_live_batch",
     "observations.graph.eager_step_ms": "the graph probe's eager step; shown beside the replayed one",
     "observations.graph.graph_step_ms": "the graph probe's replayed step; shown beside the eager one",
-    "observations.collectives.calls_per_step": "shown; exposed communication is judged from wait and transfer times",
     "observations.collectives.effective_bandwidth_gbs": "shown; the transfer time it comes from is what the rules read",
     "observations.collectives.group_size": "shown with the collective",
     "observations.collectives.preceding_compute_ms": "shown; the late rank's wait is what the rules read",

@@ -148,6 +148,7 @@ KNOWN_SETTINGS = {
     "structured_output": "grammar- or schema-constrained decoding on",
     "lora": "LoRA adapters served",
     "threads": "CPU threads of the engine",
+    "gpu_layers": "model layers placed on the device (the rest run from host memory)",
     "hardware": "GPU or host",
     "os": "operating system or driver setting",
 }
@@ -170,6 +171,8 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "num_speculative_tokens": ("draft_length", False),
     "n_threads": ("threads", False),
     "num_thread": ("threads", False),
+    "n_gpu_layers": ("gpu_layers", False),
+    "ngl": ("gpu_layers", False),
     "attn_backend": ("attention_backend", False),
     "max_running_requests": ("max_num_seqs", False),
 }
