@@ -40,6 +40,9 @@ MIN_H2D_MS = 0.1
 HOT_C = 85.0
 # Drawing 95 % of the enforced power limit during the run: the power governor, not the load, sets the clocks.
 POWER_CAP_SHARE = 0.95
+# A power limit set a tenth or more below the board's default caps the clocks whenever the load would draw more:
+# boards ship their default as the limit they sustain rated boost under.
+CAPPED_BELOW_DEFAULT = 0.9
 # CFS throttling in more than 1 of 20 periods: the engine loop regularly stalls for the rest of a
 # (typically 100 ms) quota period, many decode steps long; below that, occasional bursts.
 CPU_THROTTLED = 0.05
@@ -81,7 +84,8 @@ def clock_ratio(p) -> float | None:
 def strained(p) -> list:
     """Heat or power that makes a GPU give up clocks, when neither clocks nor reasons were read: at
     HOT_C and above boost logic trades clocks for temperature; drawing POWER_CAP_SHARE of the enforced
-    limit, the power governor sets them. Read clocks or reasons say what happened instead."""
+    limit, or a limit set CAPPED_BELOW_DEFAULT under the board's default, the power governor sets them.
+    Read clocks or reasons say what happened instead."""
     if clock_ratio(p) is not None or p.get("throttled"):
         return []
     found = []
@@ -89,6 +93,8 @@ def strained(p) -> list:
         found.append(ev("probe.temperature_c", p["temperature_c"], "°C"))
     if p.get("power_limit_w") and p.get("power_w", 0) >= POWER_CAP_SHARE * p["power_limit_w"]:
         found += [ev("probe.power_w", p["power_w"], "W"), ev("probe.power_limit_w", p["power_limit_w"], "W")]
+    if p.get("power_limit_w") and p.get("default_power_limit_w") and p["power_limit_w"] <= CAPPED_BELOW_DEFAULT * p["default_power_limit_w"]:
+        found += [ev("probe.power_limit_w", p["power_limit_w"], "W"), ev("probe.default_power_limit_w", p["default_power_limit_w"], "W")]
     return found
 
 
@@ -133,6 +139,20 @@ class MachineRules(RuleSet):
         """Throttle reasons or low clocks with no budget: the device time is unknown, so the whole step
         stands in for it (a step that is all device work slows at most by the clock ratio)."""
         return throttle_finding(p, self.reference_step_ms)
+
+    @rule(
+        SPECS["clock-throttle"],
+        Platform(cpu_clock_mhz=MATCH.now, cpu_max_clock_mhz=MATCH.top),
+        TEST(lambda now, top: now < CLOCK_RATIO * top),
+    )
+    def cpu_clocks_down(self, now, top):
+        """The CPU runs below its rated clock while tokens are generated: on a CPU device every kernel, and on a
+        GPU the host's part of each step, slows with it. Indicated: how much of the step follows the clock is not
+        known until the clock is held up (a performance governor) and the step timed again."""
+        return Finding(
+            evidence=[ev("platform.cpu_clock_mhz", now, "MHz"), ev("platform.cpu_max_clock_mhz", top, "MHz")],
+            detail=f"The cores ran at {now / top:.0%} of their rated clock.",
+        )
 
     @rule(
         SPECS["cpu-offload"],

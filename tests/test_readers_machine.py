@@ -47,7 +47,7 @@ def test_query_h100_under_load():
     assert facts["observations.probe.sm_clock_mhz"] == facts["observations.probe.max_sm_clock_mhz"] == 1980
     assert facts["observations.probe.mem_clock_mhz"] == facts["observations.probe.max_mem_clock_mhz"] == 2619
     assert facts["observations.probe.power_w"] == 629.45  # the GPU's average draw, not the memory's 85.83 W
-    assert facts["observations.probe.power_limit_w"] == 700
+    assert facts["observations.probe.power_limit_w"] == facts["observations.probe.default_power_limit_w"] == 700
     assert facts["observations.probe.temperature_c"] == 59
     assert facts["observations.probe.pcie_generation"] == 5
     assert facts["observations.probe.throttle_reasons"] == []
@@ -73,6 +73,7 @@ def test_query_active_reasons_and_older_labels(tmp_path):
 def test_csv_with_units_and_without():
     h100 = read("nvidia-smi-csv", "h100-80gb-hbm3-gpu-burn.csv")
     assert h100["observations.probe.power_w"] == 631.95 and h100["observations.probe.power_limit_w"] == 700
+    assert h100["observations.probe.default_power_limit_w"] == 700
     assert h100["observations.probe.sm_clock_mhz"] == 1980 and h100["observations.probe.pcie_generation"] == 5
     assert h100["observations.probe.throttle_reasons"] == []
     l40s = read("nvidia-smi-csv", "l40s-gpu-burn.csv")

@@ -219,6 +219,7 @@ class ProbeFacts(_Obs):
     throttle_reasons: list[str] = Field(default_factory=list, description="clock-event reasons NVML reported")
     power_w: float | None = Field(default=None, ge=0, description="board power during the run")
     power_limit_w: float | None = Field(default=None, ge=0, description="enforced power limit")
+    default_power_limit_w: float | None = Field(default=None, ge=0, description="the board's default power limit (nvidia-smi's Default Power Limit)")
     temperature_c: float | None = Field(default=None, description="GPU temperature")
     nvlink_active_links: int | None = Field(default=None, ge=0, description="active NVLink links")
     pcie_generation: int | None = Field(default=None, ge=0, description="current PCIe link generation")

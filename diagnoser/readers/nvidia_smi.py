@@ -72,6 +72,7 @@ _Q_FIELDS = (  # (fact, unit check, candidate label paths in order of preference
                       ("GPU Power Readings", "Average Power Draw"), ("GPU Power Readings", "Instantaneous Power Draw"))),
     ("power_limit_w", "W", (("GPU Power Readings", "Current Power Limit"), ("GPU Power Readings", "GPU Ceiling Power Limit", "Current Power Limit"),
                             ("Power Readings", "Enforced Power Limit"), ("Power Readings", "Power Limit"))),
+    ("default_power_limit_w", "W", (("GPU Power Readings", "Default Power Limit"), ("Power Readings", "Default Power Limit"))),
     ("temperature_c", "C", (("Temperature", "GPU Current Temp"),)),
     ("pcie_generation", None, (("PCI", "GPU Link Info", "PCIe Generation", "Current"),)),
 )
@@ -160,6 +161,7 @@ _CSV_FIELDS = {  # fact -> query names, the preferred first
     "max_mem_clock_mhz": ("clocks.max.memory", "clocks.max.mem"),
     "power_w": ("power.draw", "power.draw.average", "power.draw.instant"),
     "power_limit_w": ("enforced.power.limit", "power.limit"),
+    "default_power_limit_w": ("power.default_limit",),
     "temperature_c": ("temperature.gpu",),
     "pcie_generation": ("pcie.link.gen.current", "pcie.link.gen.gpucurrent"),
 }
