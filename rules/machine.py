@@ -66,8 +66,12 @@ def build_issues(p) -> list:
 
 
 def oversubscribed(p) -> bool:
-    threads, cores = p.get("cpu_threads"), p.get("cpu_cores_available")
-    over = threads is not None and cores is not None and threads > cores
+    """More threads than cores, or than physical cores where the model's kernels run on the CPU: two threads
+    on one core's SMT siblings share its vector units and caches, and a matmul split across both waits at
+    every barrier for the slower one; or a quota that throttles the loop."""
+    threads = p.get("cpu_threads")
+    cores = [p.get("cpu_cores_available")] + ([p.get("cpu_physical_cores")] if p.get("device_api") == "cpu" else [])
+    over = threads is not None and any(c is not None and threads > c for c in cores)
     return over or p.get("cpu_throttled_fraction", 0.0) > CPU_THROTTLED
 
 
@@ -234,7 +238,7 @@ class MachineRules(RuleSet):
 
     @rule(SPECS["cpu-oversubscribed"], AS.p << Platform(), TEST(lambda p: oversubscribed(p)))
     def cpu_oversubscribed(self, p):
-        names = ("cpu_threads", "cpu_cores_available", "cpu_throttled_fraction")
+        names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")
         return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
 
 
