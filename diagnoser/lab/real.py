@@ -29,9 +29,6 @@ INSTALL_HINT = "the real vLLM is not installed: run bash diagnoser/real_vllm/ins
 # Faults the lab names but cannot make for real on this kind of machine, and why. Each stays a fault of the
 # imitation (`--imitation`) where its mechanism can be imitated, or only a rule and its fixtures.
 UNMADE = {
-    "ngram-low-acceptance": "n-gram speculation runs for real, but on the tiny random-weight model its drafts are "
-                            "either accepted (greedy output loops: 91-100 %) or never proposed (sampled output); low "
-                            "acceptance does not happen with a realistic request mix",
     "slow-tokenizer": "vLLM 0.32 has no slow tokenizer mode (--tokenizer-mode takes auto, hf, mistral and model "
                       "families); the imitation's detok-inline has the slow detokenizer in the engine loop",
     "small-experts": "the tiny MoE model (tiny_model(moe=True)) serves, but the CPU build's trace shows the compiled "
