@@ -51,6 +51,15 @@ def any_change(slower: str, faster: str) -> bool:
     return True
 
 
+# How a run with nothing in between is written.
+DIRECT = frozenset({"none", "direct", "false", "off", "no", "0", "unset"})
+
+
+def through_a_proxy(slower: str, faster: str) -> bool:
+    """The slower run went through a proxy or gateway, the faster one straight to the server."""
+    return faster in DIRECT and slower not in DIRECT
+
+
 def fewer(slower: str, faster: str) -> bool:
     """The slower run has the smaller numeric value (fewer layers on the device)."""
     return larger(faster, slower)
@@ -66,6 +75,7 @@ ABLATIONS = {
     "kernel_backend": any_change,  # slow-kernel-path
     "max_context": larger,  # max-context-work
     "threads": more_threads,  # cpu-oversubscribed
+    "proxy": through_a_proxy,  # proxy-buffering: the proxy's hold (or its own queue) is the delta
     "gpu_layers": fewer,  # cpu-offload: the layers left off the device are read from host memory every step
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead

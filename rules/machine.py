@@ -197,6 +197,20 @@ class MachineRules(RuleSet):
 
     @rule(
         SPECS["cpu-offload"],
+        Memory(spilled_to_host_gb=MATCH.gb),
+        TEST(lambda gb: gb > 0),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+    def device_memory_spilled(self, gb):
+        """The driver placed part of the device's allocations in host memory (WDDM's shared GPU memory, or
+        unified memory oversubscribed): whatever lies there, weights or KV blocks, is read over the host link
+        each step it is touched. Indicated: which allocations spilled decides the cost; leaving headroom
+        (a lower memory fraction) and timing again measures it."""
+        return Finding(evidence=[ev("memory.spilled_to_host_gb", gb, "GB")],
+                       detail=f"{gb:g} GB of device allocations live in host memory.")
+
+    @rule(
+        SPECS["cpu-offload"],
         Memory(layers_on_device=MATCH.placed, layers_total=MATCH.total),
         TEST(lambda placed, total: placed < total),
         NOT(Budget(h2d_exposed_ms=W())),

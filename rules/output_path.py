@@ -191,6 +191,12 @@ class OutputPathRules(RuleSet):
         streams it falls behind the device. Under a measured client gap it takes that gap."""
         return Finding(evidence=[ev("server.tokenizer_fast", False)], removable_ms=parent_cap_ms)
 
+    @rule(SPECS["proxy-buffering"], *ablation("proxy"))
+    def through_the_proxy_slower(self, d):
+        """The same load through a proxy or gateway and straight to the server: the delta is what the proxy
+        costs, its buffering or its own queue, since the server is the same."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["proxy-buffering"],
         AS.b << Boundaries(server_token_ms=MATCH.server, client_token_ms=MATCH.client),

@@ -118,8 +118,15 @@ def timed_the_same_way(m, e) -> bool:
 
 
 def includes_more_than_decode(m) -> bool:
-    """The rate counts prefill or warm-up, and no decode-only time stands beside it."""
-    return bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and not decode_timed(m)
+    """The rate counts prefill or warm-up, and no decode-only time stands beside it that agrees with it: a TPOT
+    the rate is slower than (beyond streaming jitter) is the decode time the rate was not."""
+    return bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and (not decode_timed(m) or rate_below_tpot(m))
+
+
+def rate_below_tpot(m) -> bool:
+    """One stream's rate slower than the TPOT beside it says (beyond streaming jitter)."""
+    rate, tpot = m.get("per_user_tokens_per_s"), m.get("tpot_mean_ms", m.get("tpot_p50_ms"))
+    return bool(rate and tpot) and rate * tpot / 1e3 * TIMING_AGREEMENT < 1
 
 
 def per_stream_rate(side, rate_kind: str) -> float | None:

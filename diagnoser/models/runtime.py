@@ -79,6 +79,9 @@ class MemoryObs(_Obs):
     preemptions: float | None = Field(default=None, ge=0, description="preemptions or swaps during the window")
     waiting_requests: float | None = Field(default=None, ge=0, description="requests queued for KV space")
     kv_cache_on_device: bool | None = Field(default=None, description="false when the KV cache (and attention) stays on the host")
+    spilled_to_host_gb: float | None = Field(
+        default=None, ge=0, description="device allocations the driver placed in host memory (Windows 'shared GPU memory', unified-memory oversubscription)"
+    )
     layers_on_device: int | None = Field(default=None, ge=0, description="model layers placed on the device (llama.cpp's -ngl, as its log reports)")
     layers_total: int | None = Field(default=None, ge=1, description="model layers in all, on the device or not")
 

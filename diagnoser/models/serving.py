@@ -149,6 +149,7 @@ KNOWN_SETTINGS = {
     "lora": "LoRA adapters served",
     "threads": "CPU threads of the engine",
     "gpu_layers": "model layers placed on the device (the rest run from host memory)",
+    "proxy": "a reverse proxy or gateway between the client and the server (none: direct)",
     "hardware": "GPU or host",
     "os": "operating system or driver setting",
 }
@@ -173,6 +174,7 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "num_thread": ("threads", False),
     "n_gpu_layers": ("gpu_layers", False),
     "ngl": ("gpu_layers", False),
+    "gateway": ("proxy", False),
     "attn_backend": ("attention_backend", False),
     "max_running_requests": ("max_num_seqs", False),
 }
