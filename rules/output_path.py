@@ -87,6 +87,11 @@ OTHER_STREAMS = 2
 HISTORY_GROWTH = frozenset({"output_length", "context"})
 
 
+# A stall with nothing said of how prefill is scheduled, and tokens not held on the way (bursts: made on time,
+# held after): the patterns of the lone-stall rules.
+UNEXPLAINED_STALL = (NOT(Host(prefill_interleaved=W())), NOT(Server(prefill_priority=W())), NOT(StepMix()), NOT(Stream(bursty=True)))
+
+
 def penalties_on(s) -> bool:
     return s.get("repetition_penalty") is True or s.get("penalties") is True
 
@@ -412,11 +417,8 @@ class OutputPathRules(RuleSet):
         SPECS["prefill-stalls"],
         Stream(worst_stall_ms=MATCH.stall),
         Reference(step_ms=MATCH.step),
-        NOT(Host(prefill_interleaved=W())),
         NOT(Host(itl_spike_ratio=W())),
-        NOT(Server(prefill_priority=W())),
-        NOT(StepMix()),
-        NOT(Stream(bursty=True)),
+        *UNEXPLAINED_STALL,
         TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step),
     )
     def lone_long_stall(self, stall, step):
@@ -437,10 +439,7 @@ class OutputPathRules(RuleSet):
         SPECS["prefill-stalls"],
         Stream(worst_stall_ms=MATCH.stall),
         NOT(Reference(step_ms=W())),
-        NOT(Host(prefill_interleaved=W())),
-        NOT(Server(prefill_priority=W())),
-        NOT(StepMix()),
-        NOT(Stream(bursty=True)),
+        *UNEXPLAINED_STALL,
         TEST(lambda stall: stall >= LONE_STALL_MS),
     )
     def stall_of_seconds(self, stall):
