@@ -25,6 +25,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding
 from diagnoser.rules.output_path import HISTORY_GROWTH
+from diagnoser.rules.rates import typical_ms
 
 SPECS = load_specs(__file__)
 
@@ -39,12 +40,10 @@ FIRST_TOKEN_STEPS = 1000
 MASK_COSTS = {"structured_output", "logits_processors"}
 
 
-def first_token_ms(m) -> float | None:
-    return m.get("ttft_mean_ms", m.get("ttft_p50_ms"))
-
-
-def queued_ms(m) -> float:
-    return m.get("queue_mean_ms", m.get("queue_p50_ms", 0.0))
+def grammar_wait_ms(m) -> float | None:
+    """The first token's time beyond what the server timed as queueing (none timed: all of it)."""
+    ttft = typical_ms(m, "ttft")
+    return None if ttft is None else ttft - (typical_ms(m, "queue") or 0.0)
 
 
 def timed_ms(c, step: float | None) -> float | None:
@@ -106,13 +105,13 @@ class HostCostRules(RuleSet):
         SPECS["structured-output-overhead"],
         Server(structured_output=True),
         AS.m << Metrics(per_token_ms=MATCH.step),
-        TEST(lambda m, step: first_token_ms(m) is not None and first_token_ms(m) - queued_ms(m) >= FIRST_TOKEN_STEPS * step),
+        TEST(lambda m, step: (grammar_wait_ms(m) or 0.0) >= FIRST_TOKEN_STEPS * step),
     )
     def grammar_compiled_before_first_token(self, m, step):
         """Decoding under a grammar, and the first token took thousands of steps' time beyond any queueing: the
         grammar is compiled (or its token masks precomputed) before the first token. Indicated: the first-token
         time with and without the constraint measures it."""
-        ttft = first_token_ms(m)
+        ttft = typical_ms(m, "ttft")
         return Finding(
             evidence=[ev("server.structured_output", True), ev("metrics.ttft_ms", ttft, "ms"), ev("metrics.per_token_ms", step, "ms")],
             detail=f"The first token took {ttft / step:.0f} steps' time ({ttft:.4g} ms against {step:.3g} ms per token); the cost is "

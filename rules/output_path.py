@@ -33,7 +33,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding, larger
 from diagnoser.rules.context import sweep_evidence
-from diagnoser.rules.rates import beyond_batching, expected_rate, observed_rate, per_stream_rate
+from diagnoser.rules.rates import beyond_batching, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -482,7 +482,7 @@ class OutputPathRules(RuleSet):
         """With more streams of long prompts, each stream got less than the added streams' decode could cost it:
         their prefill ran in the steps this stream decodes in. A cache too small for the streams (preemption) would
         do it too, so it is indicated; a trace's step split measures it."""
-        mine, theirs = per_stream_rate(m, observed_rate(m)), per_stream_rate(e, expected_rate(e))
+        mine, theirs = stream_rates(m, e)
         return Finding(
             evidence=[ev("expected.concurrency", fewer), ev("expected.per_stream_tokens_per_s", theirs),
                       ev("metrics.concurrency", more), ev("metrics.per_stream_tokens_per_s", mine), ev("metrics.input_tokens", prompt)],

@@ -123,9 +123,14 @@ def includes_more_than_decode(m) -> bool:
     return bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and (not decode_timed(m) or rate_below_tpot(m))
 
 
+def typical_ms(m, name: str) -> float | None:
+    """A latency figure of the metrics: its mean, else its median."""
+    return m.get(f"{name}_mean_ms", m.get(f"{name}_p50_ms"))
+
+
 def rate_below_tpot(m) -> bool:
     """One stream's rate slower than the TPOT beside it says (beyond streaming jitter)."""
-    rate, tpot = m.get("per_user_tokens_per_s"), m.get("tpot_mean_ms", m.get("tpot_p50_ms"))
+    rate, tpot = m.get("per_user_tokens_per_s"), typical_ms(m, "tpot")
     return bool(rate and tpot) and rate * tpot / 1e3 * TIMING_AGREEMENT < 1
 
 
@@ -138,8 +143,15 @@ def per_stream_rate(side, rate_kind: str) -> float | None:
     return None
 
 
-def observed_rate(m) -> str:
-    return "per_user" if "per_user_tokens_per_s" in m else "aggregate"
+def stream_rates(m, e) -> tuple[float | None, float | None]:
+    """(the observation's, the expectation's) tokens/s for one stream, each read as its side states its rate."""
+    observed = "per_user" if "per_user_tokens_per_s" in m else "aggregate"
+    return per_stream_rate(m, observed), per_stream_rate(e, expected_rate(e))
+
+
+def stated_per_stream(side) -> bool:
+    """The side gives one stream's rate itself, not an aggregate shared out over many streams."""
+    return "per_user_tokens_per_s" in side or one_stream(side)
 
 
 def beyond_batching(e, m) -> bool:
@@ -148,31 +160,25 @@ def beyond_batching(e, m) -> bool:
     least c_lo / c_hi of what each of c_lo streams gets, and fewer streams never get less each; a gap past
     either (beyond streaming jitter) is a slowdown, not another operating point."""
     c_e, c_m = e.get("concurrency"), m.get("concurrency")
-    r_e, r_m = per_stream_rate(e, expected_rate(e)), per_stream_rate(m, observed_rate(m))
+    r_m, r_e = stream_rates(m, e)
     if not (c_e and c_m and r_e and r_m) or c_e == c_m:
         return False
     (c_lo, r_lo), (c_hi, r_hi) = sorted(((c_e, r_e), (c_m, r_m)))
     return r_hi * TIMING_AGREEMENT < r_lo * c_lo / c_hi or r_lo * TIMING_AGREEMENT < r_hi
 
 
-def one_stream_rate(side) -> float | None:
-    """A side's tokens/s for one stream: stated per stream, or an aggregate measured on a single stream."""
-    if "per_user_tokens_per_s" in side:
-        return side["per_user_tokens_per_s"]
-    return side.get("output_tokens_per_s") if one_stream(side) else None
-
-
 def chunk_counted(m, e) -> bool:
     """Both sides timed one stream, and the reference reads at least a multi-token chunk's worth more."""
-    mine, theirs = one_stream_rate(m), one_stream_rate(e)
+    mine, theirs = stream_rates(m, e)
     return one_stream(m) and one_stream(e) and bool(mine and theirs) and theirs >= CHUNK_RATIO * mine
 
 
 def first_token_gap(m, e) -> tuple[float, float] | None:
     """(the time the observed rate gives one stream's output beyond what the expected rate gives it, the first
-    token's time), when both are known and the observed rate is the slower."""
-    r_m, r_e = one_stream_rate(m), one_stream_rate(e)
-    tokens, ttft = m.get("output_tokens"), m.get("ttft_mean_ms", m.get("ttft_p50_ms"))
+    token's time), when both sides state one stream's rate and the observed rate is the slower. An aggregate
+    shared out over many streams mixes their queueing and first tokens into each share."""
+    r_m, r_e = stream_rates(m, e) if all(stated_per_stream(side) for side in (m, e)) else (None, None)
+    tokens, ttft = m.get("output_tokens"), typical_ms(m, "ttft")
     if not (r_m and r_e and tokens and ttft) or r_m >= r_e:
         return None
     return 1e3 * tokens * (1 / r_m - 1 / r_e), ttft
@@ -345,7 +351,7 @@ class RateGuards(RuleSet):
         tokens per second: each chunk carries the tokens one verify step accepted, so a client that counts chunks
         (or events) counts steps. Another machine or version could be slower for its own reasons, and other
         streams beside it could slow it, so only a configuration reference with one stream on each side counts."""
-        mine, theirs = one_stream_rate(m), one_stream_rate(e)
+        mine, theirs = stream_rates(m, e)
         return Finding(
             evidence=[ev("server.speculative", method), ev("metrics.per_stream_tokens_per_s", mine), ev("expected.per_stream_tokens_per_s", theirs)],
             detail=f"The reference client reads {theirs / mine:.3g}x more tokens per second from the same kind of stream: about the "
