@@ -99,8 +99,9 @@ class VllmServer:
     """
 
     def __init__(self, args: list[str] | tuple[str, ...] = (), workdir: str | Path | None = None, moe: bool = False,
-                 dev_mode: bool = True, kv_cache_gib: int = 1, port: int = 0) -> None:
+                 dev_mode: bool = True, kv_cache_gib: int = 1, port: int = 0, env: dict[str, str] | None = None) -> None:
         self.args = list(args)
+        self.env = dict(env or {})  # vLLM's own environment switches (VLLM_CUSTOM_SCOPES_FOR_PROFILING=1, ...)
         self.port = port  # 0: a free loopback port
         self.owns_workdir = workdir is None  # a folder of its own is removed with the server, profiles and all
         self.workdir = Path(workdir) if workdir else Path(cache_dir() / "servers" / f"{os.getpid()}-{time.monotonic_ns()}")
@@ -133,7 +134,7 @@ class VllmServer:
         # goes with it. TMPDIR stays: torch.compile's cache lives there and is shared between servers.
         self.sockets = Path(tempfile.mkdtemp(prefix="vllm-ipc-"))
         env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
-               "VLLM_RPC_BASE_PATH": str(self.sockets)}
+               "VLLM_RPC_BASE_PATH": str(self.sockets), **self.env}
         if self.dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         with open(self.log, "w") as log:
