@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import sys
 import tempfile
@@ -73,10 +74,24 @@ def _request(path: str, body: bytes, length: int | None = None, chunked: bool = 
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
 
 
+def _answered(got: bytes) -> bool:
+    """One whole HTTP response is in: a keep-alive server sends nothing more until asked, so reading on
+    would only wait out the window (about 60 s over the corpus)."""
+    head, sep, body = got.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    headers = head.lower()
+    if b"transfer-encoding: chunked" in headers:
+        return body.endswith(b"0\r\n\r\n")
+    found = re.search(rb"\ncontent-length:\s*(\d+)", headers)
+    return found is not None and len(body) >= int(found[1])
+
+
 def _drain(sock: socket.socket, seconds: float, limit: int = 1 << 20) -> bytes:
-    """Read what comes for up to ``seconds`` (at most ``limit`` bytes), then stop."""
+    """Read what comes for up to ``seconds`` (at most ``limit`` bytes), then stop; sooner once a whole
+    response is in."""
     got, end = b"", time.monotonic() + seconds
-    while time.monotonic() < end and len(got) < limit:
+    while time.monotonic() < end and len(got) < limit and not _answered(got):
         sock.settimeout(max(0.01, end - time.monotonic()))
         try:
             part = sock.recv(65536)
