@@ -55,6 +55,16 @@ def bench_serve(url: str, out: Path, load: Load, extra_body: dict | None = None)
     return out
 
 
+def _warm_up(url: str, extra_body: dict | None) -> None:
+    """One request of the benchmark's kind, so its load does not pay for the first compile: sent directly, since a
+    second ``vllm bench serve`` would spend its own start (importing vLLM, about 20 s here) on a request."""
+    chat = extra_body is not None
+    body = {"model": "tiny", "max_tokens": 8, **(extra_body or {}),
+            **({"messages": [{"role": "user", "content": "warm up"}]} if chat else {"prompt": "warm up"})}
+    with httpx.Client(trust_env=False, timeout=BENCH_TIMEOUT_S) as http:
+        http.post(f"{url}/v1/chat/completions" if chat else f"{url}/v1/completions", json=body).raise_for_status()
+
+
 def _scrape(url: str) -> str:
     with httpx.Client(trust_env=False, timeout=30) as http:
         reply = http.get(f"{url}/metrics")
@@ -70,8 +80,7 @@ def record(fault_name: str, out_dir: str | Path, load: Load = Load()) -> Path:
     extra = fault.live.get("extra")
     shape = Load(load.prompts, fault.live.get("concurrency", load.concurrency), load.input_len, load.output_len)
     with VllmServer(fault.flags, dev_mode=False) as server:
-        bench_serve(server.url, out / "warmup.json", Load(2, 1, load.input_len, 8), extra)
-        (out / "warmup.json").unlink()
+        _warm_up(server.url, extra)
         with background(fault, server.url):
             (out / "metrics_before.txt").write_text(_scrape(server.url))
             bench_serve(server.url, out / "bench.json", shape, extra)
