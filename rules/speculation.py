@@ -141,6 +141,26 @@ class SpeculationRules(RuleSet):
 
     @rule(
         SPECS["speculation-low-acceptance"],
+        AS.s << Speculation(acceptance_rate=MATCH.rate, ordinary_step_ms=MATCH.ordinary),
+        AS.m << Metrics(),
+        NOT(RunDiff(setting="speculative")),
+        TEST(lambda s, m, ordinary: low_acceptance(s) and faster_than_the_counters_allow(s, m, ordinary)),
+    )
+    def low_acceptance_windows_disagree(self, s, m, ordinary):
+        """A cycle costs at least an ordinary step and emits e tokens, so the time per token is at least the ordinary
+        step over e. A time per token well under that does not say speculation repays: it says the two figures come
+        from windows that differ (a load's TPOT over a changing batch, a trace's step at one batch). The counters
+        still name the cause; the loss is not bounded."""
+        per_token, emitted = time_per_token(m), yield_per_cycle(s)
+        return Finding(
+            evidence=[*acceptance_evidence(s), ev("metrics.tpot_ms", per_token, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms")],
+            detail=f"{kept(s)} At {emitted:.3g} tokens a cycle no time per token can be under {ordinary / emitted:.3g} ms against a "
+            f"{ordinary:.3g} ms ordinary step; the {per_token:.3g} ms measured is from another window, so it bounds nothing. A run "
+            "with speculation off at the same load would.",
+        )
+
+    @rule(
+        SPECS["speculation-low-acceptance"],
         AS.s << Speculation(acceptance_rate=MATCH.rate, ordinary_step_ms=W()),
         NOT(RunDiff(setting="speculative")),
         NOT(Metrics(tpot_p50_ms=W())),
@@ -186,6 +206,17 @@ def low_acceptance(s) -> bool:
 def time_per_token(m) -> float | None:
     """Time per output token with speculation on: TPOT (a chunk interval is several tokens under speculation)."""
     return m.get("tpot_p50_ms", m.get("tpot_mean_ms"))
+
+
+def yield_per_cycle(s) -> float | None:
+    """Tokens a cycle emits, as the counters measured them (else from the acceptance and the drafts)."""
+    return s.get("mean_accepted_per_cycle", emitted_per_cycle(s))
+
+
+def faster_than_the_counters_allow(s, m, ordinary: float) -> bool:
+    """The time per token is under the ordinary step over the measured yield, beyond noise: not a real repayment."""
+    per_token, emitted = time_per_token(m), yield_per_cycle(s)
+    return per_token is not None and emitted is not None and per_token * emitted * SLOWER < ordinary
 
 
 def slower_than_ordinary(m, ordinary: float) -> bool:
