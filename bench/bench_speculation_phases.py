@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 import threading
+from bisect import bisect_left
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def step_table(trace: Path) -> dict[tuple[int, bool], dict[str, list[float]]]:
         events = json.load(f)["traceEvents"]
     ranges = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
     steps = [e for e in ranges if engine_step_kind(e["name"])[0] is not None]
+    phases = [e for e in ranges if e["name"].startswith(PHASE_PREFIX)]
+    starts = [e["ts"] for e in phases]
     table: dict[tuple[int, bool], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for step, following in zip(steps, steps[1:]):
         counts = decode_tokens(step["name"])
@@ -52,9 +55,8 @@ def step_table(trace: Path) -> dict[tuple[int, bool], dict[str, list[float]]]:
             continue  # a step that prefilled, or held nothing
         row = table[(counts[0], counts[1] > counts[0])]
         row["window"].append((following["ts"] - step["ts"]) / 1000)
-        for e in ranges:
-            if step["ts"] <= e["ts"] < following["ts"] and e["name"].startswith(PHASE_PREFIX):
-                row[e["name"][len(PHASE_PREFIX):]].append(e["dur"] / 1000)
+        for e in phases[bisect_left(starts, step["ts"]):bisect_left(starts, following["ts"])]:
+            row[e["name"][len(PHASE_PREFIX):]].append(e["dur"] / 1000)
     return table
 
 

@@ -76,7 +76,7 @@ def _request(path: str, body: bytes, length: int | None = None, chunked: bool = 
 
 def _answered(got: bytes) -> bool:
     """One whole HTTP response is in: a keep-alive server sends nothing more until asked, so reading on
-    would only wait out the window (about 60 s over the corpus)."""
+    would only wait out the window (35 s over the corpus, measured: 164 s against 129 s)."""
     head, sep, body = got.partition(b"\r\n\r\n")
     if not sep:
         return False

@@ -57,7 +57,7 @@ def bench_serve(url: str, out: Path, load: Load, extra_body: dict | None = None)
 
 def _warm_up(url: str, extra_body: dict | None) -> None:
     """One request of the benchmark's kind, so its load does not pay for the first compile: sent directly, since a
-    second ``vllm bench serve`` would spend its own start (importing vLLM, about 20 s here) on a request."""
+    second ``vllm bench serve`` would spend its own start (importing vLLM) on a request."""
     chat = extra_body is not None
     body = {"model": "tiny", "max_tokens": 8, **(extra_body or {}),
             **({"messages": [{"role": "user", "content": "warm up"}]} if chat else {"prompt": "warm up"})}
