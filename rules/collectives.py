@@ -64,6 +64,12 @@ class CollectiveRules(RuleSet):
         """More TP ranks each read fewer bytes, so a slower step is paid in the collectives the split adds."""
         return ablation_finding(d)
 
+    @rule(SPECS["exposed-comm"], *ablation("split_mode"))
+    def tensor_split_slower(self, d):
+        """Splitting every layer's matmuls over the devices instead of whole layers: the same bytes are read, in
+        parallel, so a slower step is paid in the per-layer collectives and in waiting for the slowest device."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["exposed-comm"],
         Budget(exposed_comm_ms=MATCH.comm, step_ms=MATCH.step),

@@ -7,7 +7,7 @@ so it ranks after a mechanism with equal evidence. When several settings differ 
 cannot be pinned on any one of them.
 """
 
-from diagnoser.engine import AS, MATCH, TEST, Finding, RuleSet, RunDiff, ev, load_specs, rule
+from diagnoser.engine import AS, MATCH, OR, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
 SPECS = load_specs(__file__)
@@ -60,6 +60,15 @@ def through_a_proxy(slower: str, faster: str) -> bool:
     return faster in DIRECT and slower not in DIRECT
 
 
+# How a split of each layer's matmuls over the devices is written (llama.cpp's row, ExLlama's and vLLM's tensor).
+TENSOR_SPLIT = frozenset({"tensor", "row", "tp", "tensor_parallel"})
+
+
+def split_by_tensor(slower: str, faster: str) -> bool:
+    """The slower run split every layer over the devices, the faster one split by whole layers (or not at all)."""
+    return slower in TENSOR_SPLIT and faster not in TENSOR_SPLIT
+
+
 def fewer(slower: str, faster: str) -> bool:
     """The slower run has the smaller numeric value (fewer layers on the device)."""
     return larger(faster, slower)
@@ -80,9 +89,11 @@ ABLATIONS = {
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)
+    "draft_length": larger,  # speculation-slowdown: the extra drafts of a longer draft cost more than they are accepted
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
+    "split_mode": split_by_tensor,  # exposed-comm: as tp; a layer split passes activations once per device instead
     "custom_allreduce": switched_off,  # custom-allreduce-off
 }
 
@@ -141,22 +152,36 @@ class ComparisonRules(RuleSet):
 
 def ablation(setting: str) -> tuple:
     """Patterns for a mechanism rule that an A/B of one named ``setting`` measures: the runs differ
-    only in it, one is clearly slower, and it is the run with the mechanism (``ABLATIONS``).
-    Binds ``d``; claim with ``ablation_finding``."""
+    only in it (or in it and others: a suspect, ``ablation_finding`` says so), one is clearly slower, and it is
+    the run with the mechanism (``ABLATIONS``). Binds ``d``; claim with ``ablation_finding``."""
     wanted = ABLATIONS[setting]
+    fields = {"setting": setting, "slowdown": MATCH.slowdown, "slower": MATCH.slower, "faster": MATCH.faster}
     return (
-        AS.d << RunDiff(setting=setting, slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        OR(AS.d << RunDiff(**fields), AS.d << ConfoundedChange(**fields)),
         TEST(lambda slowdown, slower, faster: slowdown >= SLOWER and wanted(slower, faster)),
     )
 
 
 def ablation_finding(d, *evidence, key: str = "") -> Finding:
-    """The measured delta between the two runs, as a share of the slower run's time per unit."""
+    """The measured delta between the two runs, as a share of the slower run's time per unit. When other settings
+    changed with this one the delta is not this setting's: the mechanism is a suspect, indicated and unbounded,
+    and the check is the run that changes this setting alone."""
     unit = UNITS.get(d["figure"], "")
+    confounded = list(d.get("with_") or [])
+    own = [*evidence, ev(f"runs[{d['setting']}].slower", d["slower"]), ev(f"runs[{d['setting']}].faster", d["faster"]),
+           ev("runs.figure", d["figure"]), ev("runs.slower_time", d["slower_time"], unit),
+           ev("runs.faster_time", d["faster_time"], unit)]
+    if confounded:
+        return Finding(
+            evidence=[*own, ev("runs.changed_with_it", ", ".join(confounded))],
+            key=key,
+            grade=Grade.indicated,
+            missing=[f"runs[{d['setting']}]"],
+            detail=f"{d['slower']} runs {d['slowdown']:.2f}x slower than {d['faster']} on {d['figure']}, but "
+            f"{', '.join(confounded)} changed too: the delta is not this setting's alone until a run changes only {d['setting']}.",
+        )
     return Finding(
-        evidence=[*evidence, ev(f"runs[{d['setting']}].slower", d["slower"]), ev(f"runs[{d['setting']}].faster", d["faster"]),
-                  ev("runs.figure", d["figure"]), ev("runs.slower_time", d["slower_time"], unit),
-                  ev("runs.faster_time", d["faster_time"], unit)],
+        evidence=own,
         removable_ms=d["slower_time"] - d["faster_time"],
         step_ms=d["slower_time"],
         key=key,

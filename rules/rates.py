@@ -31,7 +31,7 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
-from diagnoser.models.serving import ENGINE_SIDE
+from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
 
 SPECS = load_specs(__file__)
 
@@ -225,11 +225,13 @@ class RateGuards(RuleSet):
         AS.m << Metrics(),
         NOT(Expectation()),
         NOT(ContextSweep()),
+        NOT(RunDiff(setting=P(lambda s: s not in WORKLOAD_SETTINGS))),
         TEST(lambda m: includes_more_than_decode(m)),
     )
     def rate_alone_includes_prefill(self, m):
         """No reference: the rate itself is the figure read as decode speed. Across a sweep of prompt
-        lengths the long-context rules judge the growth instead."""
+        lengths the long-context rules judge the growth instead, and runs of the same job (one setting of how it
+        is served changed, not the work) timed the same way include the same prefill, so their delta stands."""
         return self.rate_flags_finding()
 
     @rule(

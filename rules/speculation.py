@@ -49,6 +49,12 @@ class SpeculationRules(RuleSet):
         """Speculation on is slower than off at the same load: drafting and verification cost more than they emit."""
         return ablation_finding(d)
 
+    @rule(SPECS["speculation-slowdown"], *ablation("draft_length"))
+    def longer_draft_slower(self, d):
+        """Speculation on in both runs, and the longer draft is slower: each extra draft token costs drafting and a
+        verify slot, and is rarely kept, so the draft length (or speculation itself) is past what acceptance repays."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["speculation-slowdown"],
         AS.s << Speculation(speedup=MATCH.speedup, expected_tokens=MATCH.tokens, ordinary_step_ms=MATCH.ordinary),

@@ -12,6 +12,7 @@ from diagnoser.engine.facts import (
     Claim,
     ClaimedStep,
     Collective,
+    ConfoundedChange,
     ContextSweep,
     Expectation,
     Graph,
@@ -54,7 +55,7 @@ from diagnoser.models.hypothesis import Check, Grade, Kind
 
 __all__ = [
     "AS", "MATCH", "NOT", "OR", "TEST", "L", "P", "W",
-    "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ContextSweep",
+    "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ConfoundedChange", "ContextSweep",
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation", "Expectation", "HostCostFact", "Memory", "Metrics", "ObservedStep", "Platform", "Routing",
     "RunDiff", "Shares", "StepMix", "Stream",

@@ -19,6 +19,7 @@ class RunDelta:
     base: str
     other: str
     changed: tuple[str, ...]
+    values: tuple[tuple[str, str, str], ...]  # (setting, before, after) of each change
     before: str  # the setting's value in the base run (only when one setting changed)
     after: str
     figure: str  # which figure both runs measured
@@ -88,15 +89,24 @@ def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
     return "false" if all(_value(run, c) in _OFF for c in companions) else "true"
 
 
-def one_switch(base: Run, other: Run, changed: tuple[str, ...]) -> tuple[tuple[str, ...], str, str] | None:
-    """(changed settings, before, after) with a group's companions folded into its lead, when the
-    whole difference is one group's; None when it is not."""
+def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(setting, before, after) for each change, a group's companions folded into its lead: a draft
+    length that changed with speculation is part of that one change, and a draft length against none
+    is speculation switched."""
+    folded = []
+    left = set(changed)
     for lead, companions in SETTING_GROUPS.items():
-        if set(changed) <= {lead, *companions}:
-            before, after = _is_on(base, lead, companions), _is_on(other, lead, companions)
-            if before != after or lead in changed:
-                return (lead,), before, after
-    return None
+        members = left & {lead, *companions}
+        if not members:
+            continue
+        left -= members
+        before, after = _is_on(base, lead, companions), _is_on(other, lead, companions)
+        if before != after or lead in members:
+            folded.append((lead, before, after))
+        else:
+            left |= members  # the lead is on in both: its companions changed as settings of their own
+    folded += [(n, _value(base, n), _value(other, n)) for n in changed if n in left]
+    return folded
 
 
 def baseline(runs: list[Run]) -> Run | None:
@@ -118,17 +128,16 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
         shared = _shared_figure(base, other, changed)
         if shared is None or not changed:
             continue
-        grouped = one_switch(base, other, changed)
-        if grouped is not None:
-            changed, before, after = grouped
-        else:
-            one = len(changed) == 1
-            before, after = (_value(base, changed[0]), _value(other, changed[0])) if one else ("", "")
+        each = changes(base, other, changed)
+        if not each:
+            continue  # only companions that mean nothing with their lead off in both runs
+        before, after = each[0][1:] if len(each) == 1 else ("", "")
         deltas.append(
             RunDelta(
                 base=base.name,
                 other=other.name,
-                changed=changed,
+                changed=tuple(name for name, _, _ in each),
+                values=tuple(each),
                 before=before,
                 after=after,
                 figure=shared[0],

@@ -119,6 +119,20 @@ def _derived(**fields: tuple[str, str]) -> dict[str, FieldInfo]:
 _PERCENTILE_SECTIONS = tuple(n for n, fl in ServingMetrics.model_fields.items() if Percentiles in get_args(fl.annotation))
 
 
+def _run_diff_fields() -> dict[str, FieldInfo]:
+    return _derived(
+        base=("text", "baseline run"), other=("text", "the run compared with it"),
+        setting=("text", "the one setting that differs, or 'several'"), changed=("text", "every setting that differs"),
+        before=("text", "its value in the baseline"), after=("text", "its value in the other run"),
+        figure=("text", "the figure both runs measured"), base_time=("", "baseline time per unit of work"),
+        other_time=("", "other run's time per unit of work"), ratio=("x", "other_time / base_time"),
+        slower=("text", "the setting's value in the slower run"), faster=("text", "its value in the faster run"),
+        slower_time=("", "time per unit of the slower run"), faster_time=("", "time per unit of the faster run"),
+        slowdown=("x", "slower_time / faster_time (>= 1)"),
+        in_flight=("count", "requests both runs kept in flight (their shared concurrency or batch), when stated"),
+    )
+
+
 @lru_cache(maxsize=1)
 def fact_table() -> dict[type, dict[str, FieldInfo]]:
     """Fact class -> field name -> what it is. The engine's builders in ``facts.py`` fill exactly these."""
@@ -168,15 +182,9 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
             implied_per_token_ms=("ms", "concurrency / aggregate rate: what each stream would see"),
         ),
         f.Expectation: _model_fields(Expected),
-        f.RunDiff: _derived(
-            base=("", "baseline run"), other=("", "the run compared with it"), setting=("", "the one setting that differs, or 'several'"),
-            changed=("", "every setting that differs"), before=("", "its value in the baseline"), after=("", "its value in the other run"),
-            figure=("", "the figure both runs measured"), base_time=("", "baseline time per unit of work"),
-            other_time=("", "other run's time per unit of work"), ratio=("", "other_time / base_time"),
-            slower=("", "the setting's value in the slower run"), faster=("", "its value in the faster run"),
-            slower_time=("", "time per unit of the slower run"), faster_time=("", "time per unit of the faster run"),
-            slowdown=("", "slower_time / faster_time (>= 1)"),
-            in_flight=("count", "requests both runs kept in flight (their shared concurrency or batch), when stated"),
+        f.RunDiff: _run_diff_fields(),
+        f.ConfoundedChange: _run_diff_fields() | _derived(
+            setting=("text", "one of the settings that differ"), with_=("text", "the other settings that differ with it"),
         ),
         f.HostCostFact: _model_fields(HostCost),
         f.Routing: _model_fields(RoutingObs, exclude=("expert_load_per_rank",)) | _derived(
@@ -201,7 +209,7 @@ SECTION = {
     "Probe": "probe", "Speculation": "speculation", "Server": "server", "Host": "host", "Bound": "bound",
     "QuotedBound": "bound_inputs", "Layout": "workload.layout", "KernelSum": "kernel_sum_across_ranks",
     "ClaimedStep": "claimed_step", "BoundaryPair": "boundaries", "Claim": "claims", "Metrics": "metrics",
-    "Expectation": "expected", "RunDiff": "runs", "HostCostFact": "host_costs", "Routing": "routing",
+    "Expectation": "expected", "RunDiff": "runs", "ConfoundedChange": "runs", "HostCostFact": "host_costs", "Routing": "routing",
     "Memory": "memory", "Platform": "platform", "Stream": "stream", "StepMix": "step_mix", "Shares": "budget_shares",
     "ObservedStep": "workload.observed", "Holds": "holds", "Unevaluable": "unevaluable",
 }

@@ -121,6 +121,12 @@ class RunDiff(Fact):
     ``in_flight`` is the load both runs kept in flight, when they state the same."""
 
 
+class ConfoundedChange(Fact):
+    """One of several settings that differ between a slower run and its baseline, with the RunDiff fields of an
+    A/B of that setting alone and ``with_`` the other changes: a mechanism that owns it is a suspect, not a
+    measurement."""
+
+
 class HostCostFact(Fact):
     """One named host cost per step (``name``, ``ms_per_step`` or ``share_of_step``, ``measured``, ``grows_with``)."""
 
@@ -468,8 +474,23 @@ def _run_diff(d: RunDelta) -> RunDiff:
     )
 
 
-def _run_diffs(case: Case) -> list[RunDiff]:
-    return [_run_diff(d) for d in run_deltas(case.observations.runs)]
+def _confounded(d: RunDelta) -> list[ConfoundedChange]:
+    """Each change of a several-settings delta, read as if it were the only one."""
+    if len(d.values) < 2:
+        return []
+    diff = _run_diff(d)
+    other_is_slower = d.other_time >= d.base_time
+    found = []
+    for name, before, after in d.values:
+        slower, faster = (after, before) if other_is_slower else (before, after)
+        found.append(ConfoundedChange(**{**diff.as_dict(), "setting": name, "before": before, "after": after, "slower": slower,
+                                         "faster": faster, "with_": [n for n in d.changed if n != name]}))
+    return found
+
+
+def _run_diffs(case: Case) -> list[Fact]:
+    deltas = run_deltas(case.observations.runs)
+    return [_run_diff(d) for d in deltas] + [c for d in deltas for c in _confounded(d)]
 
 
 def _host_cost(c: HostCost) -> HostCostFact:

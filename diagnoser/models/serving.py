@@ -139,6 +139,8 @@ KNOWN_SETTINGS = {
     "kernel_backend": "GEMM or MoE kernel family",
     "kv_cache_capacity": "KV-cache space allocated (tokens, blocks, GB or a memory fraction)",
     "tp": "tensor-parallel ranks",
+    "split_mode": "how a model spans several devices: tensor or row (each layer's matmuls split, collectives every layer) "
+    "against layer (whole layers per device, activations passed once per device)",
     "pp": "pipeline stages",
     "ep": "expert-parallel ranks",
     "attention_backend": "attention kernel family",
