@@ -173,6 +173,15 @@ def _logged_layers(which: int) -> Read:
     return read
 
 
+# A build or platform gate that names graph capture as the feature it turned off: CUDA or HIP graphs, or
+# the engine's own name for replaying captured steps.
+GATED_GRAPHS = re.compile(r"\b(?:cuda|hip)\s*graphs?\b|\bgraph (?:capture|replay)\b", re.IGNORECASE)
+
+
+def _graphs_gated_off(data: dict) -> Any:
+    return False if GATED_GRAPHS.search(_at("observations.platform.feature_gated_off")(data) or "") else None
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -218,6 +227,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.metrics.itl_ms", _spike_ratio("observations.metrics.itl_ms", "p99", "p50"), "p99 / p50"),
         Alternative("observations.boundaries", _spike_ratio("observations.boundaries", "client_p99_ms", "client_receipt_ms"),
                     "client_p99_ms / client_receipt_ms"),
+    )),
+    Equivalence("observations.server.cuda_graphs", "decode steps replayed from captured graphs (false: launched one by one)", (
+        Alternative("observations.platform.feature_gated_off", _graphs_gated_off,
+                    "the feature the build or platform gated off is graph capture (CUDA or HIP graphs)"),
     )),
     Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
         Alternative("observations.platform.fallback_logged", _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
