@@ -112,6 +112,20 @@ def test_an_expected_figure_with_an_observation_of_its_kind_needs_no_note():
     assert uncompared_expected(case) == []
 
 
+def test_one_stream_s_aggregate_rate_is_its_own_rate_to_the_note_as_to_the_rules(rulebook):
+    # With one request in flight the aggregate rate is the stream's: the canonical per-stream rate, read before the
+    # note looks for a figure of the expected kind, so a benchmark's aggregate figure at concurrency 1 is compared.
+    case = Case.model_validate({"observations": {
+        "expected": {"kind": "vendor_claim", "per_user_tokens_per_s": 50.4},
+        "metrics": {"boundary": "engine", "output_tokens_per_s": 43.1, "concurrency": 1},
+    }})
+    d = diagnose(case, rulebook)
+    assert d.notes == [] and d.reference_step_ms == pytest.approx(1e3 / 43.1)
+    two = case.model_copy(update={"observations": case.observations.model_copy(update={
+        "metrics": case.observations.metrics.model_copy(update={"concurrency": 2})})})
+    assert any("compared with nothing" in n for n in diagnose(two, rulebook).notes)
+
+
 # --- 4. resident weights and KV at the batch and context fit the device, or it is said
 
 def test_residency_per_rank_after_tp_by_hand():

@@ -173,6 +173,20 @@ def _logged_layers(which: int) -> Read:
     return read
 
 
+def _board_power(data: dict) -> Any:
+    """The datasheet's default power limit of the board the probe read (else the workload's hardware): the limit
+    it sustains its rated clocks under, against which an enforced limit set lower caps them."""
+    from diagnoser.models.hardware import hardware_presets, match_hardware
+
+    for path in ("observations.probe.gpu_name", "workload.hardware"):
+        name = _at(path)(data)
+        if isinstance(name, str):
+            board = hardware_presets().get(name.lower()) or match_hardware(name)
+            if board is not None:
+                return board.board_power_w
+    return None
+
+
 # A build or platform gate that names graph capture as the feature it turned off: CUDA or HIP graphs, or
 # the engine's own name for replaying captured steps.
 GATED_GRAPHS = re.compile(r"\b(?:cuda|hip)\s*graphs?\b|\bgraph (?:capture|replay)\b", re.IGNORECASE)
@@ -197,6 +211,13 @@ def _rate_over_request(data: dict) -> Any:
     if not (rate and latency_ms and tokens):
         return None
     return True if abs(rate * latency_ms / 1e3 / tokens - 1) <= SAME_RATE else None
+
+
+def _one_stream_rate(data: dict) -> Any:
+    """With one request in flight (a concurrency, or a workload batch, of one) the aggregate rate is that stream's."""
+    metrics = _at("observations.metrics")(data) or {}
+    one = metrics.get("concurrency") == 1 or (metrics.get("concurrency") is None and _at("workload.batch")(data) == 1)
+    return metrics.get("output_tokens_per_s") if one else None
 
 
 EQUIVALENCES: tuple[Equivalence, ...] = (
@@ -232,12 +253,20 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.platform.feature_gated_off", _graphs_gated_off,
                     "the feature the build or platform gated off is graph capture (CUDA or HIP graphs)"),
     )),
+    Equivalence("observations.probe.default_power_limit_w", "the board's default power limit", (
+        Alternative("observations.probe.gpu_name", _board_power,
+                    "the datasheet board power of the preset the probe's GPU name (else workload.hardware) matches"),
+    ), only_with="observations.probe.power_limit_w"),
     Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
         Alternative("observations.platform.fallback_logged", _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
     )),
     Equivalence("observations.memory.layers_total", "model layers in all", (
         Alternative("observations.platform.fallback_logged", _logged_layers(2), "llama.cpp's load line: offloaded N/M layers to GPU"),
     )),
+    Equivalence("observations.metrics.per_user_tokens_per_s", "tokens per second of one stream", (
+        Alternative("observations.metrics.output_tokens_per_s", _one_stream_rate,
+                    "the aggregate rate, with one request in flight (metrics.concurrency, else workload.batch, of 1)"),
+    ), only_with="observations.metrics"),
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),

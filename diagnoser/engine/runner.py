@@ -358,9 +358,17 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
     return None
 
 
+def prepared(case: Case) -> Case:
+    """The case as the rules and the report read it: a budget derived from its shares, every canonical fact filled."""
+    return canonical(with_derived_budget(case))
+
+
 def run_engine(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSummary | None, float | None]:
     """The engine after it has run over the case: its facts, conclusions and rule errors."""
-    case = canonical(with_derived_budget(case))
+    return _run_prepared(prepared(case), rulebook)
+
+
+def _run_prepared(case: Case, rulebook: Rulebook) -> tuple[DiagnosisEngine, BoundSummary | None, float | None]:
     bound = compute_bound_summary(case)
     step = reference_step_ms(case) or (bound.observed_step_ms if bound else None)
     present = present_inputs(case, bound)
@@ -400,7 +408,8 @@ def model_features(case: Case) -> frozenset[ModelFeature] | None:
 
 
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
-    engine, bound, step = run_engine(case, rulebook)
+    case = prepared(case)
+    engine, bound, step = _run_prepared(case, rulebook)
     hypotheses = rank(engine.found)
     present = engine.present
     errors = sorted(engine.errors, key=lambda e: (e.rule, e.error))
