@@ -27,6 +27,9 @@ class Hardware(BaseModel):
     sm_count: int | None = Field(default=None, gt=0)
     peak_tflops: dict[DType, float] = Field(description="dense tensor-core peak per dtype, TFLOP/s")
     interconnect_gbs: float | None = Field(default=None, description="per-direction NVLink/xGMI bandwidth, GB/s")
+    board_power_w: float | None = Field(
+        default=None, gt=0, description="the board's default power limit (TDP/TBP on the datasheet), W: the limit it sustains rated clocks under"
+    )
     source: str = ""
     device_names: list[list[str]] = Field(
         default_factory=list, description="token sets, one of which a driver-reported device name must contain"
