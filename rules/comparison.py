@@ -95,6 +95,7 @@ ABLATIONS = {
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
     "split_mode": split_by_tensor,  # exposed-comm: as tp; a layer split passes activations once per device instead
     "custom_allreduce": switched_off,  # custom-allreduce-off
+    "build": any_change,  # build-mismatch: the same engine built another way, so the binary is what differs
 }
 
 

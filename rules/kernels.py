@@ -19,6 +19,7 @@ from diagnoser.engine import (
     Host,
     HostCostFact,
     KernelClass,
+    Memory,
     Metrics,
     P,
     Platform,
@@ -346,6 +347,24 @@ class KernelRules(RuleSet):
             key="quantized",
             grade=Grade.possible,
             detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
+        )
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        Server(quantization=MATCH.scheme),
+        Platform(fallback_logged=MATCH.line),
+        NOT(Memory(layers_on_device=W())),
+        NOT(KernelClass(share_of_step=W())),
+    )
+    def quantized_fallback_logged(self, scheme, line):
+        """The engine logged a slower path while serving quantized weights, and the line is not the layers it
+        placed: the quantized GEMMs (their kernel, or the dtype they compute in) are what a weight format changes
+        on the decode path, so the logged fallback is theirs before it is the build's."""
+        return Finding(
+            evidence=[ev("server.quantization", scheme), ev("platform.fallback_logged", line)],
+            key="quantized",
+            grade=Grade.indicated,
+            detail="The GEMM class's share of a trace, or an A/B with the format's fast kernel (or another format), bounds it.",
         )
 
     @rule(SPECS["slow-kernel-path"], AS.k << KernelClass(), TEST(lambda k: off_expected_path(k) and "share_of_step" not in k))

@@ -250,6 +250,12 @@ class MachineRules(RuleSet):
         found = build_issues(p)
         return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
 
+    @rule(SPECS["build-mismatch"], *ablation("build"))
+    def slower_build(self, d):
+        """Two builds of the same engine, everything else equal: the slower binary does not run the fast path the
+        other does (its arch list, its SIMD or GPU backend, its debug checks)."""
+        return ablation_finding(d)
+
     @rule(SPECS["cpu-oversubscribed"], AS.p << Platform(), TEST(lambda p: oversubscribed(p)))
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")

@@ -126,6 +126,7 @@ class Expected(_Obs):
 # Setting names the rules interpret; any other name is compared as an opaque setting.
 KNOWN_SETTINGS = {
     "engine_version": "release, commit or build of the serving engine",
+    "build": "how the same engine version was built or packaged (release binaries, a source build, a wrapper's preset, debug)",
     "cuda_graphs": "graph capture on (true) or off (false)",
     "context": "tokens already in each sequence's context",
     "input_tokens": "prompt tokens per request",
@@ -179,6 +180,7 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "gateway": ("proxy", False),
     "attn_backend": ("attention_backend", False),
     "max_running_requests": ("max_num_seqs", False),
+    "build_type": ("build", False),
 }
 
 # Settings whose change alters the work itself (a sweep), not only how it is done.
