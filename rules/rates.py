@@ -191,6 +191,11 @@ def gap_is_the_first_token(m, e) -> bool:
     return found is not None and abs(found[0] - found[1]) <= FIRST_TOKEN_MATCH * found[1]
 
 
+def precision_assumed(b) -> bool:
+    """The bound took the default precision because the case states none."""
+    return "workload.precision" in (b.get("lacks") or ())
+
+
 def one_stream(side) -> bool:
     """The side stated as an aggregate rate timed a single stream: its aggregate is that stream's rate."""
     return side.get("concurrency") == 1
@@ -199,13 +204,27 @@ def one_stream(side) -> bool:
 class RateGuards(RuleSet):
     @rule(
         SPECS["faster-than-floor"],
-        Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
-        TEST(lambda floor, observed: observed < BELOW_FLOOR * floor),
+        AS.b << Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
+        TEST(lambda b, floor, observed: observed < BELOW_FLOOR * floor and not precision_assumed(b)),
     )
-    def faster_than_floor(self, floor, observed):
+    def faster_than_floor(self, b, floor, observed):
         return Finding(
             evidence=[ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms"), ev("observed_over_floor", observed / floor)],
             detail=f"Observed {observed:.4g} ms per step against a {floor:.4g} ms floor.",
+        )
+
+    @rule(
+        SPECS["floor-assumes-precision"],
+        AS.b << Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
+        TEST(lambda b, floor, observed: observed < BELOW_FLOOR * floor and precision_assumed(b)),
+    )
+    def faster_than_an_assumed_floor(self, b, floor, observed):
+        """The floor was computed at the default bf16 because the case gives no precision: beating it says the
+        served weights are smaller, not that the figure is wrong, so the causes keep their place."""
+        return Finding(
+            evidence=[ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms"), ev("bound.lacks", "workload.precision")],
+            missing=["workload.precision"],
+            detail=f"Observed {observed:.4g} ms per step against a {floor:.4g} ms floor computed for bf16 weights and KV cache.",
         )
 
     @rule(

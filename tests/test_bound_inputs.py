@@ -34,16 +34,27 @@ def _case(workload: dict, **observations) -> Case:
 # --- 1. a missing context is a note and a question, never a silent zero
 
 def test_a_pin_without_context_says_the_floor_counts_no_kv_read():
-    stated = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8, context=0))
-    unstated = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8))
+    bf16 = {"weights": "bf16", "kv_cache": "bf16"}
+    stated = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8, context=0, precision=bf16))
+    unstated = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8, precision=bf16))
     assert stated.lacks == [] and not any("context" in n for n in stated.notes)  # an explicit 0 is a figure
     assert unstated.lacks == ["workload.context"]
     assert any(n.startswith("no context given: the floor counts no KV-cache read") for n in unstated.notes)
 
 
+def test_a_pin_without_precision_says_the_floor_assumed_bf16():
+    # llama-3.1-8b: the default precision is the one a bf16 deployment states, so the floors agree; only the note differs
+    assumed = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8, context=2048))
+    stated = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8, context=2048,
+                                    precision={"weights": "bf16", "kv_cache": "bf16"}))
+    assert assumed.lacks == ["workload.precision"] and stated.lacks == []
+    assert assumed.floor_ms == stated.floor_ms
+    assert any(n.startswith("no precision given: the floor assumes bf16") for n in assumed.notes)
+
+
 def test_diagnose_asks_for_the_context_first_and_says_why(rulebook):
     d = diagnose(_case({"model": "llama-3.1-8b", "hardware": "h100-sxm", "batch": 8}), rulebook)
-    assert d.bound.lacks == ["workload.context"]
+    assert d.bound.lacks == ["workload.context", "workload.precision"]
     first = d.questions[0]
     assert first.input == "workload.context" and first.label == "context length"
     # the gap it states is read from a floor without KV: the answer re-bounds it
@@ -52,7 +63,7 @@ def test_diagnose_asks_for_the_context_first_and_says_why(rulebook):
     assert "Bound note: no context given" in text and "1. context length: give workload.context" in text
     assert "- Bound note: no context given" in render_markdown(d)
     with_context = diagnose(_case({"model": "llama-3.1-8b", "hardware": "h100-sxm", "batch": 8, "context": 2048}), rulebook)
-    assert with_context.bound.lacks == [] and all(q.input != "workload.context" for q in with_context.questions)
+    assert with_context.bound.lacks == ["workload.precision"] and all(q.input != "workload.context" for q in with_context.questions)
 
 
 def test_bound_and_diagnose_on_the_command_line_both_say_it(tmp_path):
@@ -61,7 +72,8 @@ def test_bound_and_diagnose_on_the_command_line_both_say_it(tmp_path):
                     "observations: {metrics: {boundary: client_receipt, tpot_ms: {p50: 30}}}\n")
     bound = run_cli("bound", str(case))
     assert bound.returncode == 0 and "note: no context given: the floor counts no KV-cache read" in " ".join(bound.stdout.split())
-    assert json.loads(run_cli("bound", str(case), "--json").stdout)["lacks"] == ["workload.context"]
+    assert json.loads(run_cli("bound", str(case), "--json").stdout)["lacks"] == ["workload.context", "workload.precision"]
+    assert "note: no precision given: the floor assumes bf16" in " ".join(bound.stdout.split())
     assert "Bound note: no context given" in run_cli("diagnose", str(case)).stdout
 
 
@@ -150,7 +162,8 @@ def test_residency_per_rank_after_tp_by_hand():
 
 
 def test_bound_and_diagnose_say_when_the_pin_does_not_fit(rulebook, tmp_path):
-    pin = {"model": "llama-3.1-70b", "hardware": "h100-sxm", "batch": 16, "context": 8192, "layout": {"tp": 2}}
+    pin = {"model": "llama-3.1-70b", "hardware": "h100-sxm", "batch": 16, "context": 8192, "layout": {"tp": 2},
+           "precision": {"weights": "bf16", "kv_cache": "bf16"}}
     report = compute_bound(Workload.model_validate(pin))
     assert report.memory.weights_bytes == 70_555_009_024 and report.notes == [does_not_fit(report.memory)]
     assert "Bound note: the weights (65.7 GiB) and KV cache (20.0 GiB) need 85.7 GiB" in render_text(diagnose(_case(pin), rulebook))

@@ -61,6 +61,11 @@ NO_CONTEXT = (
     "no context given: the floor counts no KV-cache read (every sequence's cached tokens are read each step), "
     "so it is low by those bytes; give workload.context, the mean tokens each sequence holds"
 )
+NO_PRECISION = (
+    "no precision given: the floor assumes bf16 weights and KV cache, so a quantized model's floor is high by the bytes "
+    "it does not move; give workload.precision (weights, kv_cache) as served"
+)
+LACKING = {"workload.context": NO_CONTEXT, "workload.precision": NO_PRECISION}
 
 
 class RankEstimate(BaseModel):
@@ -329,9 +334,9 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
     held = residency(spec, workload, hw)
-    lacks = [] if workload.context_given else ["workload.context"]
+    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
     shortfall = does_not_fit(held)
-    notes = ([NO_CONTEXT] if lacks else []) + ([shortfall] if shortfall else [])
+    notes = [LACKING[name] for name in lacks] + ([shortfall] if shortfall else [])
     return BoundReport(
         **compared.model_dump(exclude={"floor_ms", "sanity"}),
         model=spec.name,

@@ -190,6 +190,7 @@ INPUTS: dict[str, InputInfo] = {
     "bound": InputInfo("bound", "pin the workload (`workload:` in the case) or give bound_inputs bytes and bandwidth"),
     "workload": InputInfo("workload pin", "add the `workload:` section (model, hardware, batch, context, layout)"),
     "workload.context": InputInfo("context length", "give workload.context: the mean tokens each decoding sequence holds (prompt plus output so far), or one per sequence"),
+    "workload.precision": InputInfo("served precision", "give workload.precision: the weights' and KV cache's storage format as served (int4, fp8, bf16)"),
     "bound_inputs": InputInfo("quoted bound inputs", "record how the spreadsheet's bound was computed (bound_inputs)"),
     "metrics": InputInfo("serving metrics", "record TPOT/ITL p50/p99, tokens/s and concurrency from the serving benchmark (`diagnoser probe --only client --endpoint URL --model-name MODEL`)"),
     "expected": InputInfo("expected figure", "record what the figure was compared with and how it was obtained (expected:)"),

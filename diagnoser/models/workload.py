@@ -168,6 +168,11 @@ class Workload(BaseModel):
         return "context" in self.model_fields_set
 
     @property
+    def precision_given(self) -> bool:
+        """The bf16 default is an assumption: a quantized model's floor is lower by the bytes it does not move."""
+        return "precision" in self.model_fields_set
+
+    @property
     def mean_context(self) -> float:
         per_seq = self.context.per_sequence
         return sum(per_seq) / len(per_seq) if per_seq is not None else float(self.context.mean or 0.0)
