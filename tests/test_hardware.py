@@ -21,13 +21,63 @@ from diagnoser.models.hardware import hardware_preset, hardware_presets, match_h
         ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),
         ("NVIDIA B200", "b200"),
         ("AMD Instinct MI300X", "mi300x"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("RTX 3090", "rtx-3090"),
+        ("NVIDIA GeForce RTX 3090 Ti", "rtx-3090-ti"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("RTX 4090", "rtx-4090"),
+        ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+        ("NVIDIA RTX A6000", "rtx-a6000"),
+        ("RTX A6000", "rtx-a6000"),
+        ("NVIDIA L40", "l40"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10", "a10"),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+        ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
     ],
 )
 def test_reported_names_get_their_own_variant(reported, preset):
     assert match_hardware(reported) is hardware_presets()[preset]
 
 
-@pytest.mark.parametrize("reported", [None, "", "Some NPU", "NVIDIA GH200 480GB", "NVIDIA A100-PCIE-40GB", "NVIDIA H100"])
+# A variant on a different chip configuration, whose name holds every token of a preset's name: the preset's
+# other_variants tokens ("d", "laptop") keep it from taking the full chip's figures.
+_SUPERSET_VARIANTS = [
+    "NVIDIA GeForce RTX 4090 D",  # 114 SMs, 425 W: ~11% less tensor throughput than the 4090
+    "NVIDIA GeForce RTX 4090 Laptop GPU",  # AD103, 16 GB, 576 GB/s
+    "NVIDIA GeForce RTX 5090 D",  # export variant, lower AI throughput
+    "NVIDIA GeForce RTX 5090 Laptop GPU",  # GB203, 24 GB, 896 GB/s
+]
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        None,
+        "",
+        "Some NPU",
+        "NVIDIA GH200 480GB",
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA H100",
+        # no preset: figures not verifiable from a vendor datasheet
+        "NVIDIA H20",
+        "NVIDIA L20",
+        "NVIDIA GB10",
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "AMD Radeon RX 7900 XTX",
+        # neighbours of a preset that are other chips or boards
+        "NVIDIA A10G",
+        "NVIDIA RTX 6000 Ada Generation",
+        "NVIDIA GeForce RTX 3080",
+        "AMD Radeon RX 7900 XT",
+        "Tesla V100-PCIE-16GB",
+        "Tesla V100S-PCIE-32GB",
+        *_SUPERSET_VARIANTS,
+    ],
+)
 def test_unknown_or_ambiguous_names_get_no_preset(reported):
     # a guess would put the wrong bandwidth under every bound (PCIe H100: 2.0 TB/s, SXM: 3.35)
     assert match_hardware(reported) is None
@@ -45,3 +95,35 @@ def test_every_preset_can_be_matched_by_a_name_of_its_own():
     for key, hw in hardware_presets().items():
         assert hw.device_names, key
         assert match_hardware(" ".join(hw.device_names[0])) is hw, key
+
+
+def test_every_preset_states_its_board_power():
+    for key, hw in hardware_presets().items():
+        assert hw.board_power_w is not None and hw.board_power_w > 0, key
+
+
+def test_new_presets_carry_the_datasheet_figures():
+    # hand-checked against the whitepapers/datasheets named in each preset's source
+    rtx3090 = hardware_preset("rtx-3090")
+    assert (rtx3090.memory_bandwidth_gbs, rtx3090.board_power_w, rtx3090.sm_count) == (936, 350, 82)
+    assert rtx3090.peak_flops("bf16") == pytest.approx(71e12)  # FP32 accumulate, not the 142 FP16-accumulate figure
+    assert rtx3090.peak_flops("fp8") == rtx3090.peak_flops("bf16")  # Ampere: no fp8 units
+    rtx4090 = hardware_preset("rtx-4090")
+    assert (rtx4090.memory_bandwidth_gbs, rtx4090.board_power_w) == (1008, 450)
+    assert rtx4090.peak_flops("bf16") == pytest.approx(165.2e12) and rtx4090.peak_flops("fp8") == pytest.approx(330.3e12)
+    assert hardware_preset("rtx-5090").peak_flops("bf16") == pytest.approx(209.5e12)
+    assert hardware_preset("rtx-3090-ti").memory_bandwidth_gbs == 1008
+    l40, l40s = hardware_preset("l40"), hardware_preset("l40s")
+    assert l40.memory_bandwidth_gbs == l40s.memory_bandwidth_gbs == 864
+    assert (l40.board_power_w, l40s.board_power_w) == (300, 350)
+    assert l40s.peak_flops("bf16") == pytest.approx(2 * l40.peak_flops("bf16"), rel=1e-3)
+    l4 = hardware_preset("l4")
+    assert (l4.memory_bandwidth_gbs, l4.board_power_w) == (300, 72) and l4.peak_flops("bf16") == pytest.approx(121e12)
+    a10 = hardware_preset("a10")
+    assert (a10.memory_bandwidth_gbs, a10.board_power_w) == (600, 150) and a10.peak_flops("bf16") == pytest.approx(125e12)
+    a6000 = hardware_preset("rtx-a6000")
+    assert (a6000.memory_gib, a6000.board_power_w) == (48, 300) and a6000.peak_flops("bf16") == pytest.approx(154.8e12)
+    v32, v16 = hardware_preset("v100-sxm2-32gb"), hardware_preset("v100-sxm2-16gb")
+    assert (v32.memory_gib, v16.memory_gib) == (32, 16)
+    assert v32.memory_bandwidth_gbs == v16.memory_bandwidth_gbs == 900
+    assert v32.peak_flops("bf16") == pytest.approx(125e12) and v32.interconnect_gbs == 150

@@ -34,6 +34,10 @@ class Hardware(BaseModel):
     device_names: list[list[str]] = Field(
         default_factory=list, description="token sets, one of which a driver-reported device name must contain"
     )
+    other_variants: list[str] = Field(
+        default_factory=list,
+        description="tokens that, beside a matching token set, name another configuration of the chip (a laptop part, an export 'D' model)",
+    )
     bandwidth_is_measured: bool = False
 
     def peak_flops(self, dtype: DType) -> float:
@@ -72,7 +76,8 @@ def match_hardware(device_name: str | None) -> Hardware | None:
     """The preset for the name a driver reports ("NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB").
 
     Variants of one chip differ in bandwidth and clocks (an H100 PCIe has 60% of the SXM's
-    bandwidth), so the most specific token set that matches wins, and a name that matches
+    bandwidth), so the most specific token set that matches wins, a name holding a token of another
+    variant ("RTX 4090 Laptop GPU", "RTX 4090 D") is not the preset's, and a name that matches
     none, or two presets equally well, gets no preset rather than a guess.
     """
     if not device_name:
@@ -81,7 +86,7 @@ def match_hardware(device_name: str | None) -> Hardware | None:
     scored = [
         (max(len(tokens) for tokens in hw.device_names if set(tokens) <= found), hw)
         for hw in hardware_presets().values()
-        if any(set(tokens) <= found for tokens in hw.device_names)
+        if any(set(tokens) <= found for tokens in hw.device_names) and not found & set(hw.other_variants)
     ]
     if not scored:
         return None
