@@ -167,6 +167,26 @@ class SpeculationRules(RuleSet):
 
     @rule(
         SPECS["speculation-low-acceptance"],
+        AS.s << Speculation(acceptance_rate=MATCH.rate, ordinary_step_ms=MATCH.ordinary),
+        AS.m << Metrics(),
+        NOT(RunDiff(setting="speculative")),
+        TEST(lambda s, m, ordinary: low_acceptance(s) and within_noise_of_ordinary(m, ordinary)),
+    )
+    def low_acceptance_repays_nothing(self, s, m, ordinary):
+        """The time per token is the ordinary step's, within noise: speculation repays nothing measurable. The ordinary
+        step was timed with speculation on, so the pipeline's own cost (drafting, verifying the rejected drafts, the
+        extra bookkeeping) is inside it: a run with speculation off is the only bound, and the counters name the
+        cause meanwhile."""
+        per_token, emitted = time_per_token(m), yield_per_cycle(s)
+        return Finding(
+            evidence=[*acceptance_evidence(s), ev("metrics.tpot_ms", per_token, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms")],
+            detail=f"{kept(s)} At {emitted:.3g} tokens a cycle speculation can repay at most {1 - 1 / emitted:.1%} of the time per "
+            f"token ({per_token:.3g} ms against a {ordinary:.3g} ms step timed with speculation on), while its pipeline's cost is inside "
+            "that step. A run with speculation off at the same load would bound the loss.",
+        )
+
+    @rule(
+        SPECS["speculation-low-acceptance"],
         AS.s << Speculation(acceptance_rate=MATCH.rate, ordinary_step_ms=W()),
         NOT(RunDiff(setting="speculative")),
         NOT(Metrics(tpot_p50_ms=W())),
@@ -223,6 +243,12 @@ def faster_than_the_counters_allow(s, m, ordinary: float) -> bool:
     """The time per token is under the ordinary step over the measured yield, beyond noise: not a real repayment."""
     per_token, emitted = time_per_token(m), yield_per_cycle(s)
     return per_token is not None and emitted is not None and per_token * emitted * SLOWER < ordinary
+
+
+def within_noise_of_ordinary(m, ordinary: float) -> bool:
+    """Neither slower than the ordinary step nor faster than it, beyond run-to-run noise either way."""
+    per_token = time_per_token(m)
+    return per_token is not None and ordinary / SLOWER <= per_token < SLOWER * ordinary
 
 
 def slower_than_ordinary(m, ordinary: float) -> bool:
