@@ -33,8 +33,10 @@ MAX_REQUESTS = 256
 MAX_CONCURRENCY = 64
 MAX_TOKENS = 4096
 MAX_DURATION_S = 1800
-# The profiled load: short streams at the same concurrency, so the trace holds the load's steps.
-PROFILED_TOKENS = 48
+# The profiled load: streams at the same concurrency, so the trace holds the load's steps; long enough that
+# intermittent work lands in it. At 48 tokens (0.1-0.3 s of the real CPU build's steps) one bench_live run caught
+# none of the long-prompts fault's 2000-token prefills (one every 0.15-0.2 s) and another caught six mixed steps.
+PROFILED_TOKENS = 96
 PROFILE_SETTLE_S = 120
 # Request-level switches (default penalties, response_format) are measured both ways in alternating loads, so
 # the machine's drift falls on both sides.
