@@ -58,6 +58,12 @@ EXTRA_LAUNCHES = 32
 # A fallback path can at most remove its class's time; a class under 5 % of the step cannot move
 # it by more than ~1.05x, inside run-to-run noise.
 FALLBACK_MIN_SHARE = 0.05
+# A grid of under a quarter of the SMs leaves three quarters of the GPU idle while it runs: at a large share of the
+# step the kernel is latency-bound on a few SMs (a single-block sampler, a split-free reduction), not bandwidth-bound.
+UNDERFILLED = 0.25
+# Kernel classes whose small grids have rules of their own: expert GEMMs (small-expert-kernels) and attention
+# without split-KV (attention-split-kv-off).
+OWN_GRID_RULES = frozenset({"moe", "attention"})
 # A tile at least 4x the rows routed to an expert computes >= 75 % padding: sized for prefill or
 # large batches, not for decode's few rows per expert.
 TILE_PADDING = 4.0
@@ -351,6 +357,25 @@ class KernelRules(RuleSet):
 
     @rule(
         SPECS["slow-kernel-path"],
+        AS.k << KernelClass(share_of_step=MATCH.share, grid_ctas=MATCH.ctas, sm_count=MATCH.sms),
+        Budget(device_ms=MATCH.device),
+        TEST(lambda k, share, ctas, sms: underfilled(k, share, ctas, sms)),
+    )
+    def underfilled_grid(self, k, share, ctas, sms, device):
+        """A large kernel class on a grid of a few SMs: its time, less what it would take over every SM, is the bound."""
+        return _underfilled_finding(k, device * share)
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.k << KernelClass(share_of_step=MATCH.share, grid_ctas=MATCH.ctas, sm_count=MATCH.sms),
+        NOT(Budget(device_ms=W())),
+        TEST(lambda k, share, ctas, sms: underfilled(k, share, ctas, sms)),
+    )
+    def underfilled_grid_untimed(self, k, share, ctas, sms):
+        return _underfilled_finding(k, None)
+
+    @rule(
+        SPECS["slow-kernel-path"],
         Server(quantization=MATCH.scheme),
         Platform(fallback_logged=MATCH.line),
         NOT(Memory(layers_on_device=W())),
@@ -456,6 +481,24 @@ def padding_finding(rows: float, tile: int, rows_name: str, bound: str) -> Findi
 def decode_tokens_at_most(m) -> float | None:
     """Tokens in one decode step at most: the sequences running, else the requests in flight."""
     return m.get("running_sequences", m.get("concurrency"))
+
+
+def underfilled(k, share: float, ctas: int, sms: int) -> bool:
+    return k["kernel_class"] not in OWN_GRID_RULES and share >= MIN_SHARE and ctas < UNDERFILLED * sms
+
+
+def _underfilled_finding(k, class_ms: float | None) -> Finding:
+    """Spread over every SM the class's work would take ctas/sms of its time: the rest is the most a wider grid saves."""
+    cls, ctas, sms = k["kernel_class"], k["grid_ctas"], k["sm_count"]
+    removable = None if class_ms is None else class_ms * (1 - ctas / sms)
+    return Finding(
+        evidence=_kernel_evidence(k),
+        removable_ms=removable,
+        key=cls,
+        grade=None if removable is not None else Grade.indicated,
+        detail=f"{cls} takes {k['share_of_step']:.0%} of the step on {ctas:g} CTAs of {sms} SMs"
+        + ("; a step time would bound what a grid over every SM saves." if removable is None else "."),
+    )
 
 
 def _fallback_finding(k, removable: float | None) -> Finding:

@@ -187,13 +187,19 @@ def _board_power(data: dict) -> Any:
     return None
 
 
-# A build or platform gate that names graph capture as the feature it turned off: CUDA or HIP graphs, or
-# the engine's own name for replaying captured steps.
-GATED_GRAPHS = re.compile(r"\b(?:cuda|hip)\s*graphs?\b|\bgraph (?:capture|replay)\b", re.IGNORECASE)
+# Features a build or platform gate turns off, by how their names are written: graph capture (CUDA or HIP
+# graphs, the engine's name for replaying captured steps) and the custom all-reduce kernel.
+GATED = {
+    "cuda_graphs": re.compile(r"\b(?:cuda|hip)\s*graphs?\b|\bgraph (?:capture|replay)\b", re.IGNORECASE),
+    "custom_allreduce": re.compile(r"\bcustom[ _-]?all[ _-]?reduce\b", re.IGNORECASE),
+}
 
 
-def _graphs_gated_off(data: dict) -> Any:
-    return False if GATED_GRAPHS.search(_at("observations.platform.feature_gated_off")(data) or "") else None
+def _gated_off(setting: str) -> Read:
+    def read(data: dict) -> Any:
+        return False if GATED[setting].search(_at("observations.platform.feature_gated_off")(data) or "") else None
+
+    return read
 
 
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
@@ -250,8 +256,12 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "client_p99_ms / client_receipt_ms"),
     )),
     Equivalence("observations.server.cuda_graphs", "decode steps replayed from captured graphs (false: launched one by one)", (
-        Alternative("observations.platform.feature_gated_off", _graphs_gated_off,
+        Alternative("observations.platform.feature_gated_off", _gated_off("cuda_graphs"),
                     "the feature the build or platform gated off is graph capture (CUDA or HIP graphs)"),
+    )),
+    Equivalence("observations.server.custom_allreduce", "the engine's custom all-reduce kernel in use (false: NCCL's)", (
+        Alternative("observations.platform.feature_gated_off", _gated_off("custom_allreduce"),
+                    "the feature the build or platform gated off is the custom all-reduce"),
     )),
     Equivalence("observations.probe.default_power_limit_w", "the board's default power limit", (
         Alternative("observations.probe.gpu_name", _board_power,
