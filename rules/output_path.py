@@ -70,6 +70,9 @@ def mixed_extra_ms(mixed_steps: int, decode_steps: int, decode: float, mixed: fl
     return (mixed - decode) * mixed_steps / max(1, mixed_steps + decode_steps)
 # Prompts this long fill at least a whole prefill chunk at common token budgets per step.
 LONG_PROMPT_TOKENS = 1000
+# A tail gap at least half the longest prefill step is that step's: other stalls (a late wake-up, a collector
+# pause) have no reason to come out the length of a prefill.
+PREFILL_STEP_MATCH = 0.5
 # Adding decode streams adds only their KV reads to a step that already reads every weight, so the aggregate
 # output rate rises (memory-bound) or holds (compute-bound); a fall of a quarter with more streams is beyond
 # batching's own overheads and run-to-run spread: the added streams brought other work into the steps.
@@ -411,6 +414,27 @@ class OutputPathRules(RuleSet):
             on_top=True,
             detail=f"{mixed_steps} of {mixed_steps + decode_steps} steps prefilled beside running decodes and took {mixed / decode:.3g}x "
             f"a decode-only step: {extra:.3g} ms on every step on average, and a {mixed - decode:.3g} ms stall each time.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Metrics(itl_p99_ms=MATCH.tail),
+        AS.x << StepMix(decode_step_ms=MATCH.decode, longest_prefill_step_ms=MATCH.longest, longest_prefill_tokens=MATCH.prompt),
+        TEST(lambda tail, decode, longest, prompt: prompt >= LONG_PROMPT_TOKENS and tail >= STALL_RATIO * decode
+             and longest >= STALL_RATIO * decode and tail >= PREFILL_STEP_MATCH * longest),
+    )
+    def tail_as_long_as_prefill_steps(self, x, tail, decode, longest, prompt):
+        """The engine's own p99 gap between a stream's tokens is as long as the steps that prefilled a long prompt:
+        decoding streams waited out other requests' prefills. The trace's window may hold few of those steps (they come
+        and go with arrivals); the server's histogram covers the whole load."""
+        return Finding(
+            evidence=[ev("metrics.itl_p99_ms", tail, "ms"), ev("step_mix.decode_step_ms", decode, "ms"),
+                      ev("step_mix.longest_prefill_step_ms", longest, "ms"), ev("step_mix.longest_prefill_tokens", prompt)],
+            removable_ms=tail - decode,
+            step_ms=tail,
+            on_top=True,
+            detail=f"The p99 gap ({tail:.3g} ms) is {tail / decode:.3g} decode steps long, as long as the {prompt}-token prefill "
+            f"step ({longest:.3g} ms); the gain is on that tail, not on the median step.",
         )
 
     @rule(

@@ -316,6 +316,9 @@ class StepMixObs(_Obs):
     mixed_steps: int = Field(default=0, ge=0, description="steps that prefilled beside running decodes")
     decode_step_ms: Positive | None = Field(default=None, description="median decode-only step")
     mixed_step_ms: Positive | None = Field(default=None, description="median mixed step")
+    longest_prefill_step_ms: Positive | None = Field(
+        default=None, description="the longest step that prefilled (alone or beside decodes): how long one prompt held the engine")
+    longest_prefill_tokens: int | None = Field(default=None, ge=0, description="the most prompt tokens one step prefilled")
     prefill_tokens_per_mixed_step: float | None = Field(default=None, ge=0, description="median prompt tokens a mixed step prefilled")
     source: str = Field(default="", description="trace the steps were read from")
 
