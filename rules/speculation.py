@@ -158,12 +158,10 @@ class SpeculationRules(RuleSet):
         from windows that differ (a load's TPOT over a changing batch, a trace's step at one batch). The counters
         still name the cause; the loss is not bounded."""
         per_token, emitted = time_per_token(m), yield_per_cycle(s)
-        return Finding(
-            evidence=[*acceptance_evidence(s), ev("metrics.tpot_ms", per_token, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms")],
-            detail=f"{kept(s)} At {emitted:.3g} tokens a cycle no time per token can be under {ordinary / emitted:.3g} ms against a "
-            f"{ordinary:.3g} ms ordinary step; the {per_token:.3g} ms measured is from another window, so it bounds nothing. A run "
-            "with speculation off at the same load would.",
-        )
+        return named_from_counters(s, per_token, ordinary,
+                                   f"At {emitted:.3g} tokens a cycle no time per token can be under {ordinary / emitted:.3g} ms against a "
+                                   f"{ordinary:.3g} ms ordinary step; the {per_token:.3g} ms measured is from another window, so it bounds "
+                                   "nothing. A run with speculation off at the same load would.")
 
     @rule(
         SPECS["speculation-low-acceptance"],
@@ -178,12 +176,10 @@ class SpeculationRules(RuleSet):
         extra bookkeeping) is inside it: a run with speculation off is the only bound, and the counters name the
         cause meanwhile."""
         per_token, emitted = time_per_token(m), yield_per_cycle(s)
-        return Finding(
-            evidence=[*acceptance_evidence(s), ev("metrics.tpot_ms", per_token, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms")],
-            detail=f"{kept(s)} At {emitted:.3g} tokens a cycle speculation can repay at most {1 - 1 / emitted:.1%} of the time per "
-            f"token ({per_token:.3g} ms against a {ordinary:.3g} ms step timed with speculation on), while its pipeline's cost is inside "
-            "that step. A run with speculation off at the same load would bound the loss.",
-        )
+        return named_from_counters(s, per_token, ordinary,
+                                   f"At {emitted:.3g} tokens a cycle speculation can repay at most {1 - 1 / emitted:.1%} of the time per "
+                                   f"token ({per_token:.3g} ms against a {ordinary:.3g} ms step timed with speculation on), while its "
+                                   "pipeline's cost is inside that step. A run with speculation off at the same load would bound the loss.")
 
     @rule(
         SPECS["speculation-low-acceptance"],
@@ -205,6 +201,14 @@ class SpeculationRules(RuleSet):
     def speculation_inactive_overhead(self, method):
         """A speculation host cost measured at zero says the pipeline is off too: nothing to name."""
         return Finding(evidence=[ev("server.speculative", method), ev("server.speculative_active", False)])
+
+
+def named_from_counters(s, per_token: float, ordinary: float, why: str) -> Finding:
+    """The counters name the cause; the time per token and the ordinary step are shown, and bound nothing."""
+    return Finding(
+        evidence=[*acceptance_evidence(s), ev("metrics.tpot_ms", per_token, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms")],
+        detail=f"{kept(s)} {why}",
+    )
 
 
 def drafts_per_cycle(s) -> float | None:
