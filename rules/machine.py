@@ -88,8 +88,9 @@ def clock_ratio(p) -> float | None:
 def strained(p) -> list:
     """Heat or power that makes a GPU give up clocks, when neither clocks nor reasons were read: at
     HOT_C and above boost logic trades clocks for temperature; drawing POWER_CAP_SHARE of the enforced
-    limit, or a limit set CAPPED_BELOW_DEFAULT under the board's default, the power governor sets them.
-    Read clocks or reasons say what happened instead."""
+    limit, or a limit set CAPPED_BELOW_DEFAULT under the board's default, the power governor sets them (unless the
+    board was read drawing well under that limit: then the lowered cap never bound). Read clocks or reasons say what
+    happened instead."""
     if clock_ratio(p) is not None or p.get("throttled"):
         return []
     found = []
@@ -97,7 +98,9 @@ def strained(p) -> list:
         found.append(ev("probe.temperature_c", p["temperature_c"], "°C"))
     if p.get("power_limit_w") and p.get("power_w", 0) >= POWER_CAP_SHARE * p["power_limit_w"]:
         found += [ev("probe.power_w", p["power_w"], "W"), ev("probe.power_limit_w", p["power_limit_w"], "W")]
-    if p.get("power_limit_w") and p.get("default_power_limit_w") and p["power_limit_w"] <= CAPPED_BELOW_DEFAULT * p["default_power_limit_w"]:
+    below_cap = "power_w" in p and p.get("power_limit_w") and p["power_w"] < POWER_CAP_SHARE * p["power_limit_w"]
+    if p.get("power_limit_w") and p.get("default_power_limit_w") and p["power_limit_w"] <= CAPPED_BELOW_DEFAULT * p["default_power_limit_w"] \
+            and not below_cap:
         found += [ev("probe.power_limit_w", p["power_limit_w"], "W"), ev("probe.default_power_limit_w", p["default_power_limit_w"], "W")]
     return found
 
