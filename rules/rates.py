@@ -318,6 +318,22 @@ class RateGuards(RuleSet):
         rate below what the extra streams could cost is a slowdown at that concurrency, for the causes to name."""
         return Finding(evidence=[ev("expected.concurrency", expected), ev("metrics.concurrency", observed)])
 
+    @rule(
+        SPECS["rate-kind-mismatch"],
+        AS.e << Expectation(),
+        NOT(Expectation(concurrency=W())),
+        RunDiff(setting=P(lambda s: s in ("batch", "concurrency")), figure="output_tokens_per_s", slowdown=MATCH.gain),
+        TEST(lambda e, gain: expected_rate(e) == "aggregate" and gain >= CONCURRENCY_RATIO),
+    )
+    def aggregate_reference_at_an_unstated_load(self, e, gain):
+        """The case's own runs show the aggregate rate moving with the streams in flight (decode reads the weights once
+        for every stream of a step), so an aggregate figure that states no concurrency is one operating point of a curve,
+        not this run's target."""
+        return Finding(
+            evidence=[ev("expected.rate", "aggregate"), ev("expected.concurrency", "not stated"), ev("runs.aggregate_gain_with_streams", gain)],
+            detail=f"More streams gave {gain:.3g}x the aggregate rate here; the reference's figure is comparable only at its own concurrency.",
+        )
+
     @rule(SPECS["chunk-interval-as-token"], AS.m << Metrics(tokens_per_chunk=MATCH.per_chunk), TEST(lambda per_chunk: per_chunk >= MULTI_TOKEN_CHUNKS))
     def multi_token_chunks(self, m, per_chunk):
         return Finding(evidence=[ev("metrics.tokens_per_chunk", per_chunk), *self.itl(m)])
