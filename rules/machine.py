@@ -8,6 +8,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    OR,
     P,
     TEST,
     W,
@@ -48,8 +49,10 @@ CAPPED_BELOW_DEFAULT = 0.9
 CPU_THROTTLED = 0.05
 
 
-def build_issues(p) -> list:
-    """Evidence of a build or platform that does not run the fast path on this GPU."""
+def build_issues(p, placement_read: bool = False) -> list:
+    """Evidence of a build or platform that does not run the fast path on this GPU. A logged line the case's memory
+    facts were read from (llama.cpp's layers line, Ollama's CPU/GPU split) is a placement, cpu-offload's, not a
+    fallback of the build."""
     found = []
     if p.get("build_type") == "debug":
         found.append(ev("platform.build_type", "debug"))
@@ -59,7 +62,7 @@ def build_issues(p) -> list:
         found.append(ev("platform.kernels_for_arch", False))
         if "gpu_arch" in p:
             found.append(ev("platform.gpu_arch", p["gpu_arch"]))
-    for name in ("fallback_logged", "feature_gated_off"):
+    for name in ("feature_gated_off",) if placement_read else ("fallback_logged", "feature_gated_off"):
         if p.get(name):
             found.append(ev(f"platform.{name}", p[name]))
     return found
@@ -214,6 +217,20 @@ class MachineRules(RuleSet):
 
     @rule(
         SPECS["cpu-offload"],
+        Memory(weights_on_host_fraction=MATCH.share),
+        NOT(Memory(layers_on_device=W())),
+        NOT(Budget(h2d_exposed_ms=W())),
+        TEST(lambda share: share > 0),
+    )
+    def part_of_the_model_on_host(self, share):
+        """A share of the model held in host memory is read (or computed) at host speed every step, a small
+        fraction of the device's bandwidth: a tenth of the weights there can take as long as the rest on the
+        device. Indicated: an A/B with all of it placed measures it."""
+        return Finding(evidence=[ev("memory.weights_on_host_fraction", share)],
+                       detail=f"{share:.0%} of the model stays in host memory.")
+
+    @rule(
+        SPECS["cpu-offload"],
         Memory(layers_on_device=MATCH.placed, layers_total=MATCH.total),
         TEST(lambda placed, total: placed < total),
         NOT(Budget(h2d_exposed_ms=W())),
@@ -248,10 +265,24 @@ class MachineRules(RuleSet):
         return h2d_finding(b, exposed, [ev("server.cpu_offload_gb", gb, "GB")])
 
 
-    @rule(SPECS["build-mismatch"], AS.p << Platform(), TEST(lambda p: bool(build_issues(p))))
+    @rule(
+        SPECS["build-mismatch"],
+        AS.p << Platform(),
+        NOT(Memory(layers_on_device=W())),
+        NOT(Memory(weights_on_host_fraction=W())),
+        TEST(lambda p: bool(build_issues(p))),
+    )
     def build_mismatch(self, p):
-        found = build_issues(p)
-        return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
+        return build_finding(build_issues(p))
+
+    @rule(
+        SPECS["build-mismatch"],
+        AS.p << Platform(),
+        OR(Memory(layers_on_device=W()), Memory(weights_on_host_fraction=W())),
+        TEST(lambda p: bool(build_issues(p, placement_read=True))),
+    )
+    def build_mismatch_beside_a_placement(self, p):
+        return build_finding(build_issues(p, placement_read=True))
 
     @rule(SPECS["build-mismatch"], *ablation("build"))
     def slower_build(self, d):
@@ -263,6 +294,10 @@ class MachineRules(RuleSet):
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")
         return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
+
+
+def build_finding(found: list) -> Finding:
+    return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
 
 
 def h2d_finding(b, exposed: float, evidence: list) -> Finding:

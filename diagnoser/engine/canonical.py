@@ -202,6 +202,17 @@ def _gated_off(setting: str) -> Read:
     return read
 
 
+# Ollama's `ollama ps` PROCESSOR column, which its users paste as it is: "11%/89% CPU/GPU", or "100% CPU".
+OLLAMA_SPLIT = re.compile(r"\b(\d{1,3})%\s*/\s*(\d{1,3})%\s*CPU\s*/\s*GPU\b|\b(100)%\s*CPU\b", re.IGNORECASE)
+
+
+def _host_share(data: dict) -> Any:
+    found = OLLAMA_SPLIT.search(_at("observations.platform.fallback_logged")(data) or "")
+    if found is None:
+        return None
+    return int(found.group(1) or found.group(3)) / 100
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -267,6 +278,9 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.probe.gpu_name", _board_power,
                     "the datasheet board power of the preset the probe's GPU name (else workload.hardware) matches"),
     ), only_with="observations.probe.power_limit_w"),
+    Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
+        Alternative("observations.platform.fallback_logged", _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
+    )),
     Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
         Alternative("observations.platform.fallback_logged", _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
     )),

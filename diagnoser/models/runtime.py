@@ -84,6 +84,10 @@ class MemoryObs(_Obs):
     )
     layers_on_device: int | None = Field(default=None, ge=0, description="model layers placed on the device (llama.cpp's -ngl, as its log reports)")
     layers_total: int | None = Field(default=None, ge=1, description="model layers in all, on the device or not")
+    weights_on_host_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="share of the model held in host memory and run or read from there (Ollama's 'ollama ps' "
+        "PROCESSOR column: 11%/89% CPU/GPU is 0.11)"
+    )
 
 
 class BuildType(str, Enum):
