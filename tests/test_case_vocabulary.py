@@ -67,7 +67,9 @@ def test_a_gpu_named_as_tools_print_it_is_matched_or_marked_unknown():
     pinned = {"model": "qwen3-8b", "batch": 1, "context": 1024, "observed": {"step_ms": 12}}
     h100 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "NVIDIA H100 80GB HBM3"}}), load_rulebook())
     assert h100.bound is not None and h100.bound.bandwidth_gbs == pytest.approx(3350)
-    for name in ("L40S", "RTX 4090"):
+    rtx4090 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "RTX 4090"}}), load_rulebook())
+    assert rtx4090.bound is not None and rtx4090.bound.bandwidth_gbs == pytest.approx(1008)
+    for name in ("RTX 4090 Laptop GPU", "Radeon Pro W7900"):
         d = diagnose(Case.model_validate({"workload": {**pinned, "hardware": name}}), load_rulebook())
         assert d.bound is None and f"GPU {name!r} matches no preset (unknown)" in d.bound_note
     unnamed = diagnose(Case.model_validate({"workload": pinned}), load_rulebook())
