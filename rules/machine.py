@@ -8,7 +8,6 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
-    OR,
     P,
     TEST,
     W,
@@ -49,10 +48,10 @@ CAPPED_BELOW_DEFAULT = 0.9
 CPU_THROTTLED = 0.05
 
 
-def build_issues(p, placement_read: bool = False) -> list:
-    """Evidence of a build or platform that does not run the fast path on this GPU. A logged line the case's memory
-    facts were read from (llama.cpp's layers line, Ollama's CPU/GPU split) is a placement, cpu-offload's, not a
-    fallback of the build."""
+def build_issues(p) -> list:
+    """Evidence of a build or platform that does not run the fast path on this GPU. A logged line the canonical step
+    read as another fact (llama.cpp's layers line, Ollama's CPU/GPU split, a default MoE config) is that fact's, not
+    a fallback of the build."""
     found = []
     if p.get("build_type") == "debug":
         found.append(ev("platform.build_type", "debug"))
@@ -62,9 +61,10 @@ def build_issues(p, placement_read: bool = False) -> list:
         found.append(ev("platform.kernels_for_arch", False))
         if "gpu_arch" in p:
             found.append(ev("platform.gpu_arch", p["gpu_arch"]))
-    for name in ("feature_gated_off",) if placement_read else ("fallback_logged", "feature_gated_off"):
-        if p.get(name):
-            found.append(ev(f"platform.{name}", p[name]))
+    if p.get("fallback_logged") and not p.get("fallback_read_as"):
+        found.append(ev("platform.fallback_logged", p["fallback_logged"]))
+    if p.get("feature_gated_off"):
+        found.append(ev("platform.feature_gated_off", p["feature_gated_off"]))
     return found
 
 
@@ -265,24 +265,10 @@ class MachineRules(RuleSet):
         return h2d_finding(b, exposed, [ev("server.cpu_offload_gb", gb, "GB")])
 
 
-    @rule(
-        SPECS["build-mismatch"],
-        AS.p << Platform(),
-        NOT(Memory(layers_on_device=W())),
-        NOT(Memory(weights_on_host_fraction=W())),
-        TEST(lambda p: bool(build_issues(p))),
-    )
+    @rule(SPECS["build-mismatch"], AS.p << Platform(), TEST(lambda p: bool(build_issues(p))))
     def build_mismatch(self, p):
-        return build_finding(build_issues(p))
-
-    @rule(
-        SPECS["build-mismatch"],
-        AS.p << Platform(),
-        OR(Memory(layers_on_device=W()), Memory(weights_on_host_fraction=W())),
-        TEST(lambda p: bool(build_issues(p, placement_read=True))),
-    )
-    def build_mismatch_beside_a_placement(self, p):
-        return build_finding(build_issues(p, placement_read=True))
+        found = build_issues(p)
+        return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
 
     @rule(SPECS["build-mismatch"], *ablation("build"))
     def slower_build(self, d):
@@ -294,10 +280,6 @@ class MachineRules(RuleSet):
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")
         return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
-
-
-def build_finding(found: list) -> Finding:
-    return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
 
 
 def h2d_finding(b, exposed: float, evidence: list) -> Finding:

@@ -213,6 +213,16 @@ def _host_share(data: dict) -> Any:
     return int(found.group(1) or found.group(3)) / 100
 
 
+# vLLM's and SGLang's warning when the fused-MoE kernel finds no tuned config for this GPU and shape.
+DEFAULT_MOE_CONFIG = re.compile(r"\busing default (?:fused[ _-]?)?moe config\b", re.IGNORECASE)
+
+
+def _untuned_moe(data: dict) -> Any:
+    if DEFAULT_MOE_CONFIG.search(_at(LOGGED_LINE)(data) or ""):
+        return [{"kernel_class": "moe", "tuned_config": False}]
+    return None
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -278,6 +288,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.probe.gpu_name", _board_power,
                     "the datasheet board power of the preset the probe's GPU name (else workload.hardware) matches"),
     ), only_with="observations.probe.power_limit_w"),
+    Equivalence("observations.kernel_classes", "kernel classes of the step", (
+        Alternative("observations.platform.fallback_logged", _untuned_moe,
+                    "the engine's 'Using default MoE config' warning: a fused-MoE class without a tuned config (no share known)"),
+    )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
         Alternative("observations.platform.fallback_logged", _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
     )),
@@ -298,6 +312,9 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "the rate is the output tokens over the request latency (within 3 %)"),
     ), only_with="observations.metrics"),
 )
+
+
+LOGGED_LINE = "observations.platform.fallback_logged"
 
 
 def _set(data: dict, path: str, value: Any) -> None:
@@ -324,6 +341,9 @@ def canonical(case: Case) -> Case:
                 break
     if not filled:
         return case
+    read_from_log = sorted(path for path, source in filled.items() if source.startswith(LOGGED_LINE))
+    if read_from_log:
+        _set(data, "observations.platform.fallback_read_as", read_from_log)
     data["sources"] = {**data.get("sources", {}), **filled}
     return Case.model_validate(data)
 

@@ -103,6 +103,10 @@ class PlatformObs(_Obs):
     gpu_arch: str | None = Field(default=None, description="compute capability or ISA, e.g. '7.0', 'sm_90', 'gfx1201'")
     kernels_for_arch: bool | None = Field(default=None, description="false when the build has no native kernels for this GPU")
     fallback_logged: str | None = Field(default=None, description="a log line saying a slower path or backend was chosen")
+    fallback_read_as: list[str] = Field(
+        default_factory=list, description="derived: the facts the logged line was read as (a placement, a kernel config), "
+        "so that it is theirs and not a build's fallback; filled by the canonical step"
+    )
     feature_gated_off: str | None = Field(default=None, description="a feature the engine turned off for this platform (graphs, a kernel)")
     device_api: str | None = Field(default=None, description="cuda, rocm, vulkan, metal, cpu, npu")
     os: str | None = Field(default=None, description="operating system and any scheduling setting of note")
