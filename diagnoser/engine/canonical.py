@@ -114,6 +114,20 @@ def _engine_interval(data: dict) -> Any:
     return itl.get("p50") or itl.get("mean")
 
 
+def _engine_step(data: dict) -> Any:
+    """The engine's own time per token of one stream (its TPOT, else its ITL, else its per-stream rate), read at the
+    engine: the cadence its steps emit tokens at, against which a client's median interval shows the way out."""
+    metrics = _at("observations.metrics")(data) or {}
+    if metrics.get("boundary") != "engine":
+        return None
+    for name in ("tpot_ms", "itl_ms"):
+        typical = _typical(metrics, name)
+        if typical:
+            return typical
+    rate = metrics.get("per_user_tokens_per_s")
+    return 1e3 / rate if rate else None
+
+
 # A fixed time per request under this share of the shortest run's time is within what decode itself varies.
 FIXED_SHARE = 0.3
 
@@ -268,6 +282,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.boundaries.server_emission_ms", "the gap between a stream's tokens as the server sends them", (
         Alternative("observations.metrics.itl_ms", _engine_interval, "the server's inter-token latency (p50, else mean), behind a stream whose chunks came 4 or more a burst"),
     ), only_with="observations.boundaries.client_p99_ms"),
+    Equivalence("observations.boundaries.device_step_ms", "the engine's step cadence: the time between one stream's tokens as the engine makes them", (
+        Alternative("observations.metrics", _engine_step,
+                    "the engine's own per-token time (TPOT, else ITL, mean else median, else 1 / per-stream rate) read at the engine"),
+    ), only_with="observations.boundaries.client_receipt_ms"),
     Equivalence("observations.speculation.acceptance_rate", "accepted draft tokens over drafted tokens", (
         Alternative("observations.speculation.mean_accepted_per_cycle", _accepted_rate, "(tokens per cycle - 1) / draft length"),
     )),
