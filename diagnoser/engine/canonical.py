@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnoser.models.case import Case
-from diagnoser.models.serving import SERVER_CLOCKS
+from diagnoser.models.serving import ENGINE_SIDE, SERVER_CLOCKS
 
 Read = Callable[[dict], Any]  # a stated value from the case (as a plain dict), or None
 
@@ -102,6 +102,14 @@ def _held_bursts(data: dict) -> bool:
     return _at("observations.stream.bursty")(data) is True and per_burst is not None and per_burst / per_chunk >= HELD_BURST_CHUNKS
 
 
+def _client_chunking(data: dict) -> Any:
+    """How a client's stream was chunked says how the client's own figures count tokens; an engine's histograms count
+    the engine's outputs, whatever the transport coalesced on the way (two events in one read during a stall)."""
+    if _at("observations.metrics.boundary")(data) in ENGINE_SIDE:
+        return None
+    return _at("observations.boundaries.tokens_per_chunk")(data)
+
+
 def _engine_interval(data: dict) -> Any:
     """The server's own inter-token interval (its median, else its mean, read at the engine or at emission)
     for a client whose chunks came in bursts of several: its gaps are a read pattern, so the server's
@@ -116,9 +124,10 @@ def _engine_interval(data: dict) -> Any:
 
 def _engine_step(data: dict) -> Any:
     """The engine's own time per token of one stream (its TPOT, else its ITL, else its per-stream rate), read at the
-    engine: the cadence its steps emit tokens at, against which a client's median interval shows the way out."""
+    engine: the cadence its steps emit tokens at, against which a client's median interval shows the way out. Not
+    beside a client's p99: held against a typical step, that tail is the engine's own jitter as often as a hold."""
     metrics = _at("observations.metrics")(data) or {}
-    if metrics.get("boundary") != "engine":
+    if metrics.get("boundary") != "engine" or _at("observations.boundaries.client_p99_ms")(data) is not None:
         return None
     for name in ("tpot_ms", "itl_ms"):
         typical = _typical(metrics, name)
@@ -277,7 +286,8 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         same("observations.boundaries.client_p50_ms"),
     )),
     Equivalence("observations.metrics.tokens_per_chunk", "tokens each streamed chunk carries", (
-        same("observations.boundaries.tokens_per_chunk"),
+        Alternative("observations.boundaries.tokens_per_chunk", _client_chunking,
+                    "the client's tokens per chunk, for serving figures read at the client (an engine counts its own tokens)"),
     ), only_with="observations.metrics"),
     Equivalence("observations.boundaries.server_emission_ms", "the gap between a stream's tokens as the server sends them", (
         Alternative("observations.metrics.itl_ms", _engine_interval, "the server's inter-token latency (p50, else mean), behind a stream whose chunks came 4 or more a burst"),
