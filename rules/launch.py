@@ -14,6 +14,7 @@ from diagnoser.engine import (
     Budget,
     Finding,
     Graph,
+    Grade,
     Host,
     Platform,
     Reference,
@@ -32,6 +33,11 @@ SPECS = load_specs(__file__)
 # A part worth a hypothesis: at least 8 % of the step and 0.1 ms (below that, timer noise).
 MIN_PART_SHARE = 0.08
 MIN_PART_MS = 0.1
+
+
+# GPU idle between decode steps that is worth naming with no step to hold it against: a millisecond is dozens of
+# kernel launches' worth of host work (5-20 us each), more than any engine's per-step bookkeeping should take.
+IDLE_GAP_MS = 1.0
 
 
 def notable(part_ms: float, step_ms: float) -> bool:
@@ -160,6 +166,30 @@ class LaunchRules(RuleSet):
             step_ms=min(step, unprofiled),
             detail=detail,
         )
+
+    @rule(
+        SPECS["host-overhead"],
+        Host(gap_between_steps_ms=MATCH.gap),
+        Reference(step_ms=MATCH.step),
+        NOT(Budget()),
+        TEST(lambda gap, step: notable(gap, step)),
+    )
+    def idle_between_steps(self, gap, step):
+        """No budget, but the GPU's idle time between steps was read: the next step waits that long on the host."""
+        return Finding(evidence=[ev("host.gap_between_steps_ms", gap, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=gap)
+
+    @rule(
+        SPECS["host-overhead"],
+        Host(gap_between_steps_ms=MATCH.gap),
+        NOT(Reference(step_ms=W())),
+        NOT(Budget()),
+        TEST(lambda gap: gap >= IDLE_GAP_MS),
+    )
+    def idle_between_steps_untimed(self, gap):
+        """No step time to hold it against: a millisecond of GPU idle between decode steps is dozens of kernels'
+        worth of host work on the critical path, whatever the step; its share needs the step."""
+        return Finding(evidence=[ev("host.gap_between_steps_ms", gap, "ms")], grade=Grade.indicated,
+                       detail=f"The GPU idles {gap:.3g} ms between steps; the per-token time would bound the share.")
 
     @rule(SPECS["host-overhead"], Platform(host_bound_reported=True), NOT(Budget()))
     def host_bound_reported(self):
