@@ -12,8 +12,11 @@ from diagnoser.engine import (
     TEST,
     W,
     Budget,
+    Expectation,
     Finding,
+    Grade,
     Memory,
+    Metrics,
     Platform,
     Probe,
     RuleSet,
@@ -24,6 +27,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.rates import stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -46,6 +50,9 @@ CAPPED_BELOW_DEFAULT = 0.9
 # CFS throttling in more than 1 of 20 periods: the engine loop regularly stalls for the rest of a
 # (typically 100 ms) quota period, many decode steps long; below that, occasional bursts.
 CPU_THROTTLED = 0.05
+# Another engine at least twice as fast per stream on the same work and device: engines tuned for a device differ by
+# tens of per cent; twice is a fast path (native kernels, graph capture, a fused attention) one of them lacks there.
+ENGINE_GAP = 2.0
 
 
 def build_issues(p) -> list:
@@ -66,6 +73,14 @@ def build_issues(p) -> list:
     if p.get("feature_gated_off"):
         found.append(ev("platform.feature_gated_off", p["feature_gated_off"]))
     return found
+
+
+def engine_gap(m, e) -> float | None:
+    """How many times faster the other engine ran one stream, at the same concurrency (or with one side's unstated)."""
+    if None not in (m.get("concurrency"), e.get("concurrency")) and m["concurrency"] != e["concurrency"]:
+        return None
+    mine, theirs = stream_rates(m, e)
+    return theirs / mine if mine and theirs else None
 
 
 def oversubscribed(p) -> bool:
@@ -269,6 +284,25 @@ class MachineRules(RuleSet):
     def build_mismatch(self, p):
         found = build_issues(p)
         return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
+
+    @rule(
+        SPECS["build-mismatch"],
+        AS.e << Expectation(kind="other_engine"),
+        AS.m << Metrics(),
+        TEST(lambda m, e: (engine_gap(m, e) or 0) >= ENGINE_GAP),
+    )
+    def another_engine_twice_as_fast(self, m, e):
+        """The same model, work and device run at least twice as fast under another engine: the device has a fast path
+        this engine's build does not reach. Possible, and behind any mechanism the case names: which path (kernels for
+        this architecture, graph capture, a fused attention) a trace of both tells, and that trace bounds it."""
+        gap = engine_gap(m, e)
+        mine, theirs = stream_rates(m, e)
+        return Finding(
+            evidence=[ev("expected.kind", "other_engine"), ev("metrics.per_stream_tokens_per_s", mine),
+                      ev("expected.per_stream_tokens_per_s", theirs), ev("engine_gap", gap, "x")],
+            grade=Grade.possible,
+            detail=f"Another engine runs the same work {gap:.3g}x faster per stream on this device.",
+        )
 
     @rule(SPECS["build-mismatch"], *ablation("build"))
     def slower_build(self, d):
