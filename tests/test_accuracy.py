@@ -57,6 +57,7 @@ LATER_CORPORA = (
     ("corpus7", 20, 17, 17),
     ("corpus8", 17, 15, 15),
     ("corpus9", 12, 9, 11),
+    ("corpus10", 15, 13, 13),
 )
 
 
