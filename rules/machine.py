@@ -165,6 +165,13 @@ class MachineRules(RuleSet):
         stands in for it (a step that is all device work slows at most by the clock ratio)."""
         return throttle_finding(p, self.reference_step_ms)
 
+    @rule(SPECS["clock-throttle"], Platform(power_saving=True), NOT(Platform(cpu_clock_mhz=W())), NOT(Probe(sm_clock_mhz=W())))
+    def power_saving_mode(self):
+        """A power-saving mode caps clocks (CPU, GPU or a unified SoC) below what the load would run at; with no clock
+        read, the mode names the cause and the same run with it off measures it."""
+        return Finding(evidence=[ev("platform.power_saving", True)],
+                       detail="A power-saving mode was on; the clocks it allowed were not read.")
+
     @rule(
         SPECS["clock-throttle"],
         Platform(cpu_clock_mhz=MATCH.now, cpu_max_clock_mhz=MATCH.top),

@@ -246,6 +246,15 @@ def _untuned_moe(data: dict) -> Any:
     return None
 
 
+# The names operating systems give their power-saving modes, as people write the mode they were in.
+POWER_SAVING = re.compile(r"\blow[ -]power mode\b|\bbattery saver\b|\bpower[ -]?saver\b|\bpowersave\b|\beco mode\b",
+                          re.IGNORECASE)
+
+
+def _power_saving(data: dict) -> Any:
+    return True if POWER_SAVING.search(_at("observations.platform.os")(data) or "") else None
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -319,6 +328,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.kernel_classes", "kernel classes of the step", (
         Alternative("observations.platform.fallback_logged", _untuned_moe,
                     "the engine's 'Using default MoE config' warning: a fused-MoE class without a tuned config (no share known)"),
+    )),
+    Equivalence("observations.platform.power_saving", "an OS power-saving mode was on", (
+        Alternative("observations.platform.os", _power_saving,
+                    "the OS setting names a power-saving mode (Low Power Mode, battery saver, power saver, powersave, eco mode)"),
     )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
         Alternative("observations.platform.fallback_logged", _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),

@@ -117,6 +117,10 @@ class PlatformObs(_Obs):
     cpu_clock_mhz: float | None = Field(default=None, gt=0, description="CPU core clock while tokens are generated (cpufreq, /proc/cpuinfo)")
     cpu_max_clock_mhz: float | None = Field(default=None, gt=0, description="the CPU's highest core clock (its rated boost)")
     host_bound_reported: bool | None = Field(default=None, description="a profile or the maintainers found the loop CPU-bound")
+    power_saving: bool | None = Field(
+        default=None, description="an OS or firmware power-saving mode was on while tokens were generated (macOS Low Power Mode, "
+        "a Windows battery saver or power-saver plan, Linux's powersave governor or power-saver profile)"
+    )
 
 
 class StreamObs(_Obs):
