@@ -76,7 +76,8 @@ def test_a_concluded_rule_is_never_asked_for(book):
 def test_faster_than_the_floor_leads_and_no_launch_or_kernel_cause_does(book):
     case = Case.model_validate(
         {
-            "workload": {"model": "qwen3-8b", "hardware": "h100-sxm", "batch": 1, "context": 1024, "observed": {"step_ms": 3}},
+            "workload": {"model": "qwen3-8b", "hardware": "h100-sxm", "batch": 1, "context": 1024, "observed": {"step_ms": 3},
+                         "precision": {"weights": "bf16", "kv_cache": "bf16"}},
             "observations": {"budget": {"step_ms": 3, "device_ms": 1.5, "launch_ms": 1.5}},
         }
     )
