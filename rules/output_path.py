@@ -253,8 +253,8 @@ class OutputPathRules(RuleSet):
         A reader that is itself starved catches up a chunk or two at a time, not this many."""
         held = (per_burst - 1) * server
         return Finding(
-            evidence=[ev("stream.tokens_per_burst", per_burst), ev("boundaries.server_emission_ms", server, "ms"),
-                      *[ev(f"stream.{n}", s[n]) for n in ("near_zero_gap_fraction",) if n in s]],
+            evidence=[ev("stream.tokens_per_burst", per_burst), ev("boundaries.server_emission_ms", server, "ms")]
+            + ([ev("stream.near_zero_gap_fraction", s["near_zero_gap_fraction"])] if "near_zero_gap_fraction" in s else []),
             removable_ms=held,
             step_ms=per_burst * server,
             on_top=True,

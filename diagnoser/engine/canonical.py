@@ -21,6 +21,9 @@ from diagnoser.models.serving import ENGINE_SIDE, SERVER_CLOCKS
 
 Read = Callable[[dict], Any]  # a stated value from the case (as a plain dict), or None
 
+# The log line people paste into a case; several facts are read from the formats tools print there.
+LOGGED_LINE = "observations.platform.fallback_logged"
+
 
 def _at(path: str) -> Read:
     def read(data: dict) -> Any:
@@ -190,7 +193,7 @@ LOGGED_LAYERS = re.compile(r"offloaded\s+(\d+)\s*/\s*(\d+)\s+layers", re.IGNOREC
 
 def _logged_layers(which: int) -> Read:
     def read(data: dict) -> Any:
-        found = LOGGED_LAYERS.search(_at("observations.platform.fallback_logged")(data) or "")
+        found = LOGGED_LAYERS.search(_at(LOGGED_LINE)(data) or "")
         return int(found.group(which)) if found else None
 
     return read
@@ -230,7 +233,7 @@ OLLAMA_SPLIT = re.compile(r"\b(\d{1,3})%\s*/\s*(\d{1,3})%\s*CPU\s*/\s*GPU\b|\b(1
 
 
 def _host_share(data: dict) -> Any:
-    found = OLLAMA_SPLIT.search(_at("observations.platform.fallback_logged")(data) or "")
+    found = OLLAMA_SPLIT.search(_at(LOGGED_LINE)(data) or "")
     if found is None:
         return None
     return int(found.group(1) or found.group(3)) / 100
@@ -263,9 +266,7 @@ def _rate_over_request(data: dict) -> Any:
     """A stream's rate that equals its output tokens over the whole request's latency counts the time to the
     first token (queueing, prefill) as if it were decode. One stream's aggregate rate is its own rate."""
     metrics = _at("observations.metrics")(data) or {}
-    rate = metrics.get("per_user_tokens_per_s")
-    if rate is None and metrics.get("concurrency") == 1:
-        rate = metrics.get("output_tokens_per_s")
+    rate = metrics.get("per_user_tokens_per_s")  # one stream's aggregate rate already filled in as its own
     latency_ms, tokens = _typical(metrics, "request_latency_ms"), metrics.get("output_tokens")
     if not (rate and latency_ms and tokens):
         return None
@@ -326,7 +327,7 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "the datasheet board power of the preset the probe's GPU name (else workload.hardware) matches"),
     ), only_with="observations.probe.power_limit_w"),
     Equivalence("observations.kernel_classes", "kernel classes of the step", (
-        Alternative("observations.platform.fallback_logged", _untuned_moe,
+        Alternative(LOGGED_LINE, _untuned_moe,
                     "the engine's 'Using default MoE config' warning: a fused-MoE class without a tuned config (no share known)"),
     )),
     Equivalence("observations.platform.power_saving", "an OS power-saving mode was on", (
@@ -334,13 +335,13 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "the OS setting names a power-saving mode (Low Power Mode, battery saver, power saver, powersave, eco mode)"),
     )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
-        Alternative("observations.platform.fallback_logged", _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
+        Alternative(LOGGED_LINE, _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
     )),
     Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
-        Alternative("observations.platform.fallback_logged", _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
+        Alternative(LOGGED_LINE, _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
     )),
     Equivalence("observations.memory.layers_total", "model layers in all", (
-        Alternative("observations.platform.fallback_logged", _logged_layers(2), "llama.cpp's load line: offloaded N/M layers to GPU"),
+        Alternative(LOGGED_LINE, _logged_layers(2), "llama.cpp's load line: offloaded N/M layers to GPU"),
     )),
     Equivalence("observations.metrics.per_user_tokens_per_s", "tokens per second of one stream", (
         Alternative("observations.metrics.output_tokens_per_s", _one_stream_rate,
@@ -355,9 +356,6 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
 )
 
 
-LOGGED_LINE = "observations.platform.fallback_logged"
-
-
 def _set(data: dict, path: str, value: Any) -> None:
     *parents, leaf = path.split(".")
     node = data
@@ -370,6 +368,7 @@ def canonical(case: Case) -> Case:
     """The case with every canonical field it leaves empty filled from an equivalent statement."""
     data = case.model_dump(mode="json", exclude_none=True, exclude_unset=True)
     filled: dict[str, str] = {}
+    read_from_log: list[str] = []
     for eq in EQUIVALENCES:
         if _at(eq.canonical)(data) is not None or (eq.only_with and _at(eq.only_with)(data) is None):
             continue
@@ -379,12 +378,13 @@ def canonical(case: Case) -> Case:
                 _set(data, eq.canonical, value)
                 stated = case.sources.get(alt.path)
                 filled[eq.canonical] = f"{alt.path}" + (f" ({alt.how})" if alt.how else "") + (f", from {stated}" if stated else "")
+                if alt.path == LOGGED_LINE:
+                    read_from_log.append(eq.canonical)
                 break
     if not filled:
         return case
-    read_from_log = sorted(path for path, source in filled.items() if source.startswith(LOGGED_LINE))
     if read_from_log:
-        _set(data, "observations.platform.fallback_read_as", read_from_log)
+        _set(data, "observations.platform.fallback_read_as", sorted(read_from_log))
     data["sources"] = {**data.get("sources", {}), **filled}
     return Case.model_validate(data)
 

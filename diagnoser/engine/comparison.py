@@ -18,14 +18,24 @@ class RunDelta:
 
     base: str
     other: str
-    changed: tuple[str, ...]
-    values: tuple[tuple[str, str, str], ...]  # (setting, before, after) of each change
-    before: str  # the setting's value in the base run (only when one setting changed)
-    after: str
+    values: tuple[tuple[str, str, str], ...]  # (setting, before, after) of each change, a group folded into its lead
     figure: str  # which figure both runs measured
     base_time: float  # time per unit of work: ms per token, or s for a fixed job
     other_time: float
     in_flight: float | None = None  # the load both runs kept in flight (their shared concurrency or batch), when stated
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.values)
+
+    @property
+    def before(self) -> str:
+        """The setting's value in the base run, when one setting changed."""
+        return self.values[0][1] if len(self.values) == 1 else ""
+
+    @property
+    def after(self) -> str:
+        return self.values[0][2] if len(self.values) == 1 else ""
 
     @property
     def ratio(self) -> float:
@@ -36,12 +46,16 @@ class RunDelta:
     def setting(self) -> str:
         return self.changed[0] if len(self.changed) == 1 else "several"
 
+    def oriented(self, before: str, after: str) -> tuple[str, float, str, float]:
+        """(value, time) of the slower run, then of the faster, for a setting with these values in the base and
+        the other run: an ablation reads either way round."""
+        if self.other_time >= self.base_time:
+            return after, self.other_time, before, self.base_time
+        return before, self.base_time, after, self.other_time
+
     @property
     def slower_side(self) -> tuple[str, float, str, float]:
-        """(setting value, time) of the slower run, then of the faster: an ablation reads either way round."""
-        if self.other_time >= self.base_time:
-            return self.after, self.other_time, self.before, self.base_time
-        return self.before, self.base_time, self.after, self.other_time
+        return self.oriented(self.before, self.after)
 
 
 def _value(run: Run, name: str) -> str:
@@ -131,15 +145,11 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
         each = changes(base, other, changed)
         if not each:
             continue  # only companions that mean nothing with their lead off in both runs
-        before, after = each[0][1:] if len(each) == 1 else ("", "")
         deltas.append(
             RunDelta(
                 base=base.name,
                 other=other.name,
-                changed=tuple(name for name, _, _ in each),
                 values=tuple(each),
-                before=before,
-                after=after,
                 figure=shared[0],
                 base_time=shared[1],
                 other_time=shared[2],

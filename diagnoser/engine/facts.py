@@ -479,12 +479,11 @@ def _confounded(d: RunDelta) -> list[ConfoundedChange]:
     """Each change of a several-settings delta, read as if it were the only one."""
     if len(d.values) < 2:
         return []
-    diff = _run_diff(d)
-    other_is_slower = d.other_time >= d.base_time
+    diff = _run_diff(d).as_dict()
     found = []
     for name, before, after in d.values:
-        slower, faster = (after, before) if other_is_slower else (before, after)
-        found.append(ConfoundedChange(**{**diff.as_dict(), "setting": name, "before": before, "after": after, "slower": slower,
+        slower, _, faster, _ = d.oriented(before, after)
+        found.append(ConfoundedChange(**{**diff, "setting": name, "before": before, "after": after, "slower": slower,
                                          "faster": faster, "with_": [n for n in d.changed if n != name]}))
     return found
 
