@@ -47,6 +47,11 @@ _KERNEL_CATS = {"kernel", "Kernel"}
 _COPY_CATS = {"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 _RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver"}
 _RANGE_CATS = {"user_annotation"}
+_KIND_OF_CAT = {
+    **dict.fromkeys(_RUNTIME_CATS, "runtime"), **dict.fromkeys(_KERNEL_CATS, "kernels"),
+    **dict.fromkeys(_COPY_CATS, "copies"), **dict.fromkeys(_RANGE_CATS, "ranges"),
+}
+_DEVICE_KINDS = ("kernels", "copies")  # their first event shows the CPU ops are not the device work
 # Kineto categories of devices other than CUDA/ROCm GPUs (libkineto ActivityType names).
 _OTHER_DEVICE_CATS = {
     **dict.fromkeys(("mtia_runtime", "mtia_ccp_events", "mtia_insight", "mtia_workloadd", "mtia_counters"), "MTIA"),
@@ -145,23 +150,85 @@ def _position(events: list, event: object) -> int:
     return next(i for i, e in enumerate(events) if e is event)
 
 
-class _Router:
-    """Turns each piece of events into compact row tuples at once and drops the event dicts.
+def _ints(values: list, default: int) -> np.ndarray:
+    """An int64 column of fields read as ``_num`` reads each: one numpy conversion when all are
+    integers (nearly always), the per-value rule only when some are not. May raise OverflowError."""
+    try:
+        fast = np.array(values)
+    except (ValueError, TypeError):  # lists of several lengths
+        fast = None
+    if fast is not None and fast.dtype == np.int64 and fast.ndim == 1:
+        return fast
+    return np.array([_num(v, default) for v in values], dtype=np.int64)
 
-    Only what the analysis reads survives (no Python stack frames, CPU ops or flow arrows),
-    as tuples of numbers with interned names, so memory holds a few numbers per kept event.
-    Every row starts (ts, dur, name), as written; a missing ts or dur is None.
+
+_SAFE_DIM = 2**21  # three factors under this in magnitude multiply without leaving int64
+
+
+def _all_dims(values: list) -> list | np.ndarray:
+    """``_dims`` of each value; one numpy product when all are [x, y, z] of small integers."""
+    try:
+        triples = np.array(values)
+    except (ValueError, TypeError):
+        triples = None
+    if (triples is not None and triples.dtype == np.int64 and triples.shape == (len(values), 3)
+            and triples.min() > -_SAFE_DIM and triples.max() < _SAFE_DIM):
+        return triples[:, 0] * triples[:, 1] * triples[:, 2]
+    return [_dims(v) for v in values]
+
+
+class _Columns:
+    """One kind of event as numpy blocks, one per piece: 8 bytes a field, where a row of Python
+    objects costs dozens, so a trace of 10^7 kernels is held in a fraction of its JSON size."""
+
+    def __init__(self, path: Path, kind: str, strings: list[str]) -> None:
+        self.path, self.kind, self.strings = path, kind, strings
+        self.blocks: dict[str, list[np.ndarray]] = {name: [] for name in ("ts", "dur", *_FIELDS[kind])}
+
+    def add(self, ts: list, dur: list, fields: dict[str, list]) -> None:
+        """One piece's events: ts and dur as written (None where missing), the other fields as read."""
+        names = fields["name"]
+        try:
+            self.blocks["ts"].append(np.array(ts, dtype=np.float64))  # JSON has no NaN: None becomes one
+            self.blocks["dur"].append(np.array(dur, dtype=np.float64))
+        except (TypeError, ValueError):
+            bad = next(i for i, v in enumerate(zip(ts, dur)) if not all(x is None or isinstance(x, (int, float)) for x in v))
+            raise InputError(f"{self.path}: {_event_text(self.kind, self.strings, names[bad], ts[bad])} has a non-numeric ts or dur") from None
+        floats = _FLOAT_FIELDS.get(self.kind, ())
+        for name, values in fields.items():
+            try:
+                column = (np.array(values, dtype=np.float64) if name in floats
+                          else np.array(values, dtype=np.int32) if name == "name" else _ints(values, _DEFAULTS.get(name, -1)))
+            except OverflowError:
+                read = [_num(v, _DEFAULTS.get(name, -1)) for v in values]
+                bad = next(i for i, v in enumerate(read) if not -(2**63) <= v < 2**63)
+                raise InputError(
+                    f"{self.path}: {_event_text(self.kind, self.strings, names[bad], ts[bad])}: {name} {_short(read[bad])} "
+                    "is beyond 64-bit integers"
+                ) from None
+            self.blocks[name].append(column)
+
+    def arrays(self) -> dict[str, np.ndarray] | None:
+        """The whole columns, None when no event of this kind was read; the blocks are let go."""
+        blocks, self.blocks = self.blocks, {}
+        if not blocks["ts"]:
+            return None
+        return {name: np.concatenate(blocks.pop(name)) for name in list(blocks)}  # a field's blocks go once it is whole
+
+
+class _Router:
+    """Turns each piece of events into numpy blocks at once and drops the event dicts.
+
+    Only what the analysis reads survives (no Python stack frames, CPU ops or flow arrows): a
+    piece's events are sorted by kind in one pass, and each field of a kind is then read by one
+    comprehension over that kind's events, so no Python object per kept event outlives the piece.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name_index: dict[str, int] = {}
         self.strings: list[str] = []
-        self.kernels: list[tuple] = []
-        self.copies: list[tuple] = []
-        self.runtime: list[tuple] = []
-        self.ranges: list[tuple] = []
-        self.matmuls: list[tuple] = []
+        self.columns = {kind: _Columns(path, kind, self.strings) for kind in _FIELDS}
         self.python_calls = array("d")  # 8 bytes a call: with_stack traces hold millions of them
         # every CPU op, compactly, until the first GPU event shows they are not the device work
         self.cpu_ops: tuple[array, ...] | None = (array("d"), array("d"), array("q"), array("q"))
@@ -176,43 +243,66 @@ class _Router:
             self.strings.append(str(name))
         return found
 
-    def _head(self, event: dict) -> tuple:
-        """The fields every kept row starts with: ts, dur (µs, as written) and the interned name."""
-        return event.get("ts"), event.get("dur"), self._name(event)
+    def _add(self, kind: str, events: list[dict]) -> None:
+        """Each field of ``events``, all of one kind, read by one comprehension; names are interned already."""
+        index = self.name_index
+        fields: dict[str, list] = {"name": [index[e.get("name", "")] for e in events]}
+        if kind in ("runtime", "ranges"):
+            fields["pid"] = [e.get("pid") for e in events]
+            fields["tid"] = [e.get("tid") for e in events]
+        if kind in ("kernels", "copies", "runtime"):
+            args = [e.get("args") or {} for e in events]
+            if kind != "runtime":
+                fields["device"] = [a.get("device") for a in args]
+                fields["stream"] = [a.get("stream") for a in args]
+            fields["correlation"] = [a.get("correlation") for a in args]
+            if kind == "kernels":
+                fields["grid"] = _all_dims([a.get("grid") for a in args])
+                fields["block"] = _all_dims([a.get("block") for a in args])
+                fields["registers"] = [a.get("registers per thread") for a in args]
+                fields["shared_mem"] = [a.get("shared memory") for a in args]
+                # only collectives carry sizes: other kernels skip the call
+                fields["msg_bytes"] = [_msg_bytes(a) if _MSG_IN in a or _MSG_OUT in a else 0 for a in args]
+            elif kind == "copies":
+                fields["bytes"] = [a.get("bytes") for a in args]
+        self.columns[kind].add([e.get("ts") for e in events], [e.get("dur") for e in events], fields)
+
+    def _add_matmuls(self, priced: list[tuple[dict, tuple]]) -> None:
+        fields = {
+            "name": [self.name_index[e.get("name", "")] for e, _ in priced],
+            "tid": [e.get("tid") for e, _ in priced],
+            "flops": [cost[0] for _, cost in priced],
+            "bytes": [cost[1] for _, cost in priced],
+            "dtype": [_DTYPE_INDEX[cost[2]] for _, cost in priced],
+        }
+        self.columns["shapes"].add([e.get("ts") for e, _ in priced], [e.get("dur") for e, _ in priced], fields)
 
     def consume(self, events: list) -> None:
         event: object = None
+        found: dict[str, list[dict]] = {"kernels": [], "copies": [], "runtime": [], "ranges": []}
+        priced: list[tuple[dict, tuple]] = []
+        index = self.name_index
         try:
             for event in events:
                 if event.get("ph") != "X":
                     continue
                 cat = event.get("cat")
-                args = event.get("args") or {}
-                if cat in _RUNTIME_CATS:
-                    pid, tid = _num(event.get("pid")), _num(event.get("tid"))
-                    self.runtime.append((*self._head(event), pid, tid, _num(args.get("correlation"))))
-                elif cat in _KERNEL_CATS:
-                    self.cpu_ops = None
-                    where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
-                    shape = (_dims(args.get("grid")), _dims(args.get("block")))
-                    resources = (_num(args.get("registers per thread")), _num(args.get("shared memory")))
-                    # only collectives carry sizes: other kernels skip the call
-                    nbytes = _msg_bytes(args) if _MSG_IN in args or _MSG_OUT in args else 0
-                    self.kernels.append((*self._head(event), *where, *shape, *resources, nbytes))
-                elif cat in _COPY_CATS:
-                    self.cpu_ops = None
-                    where = (_num(args.get("device"), 0), _num(args.get("stream")), _num(args.get("correlation")))
-                    self.copies.append((*self._head(event), *where, _num(args.get("bytes"), 0)))
-                elif cat in _RANGE_CATS:
-                    self.ranges.append((*self._head(event), _num(event.get("pid")), _num(event.get("tid"))))
+                kind = _KIND_OF_CAT.get(cat)
+                if kind is not None:
+                    found[kind].append(event)
+                    if kind in _DEVICE_KINDS:
+                        self.cpu_ops = None
+                    if event.get("name", "") not in index:  # interned in the order written, as every name is
+                        self._name(event)
                 elif cat == "cpu_op":
                     if self.cpu_ops is not None:
                         _keep_cpu_op(self.cpu_ops, event, self._name)
                     if event.get("name") in MATMUL_OPS:
+                        args = event.get("args") or {}
                         cost = matmul_cost(event["name"], args.get("Input Dims") or [], args.get("Input type") or [])
                         if cost is not None:
-                            flops, nbytes, dtype = cost
-                            self.matmuls.append((*self._head(event), _num(event.get("tid")), flops, nbytes, _DTYPE_INDEX[dtype]))
+                            self._name(event)
+                            priced.append((event, cost))
                 elif cat == "cuda_sync":
                     self.syncs += 1
                 elif cat == "python_function" and isinstance(event.get("ts"), (int, float)):
@@ -222,6 +312,17 @@ class _Router:
                         f"{self.path}: device type not supported: {_OTHER_DEVICE_CATS[cat]} events (category {cat!r}, "
                         f"traceEvents[{self.seen + _position(events, event)}]); diagnoser reads CUDA and ROCm GPU traces"
                     )
+            for kind, of_kind in found.items():
+                if not of_kind:
+                    continue
+                try:
+                    self._add(kind, of_kind)
+                except (AttributeError, TypeError):
+                    for event in of_kind:  # one at a time, to name the event that cannot be read
+                        self._add(kind, [event])
+                    raise
+            if priced:
+                self._add_matmuls(priced)
         except AttributeError:  # an entry that is not an object, or whose args are not one
             where = f"traceEvents[{self.seen + _position(events, event)}]"
             if not isinstance(event, dict):
@@ -233,7 +334,7 @@ class _Router:
         self.seen += len(events)
 
     def empty(self) -> bool:
-        return not (self.kernels or self.copies or self.runtime or self.ranges)
+        return not any(self.columns[kind].blocks["ts"] for kind in ("kernels", "copies", "runtime", "ranges"))
 
 
 def _route_events(path: Path) -> tuple[dict, _Router]:
@@ -266,55 +367,41 @@ _FIELDS = {
     "shapes": ("name", "tid", "flops", "bytes", "dtype"),
 }
 _FLOAT_FIELDS = {"shapes": ("flops", "bytes")}
+_DEFAULTS = {"device": 0, "bytes": 0}  # what an absent integer field reads as; -1 for the others
 _WHAT = {"kernels": "kernel", "copies": "copy", "runtime": "runtime call", "ranges": "annotation", "shapes": "matmul op"}
 _WHAT_PLURAL = {"kernels": "kernels", "copies": "copies", "runtime": "runtime calls", "ranges": "annotations",
                 "shapes": "matmul ops"}
 
 
+def _event_text(kind: str, strings: list[str], name: int, ts: object) -> str:
+    text = strings[name]
+    text = text if len(text) <= 60 else text[:57] + "..."
+    at = f" at ts {ts:.16g} µs" if isinstance(ts, (int, float)) else ""
+    return f"{_WHAT[kind]} event {text!r}{at}"
+
+
 class _Events:
     """One kind of row as columns, times still in microseconds as written, for checking before scaling."""
 
-    def __init__(self, path: Path, kind: str, rows: list[tuple], strings: list[str]) -> None:
+    def __init__(self, path: Path, kind: str, columns: dict[str, np.ndarray] | None, strings: list[str]) -> None:
         self.path, self.kind, self.strings = path, kind, strings
-        names = _FIELDS[kind]
-        if not rows:
+        if columns is None:
             self.ts = self.dur = np.zeros(0)
-            self.cols = {name: np.zeros(0, dtype=np.int64) for name in names}
+            self.cols = {name: np.zeros(0, dtype=np.int64) for name in _FIELDS[kind]}
             self.missing = 0
             return
-        fields = list(zip(*rows))
-        try:
-            ts = np.array(fields[0], dtype=np.float64)
-            dur = np.array(fields[1], dtype=np.float64)
-        except (TypeError, ValueError):
-            bad = next(r for r in rows if not all(v is None or isinstance(v, (int, float)) for v in r[:2]))
-            raise InputError(f"{path}: {self._event_text(bad[2], bad[0])} has a non-numeric ts or dur") from None
-        floats = _FLOAT_FIELDS.get(kind, ())
-        self.cols = {}
-        for i, name in enumerate(names):
-            try:
-                self.cols[name] = np.array(fields[i + 2], dtype=np.float64 if name in floats else np.int64)
-            except OverflowError:
-                bad = next(r for r in rows if not -(2**63) <= r[i + 2] < 2**63)
-                raise InputError(
-                    f"{path}: {self._event_text(bad[2], bad[0])}: {name} {_short(bad[i + 2])} is beyond 64-bit integers"
-                ) from None
+        ts, dur = columns.pop("ts"), columns.pop("dur")
+        self.cols = columns
         # JSON has no NaN: a non-finite value here is a missing (None) ts or dur
         written = np.isfinite(ts) & np.isfinite(dur)
-        self.missing = len(rows) - int(np.count_nonzero(written))
+        self.missing = len(ts) - int(np.count_nonzero(written))
         if self.missing:
             ts, dur = ts[written], dur[written]
             self.cols = {name: col[written] for name, col in self.cols.items()}
         self.ts, self.dur = ts, dur
 
-    def _event_text(self, name: int, ts: object) -> str:
-        text = self.strings[name]
-        text = text if len(text) <= 60 else text[:57] + "..."
-        at = f" at ts {ts:.16g} µs" if isinstance(ts, (int, float)) else ""
-        return f"{_WHAT[self.kind]} event {text!r}{at}"
-
     def event(self, row: int) -> str:
-        return self._event_text(int(self.cols["name"][row]), float(self.ts[row]))
+        return _event_text(self.kind, self.strings, int(self.cols["name"][row]), float(self.ts[row]))
 
     def check(self, base_us: float) -> None:
         """Refuse negative durations and anything more than a capture's length from its first event."""
@@ -368,22 +455,21 @@ def read_kineto(path: str | Path) -> RankTrace:
         raise NothingRecorded(f"{path}: no kernel, copy, runtime or annotation events (not a GPU profiler trace?)")
     notes: list[str] = []
     rank = _rank(path, document, notes)
-    no_kernels = not router.kernels
+    no_kernels = not router.columns["kernels"].blocks["ts"]
     events = {}
-    for kind, attr in (("kernels", "kernels"), ("copies", "copies"), ("runtime", "runtime"), ("ranges", "ranges"),
-                       ("shapes", "matmuls")):
-        events[kind] = _Events(path, kind, getattr(router, attr), router.strings)
-        setattr(router, attr, [])  # rows as tuples cost several times their columns: let them go kind by kind
+    for kind in ("kernels", "copies", "runtime", "ranges", "shapes"):
+        events[kind] = _Events(path, kind, router.columns[kind].arrays(), router.strings)
     base_us = _base_us(path, [e for kind, e in events.items() if kind != "shapes"])
     for e in events.values():
         e.check(base_us)
     tables: dict[str, Table] = {}
     dropped: dict[str, int] = {}
-    for kind, e in events.items():
-        cols = e.columns(base_us)
-        cols["name"] = cols["name"].astype(np.int32)
+    missing = {kind: e.missing for kind, e in events.items()}
+    for kind in list(events):
+        cols = events.pop(kind).columns(base_us)  # a kind's µs columns go once its ns ones exist
+        cols["name"] = cols["name"].astype(np.int32, copy=False)
         tables[kind], dropped[kind] = Table(cols).without_duplicates()
-    _note_counts(notes, "had no ts or dur and were left out", {kind: e.missing for kind, e in events.items()})
+    _note_counts(notes, "had no ts or dur and were left out", missing)
     _note_counts(notes, "were exact copies of an earlier event and were dropped", dropped)
 
     copy_kinds = np.array([copy_kind(s) for s in router.strings], dtype=np.int8)
