@@ -19,10 +19,11 @@ Say = Callable[[int, int, str], None]
 
 def analyze_in_stages(
     paths: list[str], say: Say, step_range: str | None = None, align: str = "clock", steps_from: str = "auto",
-    memory: int | None = None,
+    memory: int | None = None, keep_segments: bool = True,
 ):
     """(analysis, observations) of the traces at ``paths``; ``say(done, STAGES, what now)`` before each stage and at the end.
-    ``memory``: the bytes ranks read at once may hold together (``trace.memory_budget``)."""
+    ``memory``: the bytes ranks read at once may hold together (``trace.memory_budget``); ``keep_segments``: keep the
+    budget's intervals, for a budget trace (``analysis.analyze_traces``)."""
     from diagnoser.trace.analysis import analyze_traces
     from diagnoser.trace.facts import to_observations
     from diagnoser.trace.load import load_traces
@@ -30,7 +31,7 @@ def analyze_in_stages(
     say(0, STAGES, f"reading {', '.join(Path(p).name for p in paths)}")
     traces = load_traces(paths, memory=memory)
     say(1, STAGES, f"finding steps on {len(traces)} rank(s)")
-    analysis = analyze_traces(traces, step_range, align, steps_from)
+    analysis = analyze_traces(traces, step_range, align, steps_from, keep_segments)
     say(2, STAGES, f"{len(analysis.steps)} steps: extracting facts")
     observations: Observations = to_observations(analysis)
     say(STAGES, STAGES, f"{len(analysis.steps)} steps analysed")

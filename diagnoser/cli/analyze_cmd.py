@@ -115,7 +115,7 @@ def analyze(
         with progress("analyze", STAGES) as update:
             analysis, observations = analyze_in_stages(
                 [str(t) for t in traces], lambda done, _, text: update(completed=done, text=text), step_range, align,
-                steps_from, memory_bytes,
+                steps_from, memory_bytes, keep_segments=perfetto_out is not None,
             )
     written = [path for path in (case_out, perfetto_out) if path is not None]
     if written and analysis.budget() is None:

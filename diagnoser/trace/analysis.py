@@ -242,6 +242,7 @@ def _rank_step(
     key: str,
     blocking: iv.IntervalSet,
     launches: LaunchStarts,
+    keep_segments: bool,
 ) -> RankStep | None:
     step = seg.steps[i]
     window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None, on_host=is_cpu_run(trace))
@@ -266,7 +267,9 @@ def _rank_step(
         between_steps_ns=sum(iv.total(iv.clip(parts[p], tail, hi)) for p in ("launch", "queue", "host"))
         if has_next
         else None,
-        segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS},
+        segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS}
+        if keep_segments
+        else {},
         kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
         h2d_ns=h2d.copy_ns,
         h2d_exposed_ns=h2d.exposed_ns,
@@ -303,14 +306,16 @@ def _segmented(traces: list[RankTrace], step_range: str | None, align: str, step
     return notes, [(t, ops, segment_steps(t, ops, step_range, steps_from)) for t, ops in zip(traces, all_ops)]
 
 
-def rank_summary(trace: RankTrace, ops: DeviceOps, seg: Segmentation) -> RankSummary:
+def rank_summary(trace: RankTrace, ops: DeviceOps, seg: Segmentation, keep_segments: bool = True) -> RankSummary:
+    """``keep_segments``: keep each step's labelled intervals (the budget trace, ``--perfetto``): about
+    a hundred bytes per interval, so per event, where the rest of a summary is per step."""
     keys = _keys(seg)
     blocking = host_blocking(trace)
     sets = rank_sets(ops)
     launches = launch_starts(trace)
     rank_steps, arrivals, empty = [], [], []
     for i, key in enumerate(keys):
-        row = _rank_step(trace, ops, sets, seg, i, key, blocking, launches)
+        row = _rank_step(trace, ops, sets, seg, i, key, blocking, launches, keep_segments)
         if row is None:
             empty.append(key)
             continue
@@ -356,10 +361,13 @@ def summarize_traces(
 
 
 def analyze_traces(
-    traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto"
+    traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto",
+    keep_segments: bool = True,
 ) -> Analysis:
+    """``keep_segments=False`` leaves out the budget's intervals, which only a budget trace draws
+    (``rank_summary``): memory then grows with the steps, not the events."""
     notes, segmented = _segmented(traces, step_range, align, steps_from)
-    summaries = [rank_summary(trace, ops, seg) for trace, ops, seg in segmented]
+    summaries = [rank_summary(trace, ops, seg, keep_segments) for trace, ops, seg in segmented]
     by_rank = {id(summary): item for summary, item in zip(summaries, segmented)}
 
     def table_of(summary: RankSummary, wanted: set[str]) -> tuple[KernelTable, list[str]]:
