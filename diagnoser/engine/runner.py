@@ -253,6 +253,21 @@ def explains_parent(h: Hypothesis, parent: Hypothesis | None) -> bool:
     return h.gain.removable_ms >= EXPLAINS_PARENT * parent.gain.removable_ms
 
 
+def names_parents_mechanism(h: Hypothesis, parent: Hypothesis | None) -> bool:
+    """A refinement its own evidence indicates (a setting, a counter) but whose time nothing isolates, under a
+    parent whose time is measured: the parent is the bucket the time was found in, the refinement the one named
+    mechanism that may fill it, so it is what to check first. Its share stays unknown (no gain is claimed for
+    it); a measured refinement under half of its parent is the one case that keeps its place behind, since its
+    share is known to be the smaller part."""
+    if parent is None or parent.gain is None or parent.grade is not Grade.measured:
+        return False
+    return h.gain is None and h.grade is Grade.indicated
+
+
+def leads_parent(h: Hypothesis, parent: Hypothesis | None) -> bool:
+    return explains_parent(h, parent) or names_parents_mechanism(h, parent)
+
+
 def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
     before refinements (unless a measured refinement explains its parent), evidence; then the
@@ -266,7 +281,7 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     def key(h: Hypothesis) -> tuple:
         own = keys[id(h)]
         broader = [best.get(r) for r in (h.parent, *h.refines) if r]
-        explained = [keys[id(b)] for b in broader if explains_parent(h, b)]
+        explained = [keys[id(b)] for b in broader if leads_parent(h, b)]
         if not explained:
             return own
         return (*min(explained)[:STANDING], -1, *own[STANDING:])
