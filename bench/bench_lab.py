@@ -8,8 +8,8 @@ For each fault (by default every one the lab offers) the lab starts the real ser
 exactly as ``lab exercise`` prints it (a subprocess, with ``--json``), and scores the diagnosis:
 where the true cause ranked among the causes, its grade and bounded gain, the best-ranked other
 cause (the margin) and how long the round took, start-up included. For ``none`` the rank column
-lists any cause measured above the noise share instead (host-overhead above the healthy real
-vLLM's host baseline, ``faults.HOST_BASELINE_SHARE``). ``--device cuda`` implies ``--imitation``.
+lists any cause beyond health instead: measured above the noise share (host-overhead above the
+healthy real vLLM's host baseline, ``faults.HOST_BASELINE_SHARE``), or indicated. ``--device cuda`` implies ``--imitation``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def real_row(name: str, cases: Path | None) -> tuple:
     result = Diagnosis.model_validate(json.loads(done.stdout))
     if fault.cause is None:
         noisy = healthy_problems(result)
-        return (name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", score(result, "").runner_up, took)
+        return (name, "-", ", ".join(noisy) or "no cause beyond health", "-", "-", score(result, "").runner_up, took)
     return (name, fault.cause, *_ranked(score(result, fault.cause)), took)
 
 

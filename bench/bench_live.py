@@ -7,8 +7,8 @@ its background traffic (if any) runs beside the measurement, ``diagnoser live`` 
 over HTTP and its profiler folder, and the diagnosis runs with the bundled rules. The table says
 where the true cause ranked among the causes, its grade and bounded gain, the best-ranked other
 cause, and how long the round took (server start-up included). For ``none`` the rank column lists
-any cause graded measured above the noise share instead (host-overhead above the host time a healthy
-real vLLM spends per step here: ``faults.HOST_BASELINE_SHARE``).
+any cause beyond health instead: graded measured above the noise share (host-overhead above the host time
+a healthy real vLLM spends per step here: ``faults.HOST_BASELINE_SHARE``), or indicated.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main() -> int:
         cause = FAULTS[name].cause
         if cause is None:
             noisy = healthy_problems(result)
-            rows.append((name, "-", ", ".join(noisy) or "no measured cause above noise", "-", "-", score(result, "").runner_up, took))
+            rows.append((name, "-", ", ".join(noisy) or "no cause beyond health", "-", "-", score(result, "").runner_up, took))
             continue
         s = score(result, cause)
         rank = str(s.rank) if s.rank else f"not named (first: {s.top})"

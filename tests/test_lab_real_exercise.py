@@ -55,7 +55,8 @@ def run(line: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def answer(diagnosis: Diagnosis) -> str:
-    """The printed guidance, applied: host-overhead within the baseline and anything under 15 % is health."""
+    """The printed guidance, applied: host-overhead within the baseline and a measured cause under 15 % are health;
+    the first other cause (measured above them, or indicated) is the answer."""
     above = healthy_problems(diagnosis)
     return above[0] if above else "none"
 

@@ -107,15 +107,20 @@ BASELINE_CAUSES = {"host-overhead": HOST_BASELINE_SHARE}
 
 
 def healthy_problems(diagnosis) -> list[str]:
-    """Causes a healthy real server should not show: measured above the noise share, or, for host-overhead,
-    above the host time a healthy real vLLM spends per step on this machine."""
+    """Causes a healthy real server should not show, in the diagnosis's order: measured above the noise share
+    (for host-overhead, above the host time a healthy real vLLM spends per step on this machine), or indicated
+    by a setting or counter of the server's (no time to hold against noise: a healthy server sets off none)."""
     from diagnoser.lab.case import NOISE_SHARE, causes
 
-    return [
-        h.rule for h in causes(diagnosis)
-        if h.grade is not None and h.grade.value == "measured" and h.gain
-        and h.gain.removable_ms > BASELINE_CAUSES.get(h.rule, NOISE_SHARE) * h.gain.step_ms
-    ]
+    def beyond_health(h) -> bool:
+        if h.grade is None:
+            return False
+        if h.grade.value == "indicated":
+            return True
+        return (h.grade.value == "measured" and h.gain is not None
+                and h.gain.removable_ms > BASELINE_CAUSES.get(h.rule, NOISE_SHARE) * h.gain.step_ms)
+
+    return [h.rule for h in causes(diagnosis) if beyond_health(h)]
 
 
 @contextmanager
