@@ -111,3 +111,28 @@ def test_a_speculating_trace_gives_the_ordinary_step_and_the_verify_cycle_at_one
                 key=lambda b: len(plain[b]) + len(verify[b]))
     assert found.speculation.ordinary_step_ms == pytest.approx(statistics.median(plain[batch]), rel=0.02)
     assert found.speculation.verify_ms == pytest.approx(statistics.median(verify[batch]), rel=0.02)
+
+
+def test_ablations_alternate_their_order_take_each_sides_median_and_stop_at_the_deadline(monkeypatch):
+    """ABBA rounds so drift falls on both sides; a median, so one stalled load (the 40 ms below) decides nothing;
+    the rounds stop once the stage's time is spent (the first always runs)."""
+    from diagnoser.live import measure as m
+    from diagnoser.live.load import Shape
+
+    order: list[bool] = []
+    served_ms = iter([5.0, 40.0, 5.2])  # one stalled load among the served ones
+    clock = iter([0.0, 0.0, 10.0])  # checked before each round after the first: the fourth finds the deadline passed
+
+    def fake_load(url, model, shape, tokens_per_word, deadline, seed=0):
+        served = "frequency_penalty" not in shape.extra
+        order.append(served)
+        return ("served" if served else "undone", next(served_ms) if served else 3.0)
+
+    monkeypatch.setattr(m, "run_load", fake_load)
+    monkeypatch.setattr(m, "_per_token_ms", lambda window: (window[1], "engine"))
+    monkeypatch.setattr(m.time, "monotonic", lambda: next(clock, 10.0))
+    runs = m._ablation_runs([m.ABLATIONS["penalties"]], "http://x", "tiny", Shape(4, 4, 64, 64, {}), 1.0, deadline=5.0)
+    assert order == [True, False, False, True, True, False]
+    baseline, undone = runs
+    assert baseline.figures.per_token_ms == 5.2  # the median of 5.0, 40 and 5.2 (their mean would be 16.7)
+    assert undone.figures.per_token_ms == 3.0

@@ -38,9 +38,12 @@ MAX_DURATION_S = 1800
 # none of the long-prompts fault's 2000-token prefills (one every 0.15-0.2 s) and another caught six mixed steps.
 PROFILED_TOKENS = 96
 PROFILE_SETTLE_S = 120
-# Request-level switches (default penalties, response_format) are measured both ways in alternating loads, so
-# the machine's drift falls on both sides.
-ABLATION_PAIRS = 2
+# Request-level switches (default penalties, response_format) are measured both ways in alternating loads
+# (ABBA, so the machine's drift falls on both sides), as many rounds as the stage's time allows up to
+# ABLATION_ROUNDS, and each side is the median of its loads. One load of four short streams is half a second
+# here: with two rounds and means, the real CPU build's default penalties measured anywhere from 0.15 to 2.8 ms
+# a token from run to run (bench_live, bench_lab), and a single stalled load decided it.
+ABLATION_ROUNDS = 6
 NEUTRAL_PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
 
 
@@ -114,15 +117,18 @@ ABLATIONS = {
 
 
 def _ablation_runs(ablations: list[Ablation], url: str, model: str, shape: Shape, tokens_per_word: float, deadline: float) -> list[Run]:
-    """The load's shape as served, then with each switch undone, in turn (ABAC, twice), so drift falls on every
-    side: one baseline run with every switch on, and a run per switch that differs from it in that one. At the
-    load's concurrency, since a per-sequence cost (penalties over each sequence's tokens) grows with the batch."""
+    """The load's shape as served and with each switch undone, in turn, the order reversed every other round so
+    drift falls on every side, until ``deadline`` or ABLATION_ROUNDS: one baseline run with every switch on, and a
+    run per switch that differs from it in that one. At the load's concurrency, since a per-sequence cost
+    (penalties over each sequence's tokens) grows with the batch."""
     served_ms: list[float] = []
     undone_ms: dict[str, list[float]] = {a.setting: [] for a in ablations}
     boundaries = set()
-    for i in range(ABLATION_PAIRS):
+    for i in range(ABLATION_ROUNDS):
+        if i and time.monotonic() >= deadline:
+            break
         for ablation in ablations:
-            for served in (True, False):
+            for served in ((True, False) if i % 2 == 0 else (False, True)):
                 extra = shape.extra if served else ablation.undo(shape.extra)
                 batch = Shape(shape.concurrency, shape.concurrency, shape.prompt_tokens, shape.max_tokens, extra)
                 window = run_load(url, model, batch, tokens_per_word, deadline, seed=500 + i)
@@ -133,9 +139,9 @@ def _ablation_runs(ablations: list[Ablation], url: str, model: str, shape: Shape
     boundary = boundaries.pop() if len(boundaries) == 1 else "unknown"
     on = {a.setting: True for a in ablations}
     runs = [Run(name=" + ".join(a.served for a in ablations), settings=on, baseline=True,
-                figures={"per_token_ms": statistics.fmean(served_ms)}, boundary=boundary)] if served_ms else []
+                figures={"per_token_ms": statistics.median(served_ms)}, boundary=boundary)] if served_ms else []
     runs += [
-        Run(name=a.undone, settings={**on, a.setting: False}, figures={"per_token_ms": statistics.fmean(undone_ms[a.setting])},
+        Run(name=a.undone, settings={**on, a.setting: False}, figures={"per_token_ms": statistics.median(undone_ms[a.setting])},
             boundary=boundary)
         for a in ablations if served_ms and undone_ms[a.setting]
     ]
@@ -195,12 +201,12 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
     ablations = _ablations(facts, options.extra)
     runs = []
     if ablations:
-        progress("ablate: " + "; ".join(f"{a.served} against {a.undone}" for a in ablations) + f", {ABLATION_PAIRS} rounds")
+        progress("ablate: " + "; ".join(f"{a.served} against {a.undone}" for a in ablations) + f", up to {ABLATION_ROUNDS} rounds")
         runs = _ablation_runs(ablations, url, server.model, shape, tokens_per_word, start + 0.7 * options.duration_s)
     if runs:
         facts.add("observations.runs", [r.model_dump(mode="json", exclude_none=True) for r in runs],
                   ("/metrics vllm:request_time_per_output_token_seconds" if runs[0].boundary == "engine" else "client TPOT")
-                  + " over loads with each switch as served and undone, alternating")
+                  + " over loads with each switch as served and undone, alternating (the median of each side)")
 
     if options.profile:
         folder = options.profile_dir or server.profile_dir
