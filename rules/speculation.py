@@ -41,6 +41,10 @@ MIN_TOKENS_PER_CYCLE = 1.5
 # and all its rejected drafting: 20 % of 8 drafts keeps 2.6 of 9 tokens (29 %), and the real server's
 # time per token rose from 2.35 to 3.99 ms; EAGLE-like 70 % of 3 drafts keeps 3.1 of 4 (78 %).
 MIN_KEPT_SHARE = 0.5
+# Kept share cannot fall when a cycle drafts one token (it keeps at least the verify's own of two), so under one
+# accepted token in four drafted the drafter's work is named wasted on its own: the real vLLM's n-gram drafter,
+# at 1.0 drafted token a cycle and 4.6 % accepted, emitted 1.05 tokens a cycle and kept 52 % of what it verified.
+MIN_ACCEPTANCE = 0.25
 
 
 class SpeculationRules(RuleSet):
@@ -212,8 +216,9 @@ def named_from_counters(s, per_token: float, ordinary: float, why: str) -> Findi
 
 
 def drafts_per_cycle(s) -> float | None:
-    """k: the fixed draft length, else the drafted tokens per cycle measured for an adaptive drafter."""
-    return s.get("draft_length", s.get("drafted_per_cycle"))
+    """k: the drafted tokens per cycle the counters measured, else the configured draft length (a drafter drafts
+    fewer than it may when its lookup finds no longer match, or when it adapts)."""
+    return s.get("drafted_per_cycle", s.get("draft_length"))
 
 
 def emitted_per_cycle(s) -> float | None:
@@ -228,9 +233,11 @@ def none_accepted(s) -> bool:
 
 
 def low_acceptance(s) -> bool:
-    """The cycle keeps under MIN_KEPT_SHARE of the k+1 tokens it verifies (or keeps none of the drafts)."""
-    emitted = emitted_per_cycle(s)
-    return none_accepted(s) or (emitted is not None and emitted < MIN_KEPT_SHARE * (drafts_per_cycle(s) + 1))
+    """The cycle keeps under MIN_KEPT_SHARE of the k+1 tokens it verifies, or under MIN_ACCEPTANCE of its drafts
+    are accepted (or none are)."""
+    emitted, rate = emitted_per_cycle(s), s.get("acceptance_rate")
+    return (none_accepted(s) or (emitted is not None and emitted < MIN_KEPT_SHARE * (drafts_per_cycle(s) + 1))
+            or (rate is not None and rate < MIN_ACCEPTANCE))
 
 
 def time_per_token(m) -> float | None:
@@ -266,7 +273,7 @@ def acceptance_evidence(s) -> list:
         return [ev("speculation.acceptance_rate", s["acceptance_rate"]), ev("emitted_tokens_per_cycle", 1)]
     return [
         ev("speculation.acceptance_rate", s["acceptance_rate"]),
-        ev("speculation.draft_length" if "draft_length" in s else "speculation.drafted_per_cycle", k),
+        *[ev(f"speculation.{name}", s[name]) for name in ("drafted_per_cycle", "draft_length") if name in s],
         ev("emitted_tokens_per_cycle", emitted_per_cycle(s)),
         ev("verified_tokens_per_cycle", k + 1),
     ]
@@ -276,5 +283,7 @@ def kept(s) -> str:
     k, emitted = drafts_per_cycle(s), emitted_per_cycle(s)
     if k is None:
         return "No draft was accepted: every cycle emits only the verify's own token and pays for the drafting besides."
-    return (f"At {s['acceptance_rate']:.0%} of {k:g} drafts accepted a cycle emits {emitted:.3g} of the {k + 1:g} tokens "
+    allowed = s.get("draft_length")
+    drafted = f"{k:.3g} drafted" + (f" (of {allowed:g} allowed)" if "drafted_per_cycle" in s and allowed and allowed != k else "")
+    return (f"At {s['acceptance_rate']:.0%} of {drafted} accepted a cycle emits {emitted:.3g} of the {k + 1:.3g} tokens "
             f"it verifies ({emitted / (k + 1):.0%}).")

@@ -99,6 +99,9 @@ def test_acceptance_from_tokens_per_cycle():
     assert found.observations.speculation.acceptance_rate == pytest.approx(0.2)
     impossible = canonical(case(speculation={"mean_accepted_per_cycle": 12.0, "draft_length": 8}))
     assert impossible.observations.speculation.acceptance_rate is None  # more than k + 1 a cycle is not a count
+    # a drafter allowed 8 that drafted 1.0 a cycle: 0.046 of its drafts accepted, not 0.046 / 8
+    fewer = canonical(case(speculation={"mean_accepted_per_cycle": 1.046, "draft_length": 8, "drafted_per_cycle": 1.0}))
+    assert fewer.observations.speculation.acceptance_rate == pytest.approx(0.046)
 
 
 def test_the_spike_ratio_from_the_engine_percentiles():

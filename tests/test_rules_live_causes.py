@@ -165,6 +165,25 @@ def test_speculation_counters_alone_name_low_acceptance_first(book):
     assert top.rule == "speculation-low-acceptance" and top.grade is Grade.indicated
 
 
+def test_a_drafter_that_drafts_fewer_than_it_may_is_judged_on_what_it_drafted(book):
+    """The real vLLM's n-gram drafter, allowed 8, drafted 1.0 token a cycle and 4.6 % of them were accepted: the
+    cycle verifies 2 tokens (not 9) and emits 1.05, half of them; named by the acceptance rate, not the kept share."""
+    case = live(**SPECULATING, speculation={"acceptance_rate": 0.046, "draft_length": 8, "drafted_per_cycle": 1.0,
+                                            "mean_accepted_per_cycle": 1.046})
+    top = first_cause(case, book)
+    assert top.rule == "speculation-low-acceptance" and top.grade is Grade.indicated
+    evidence = {e.name: e.value for e in top.evidence}
+    assert evidence["verified_tokens_per_cycle"] == 2 and evidence["emitted_tokens_per_cycle"] == pytest.approx(1.046)
+    assert evidence["speculation.draft_length"] == 8 and evidence["speculation.drafted_per_cycle"] == 1.0
+    assert "1 drafted (of 8 allowed)" in top.explanation and "(52%)" in top.explanation
+
+
+def test_one_draft_a_cycle_accepted_often_is_not_low_acceptance(book):
+    """One drafted token a cycle at 40 % acceptance emits 1.4 tokens: not most drafts rejected."""
+    case = live(**SPECULATING, speculation={"acceptance_rate": 0.4, "draft_length": 8, "drafted_per_cycle": 1.0})
+    assert "speculation-low-acceptance" not in [h.rule for h in causes(case, book)]
+
+
 # --- default-penalties -------------------------------------------------------------------------------
 
 def test_penalties_on_in_the_default_generation_config_rank_first(book):

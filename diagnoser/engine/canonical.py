@@ -76,14 +76,25 @@ def _batch_per_rank(data: dict) -> Any:
 
 
 def _accepted_rate(data: dict) -> Any:
-    """Tokens emitted per cycle count the verify's own token: (emitted - 1) / k drafts were accepted; one
-    token a cycle is none accepted, whatever k was."""
-    emitted, k = _at("observations.speculation.mean_accepted_per_cycle")(data), _at("observations.speculation.draft_length")(data)
+    """Tokens emitted per cycle count the verify's own token: (emitted - 1) / k drafts were accepted, k the
+    tokens drafted per cycle where measured, else the draft length; one token a cycle is none accepted,
+    whatever k was."""
+    emitted = _at("observations.speculation.mean_accepted_per_cycle")(data)
+    k = _at("observations.speculation.drafted_per_cycle")(data) or _at("observations.speculation.draft_length")(data)
     if emitted == 1:
         return 0.0
     if emitted is None or not k or not 1 <= emitted <= k + 1:
         return None
     return (emitted - 1) / k
+
+
+def _no_drafts(path: str, idle: float, how: str) -> Alternative:
+    """Speculation that proposes nothing verifies nothing: a drafter measured at zero drafts a cycle, or steps that feed
+    each sequence one query token (verifying k drafts feeds k + 1), is configured but inactive, whatever its setting."""
+    def read(data: dict) -> Any:
+        return False if _at(path)(data) == idle else None
+
+    return Alternative(path, read, how)
 
 
 def _spike_ratio(section: str, p99: str, p50: str) -> Read:
@@ -309,6 +320,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.speculation.acceptance_rate", "accepted draft tokens over drafted tokens", (
         Alternative("observations.speculation.mean_accepted_per_cycle", _accepted_rate, "(tokens per cycle - 1) / draft length"),
     )),
+    Equivalence("observations.server.speculative_active", "speculation proposes and verifies drafts (false: configured but inactive)", (
+        _no_drafts("observations.speculation.drafted_per_cycle", 0, "no tokens drafted a cycle"),
+        _no_drafts("observations.graph.query_tokens_per_sequence", 1, "one query token a sequence per step: no drafts verified"),
+    ), only_with="observations.server.speculative"),
     Equivalence("observations.host.itl_spike_ratio", "the worst gap between tokens against the typical one", (
         Alternative("observations.metrics.itl_ms", _spike_ratio("observations.metrics.itl_ms", "p99", "p50"), "p99 / p50"),
         Alternative("observations.boundaries", _spike_ratio("observations.boundaries", "client_p99_ms", "client_receipt_ms"),
