@@ -102,15 +102,20 @@ def test_a_speculating_trace_gives_the_ordinary_step_and_the_verify_cycle_at_one
                    key=lambda e: e["ts"])
     plain: dict[int, list[float]] = {}
     verify: dict[int, list[float]] = {}
+    drafted: dict[int, list[int]] = {}
     for mark, nxt in zip(marks, marks[1:]):
         m = re.match(r"execute_context_0\(0\)_generation_(\d+)\((\d+)\)$", mark["name"])
         if m and int(m[1]):
             side = verify if int(m[2]) > int(m[1]) else plain
             side.setdefault(int(m[1]), []).append((nxt["ts"] - mark["ts"]) / 1e3)
+            drafted.setdefault(int(m[1]), []).append(int(m[2]) - int(m[1]))
     batch = max((b for b in plain if len(plain[b]) >= 3 and len(verify.get(b, [])) >= 3),
                 key=lambda b: len(plain[b]) + len(verify[b]))
     assert found.speculation.ordinary_step_ms == pytest.approx(statistics.median(plain[batch]), rel=0.02)
     assert found.speculation.verify_ms == pytest.approx(statistics.median(verify[batch]), rel=0.02)
+    # the same window's mean step and the drafted tokens each sequence fed a step, for the time per emitted token
+    assert found.speculation.window_step_ms == pytest.approx(statistics.fmean(plain[batch] + verify[batch]), rel=0.02)
+    assert found.speculation.drafted_per_sequence_step == pytest.approx(sum(drafted[batch]) / (batch * len(drafted[batch])))
 
 
 def test_ablations_alternate_their_order_take_each_sides_median_and_stop_at_the_deadline(monkeypatch):

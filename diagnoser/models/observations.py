@@ -237,6 +237,12 @@ class SpeculationObs(_Obs):
     verify_ms: float | None = Field(default=None, ge=0, description="target-model verification time per cycle")
     other_ms: float | None = Field(default=None, ge=0, description="other per-cycle work (sampling, bookkeeping)")
     ordinary_step_ms: Positive | None = Field(default=None, description="an ordinary one-token decode step, same workload")
+    window_step_ms: Positive | None = Field(
+        default=None, description="mean decode step over the traced steps the ordinary step was taken from, verify cycles and plain steps together"
+    )
+    drafted_per_sequence_step: float | None = Field(
+        default=None, ge=0, description="drafted tokens each sequence fed per step over those traced steps (0 on a step without drafts)"
+    )
     claimed_speedup: Positive | None = Field(default=None, description="speed-up someone quoted, to be checked")
     context: int | None = Field(default=None, ge=0, description="context the speculation figures were measured at")
 

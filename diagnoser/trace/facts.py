@@ -158,19 +158,23 @@ MIN_STEPS_EACH = 3
 def _speculation(rows: list[RankStep]) -> SpeculationObs | None:
     """A trace holding decode steps that verified drafts and decode steps that did not, at the same number of
     sequences: the plain step is the ordinary step speculation is weighed against (it still pays the drafter's
-    own lookup, so it bounds the loss from below), the other the verify cycle."""
-    by_batch: dict[int, tuple[list[float], list[float]]] = {}
+    own lookup, so it bounds the loss from below), the other the verify cycle. All of that batch's steps together
+    give the mean step and the drafted tokens each sequence fed per step, so the time per emitted token comes
+    from the same window as the ordinary step once the counters say how many drafts are accepted."""
+    by_batch: dict[int, tuple[list[float], list[float], list[int]]] = {}
     for r in rows:
         counts = decode_tokens(r.step)
         if counts is None:
             continue
-        plain, verify = by_batch.setdefault(counts[0], ([], []))
+        plain, verify, drafted = by_batch.setdefault(counts[0], ([], [], []))
         (verify if counts[1] > counts[0] else plain).append(r.window_ns / 1e6)
-    usable = [(plain, verify) for plain, verify in by_batch.values() if min(len(plain), len(verify)) >= MIN_STEPS_EACH]
+        drafted.append(counts[1] - counts[0])
+    usable = [(n, *steps) for n, steps in by_batch.items() if min(len(steps[0]), len(steps[1])) >= MIN_STEPS_EACH]
     if not usable:
         return None
-    plain, verify = max(usable, key=lambda pv: len(pv[0]) + len(pv[1]))
-    return SpeculationObs(ordinary_step_ms=_median(plain), verify_ms=_median(verify))
+    n, plain, verify, drafted = max(usable, key=lambda found: len(found[3]))
+    return SpeculationObs(ordinary_step_ms=_median(plain), verify_ms=_median(verify),
+                          window_step_ms=float(np.mean(plain + verify)), drafted_per_sequence_step=sum(drafted) / (n * len(drafted)))
 
 
 def to_observations(analysis: Analysis) -> Observations:
