@@ -13,8 +13,10 @@ from diagnoser.engine import (
     TEST,
     W,
     Finding,
+    Grade,
     HostCostFact,
     Metrics,
+    Platform,
     Reference,
     RuleSet,
     Server,
@@ -24,6 +26,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.launch import on_cpu
 from diagnoser.rules.output_path import HISTORY_GROWTH
 from diagnoser.rules.rates import typical_ms
 
@@ -38,6 +41,10 @@ MIN_MS = 0.05
 FIRST_TOKEN_STEPS = 1000
 # Host costs a grammar or schema constraint adds on every step.
 MASK_COSTS = {"structured_output", "logits_processors"}
+# A decode step reads at most every byte of the device's memory once: 512 GB of unified memory at 819 GB/s (the
+# largest, an M3 Ultra) is 0.63 s, 96 GB of shared DDR5 behind an integrated GPU at ~90 GB/s about 1.1 s. A token
+# slower than 2 s on an accelerator is not its device's step: the time is spent off the device.
+DEVICE_STEP_CEILING_MS = 2000.0
 
 
 def grammar_wait_ms(m) -> float | None:
@@ -116,6 +123,25 @@ class HostCostRules(RuleSet):
             evidence=[ev("server.structured_output", True), ev("metrics.ttft_ms", ttft, "ms"), ev("metrics.per_token_ms", step, "ms")],
             detail=f"The first token took {ttft / step:.0f} steps' time ({ttft:.4g} ms against {step:.3g} ms per token); the cost is "
             "in the first token (a rate over whole requests counts it), not in each step.",
+        )
+
+    @rule(
+        SPECS["structured-output-overhead"],
+        Server(structured_output=True),
+        Metrics(per_token_ms=MATCH.step),
+        Platform(device_api=MATCH.api),
+        TEST(lambda step, api: step >= DEVICE_STEP_CEILING_MS and not on_cpu(api)),
+    )
+    def grammar_beyond_any_device_step(self, step, api):
+        """Decoding under a grammar on an accelerator, at a time per token no device step can take: the time is off the
+        device, and the grammar's mask path (built, copied or waited for on the host) is the off-device work the
+        configuration names. Possible: queueing or swapping spend time off the device too, and nothing yet separates
+        them; a run without the constraint, or a host profile of the mask path, does."""
+        return Finding(
+            evidence=[ev("server.structured_output", True), ev("metrics.per_token_ms", step, "ms"), ev("platform.device_api", api)],
+            grade=Grade.possible,
+            detail=f"{step:.4g} ms a token is beyond the {DEVICE_STEP_CEILING_MS:.4g} ms that reading every byte of an "
+            "accelerator's memory once takes; the device is not what spends it.",
         )
 
     @rule(
