@@ -58,6 +58,7 @@ LATER_CORPORA = (
     ("corpus8", 17, 15, 15),
     ("corpus9", 12, 10, 12),
     ("corpus10", 15, 13, 13),
+    ("corpus11", 15, 12, 12),
 )
 
 
