@@ -55,8 +55,8 @@ def _median_known(values: np.ndarray) -> float | None:
 
 def _matmul_owners(
     matmul: np.ndarray, duration_us: np.ndarray, labels: np.ndarray
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per class label: the matmul ops it owns and their kernel time.
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per class label (``labels``: each kernel's label number): the matmul ops it owns and their kernel time.
 
     An op may launch several kernels (a cast, the GEMM, a split-K reduction); its FLOPs go once,
     over all its kernels' time, to the class of its longest kernel, so a small elementwise
@@ -71,7 +71,7 @@ def _matmul_owners(
     for i in np.argsort(duration_us[priced], kind="stable"):  # ascending: the last write is the longest
         longest[inverse[i]] = priced[i]
     owner = labels[longest]
-    return {str(label): (op_ids[owner == label], op_time[owner == label]) for label in np.unique(owner)}
+    return {int(label): (op_ids[owner == label], op_time[owner == label]) for label in np.unique(owner)}
 
 
 def _roofline_fields(trace: RankTrace, op_ids: np.ndarray, op_time_us: np.ndarray) -> dict:
@@ -104,12 +104,15 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
     matmul = ops.matmul[rows]
     duration = (k["end"] - k["start"]).astype(np.float64) / 1000.0
     classes, index = classify_names(trace.strings, k["name"])
-    labels = np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes])[index]
+    # each kernel's label as a number into the sorted label texts: the texts per kernel would be ~100 bytes each
+    texts, of_class = np.unique(np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes]),
+                                return_inverse=True)
+    labels = of_class.reshape(-1)[index]
     grand_total = float(duration.sum()) or 1.0
     owners = _matmul_owners(matmul, duration, labels)
     table = []
-    for label in np.unique(labels):
-        mine = labels == label
+    for code, label in enumerate(texts):
+        mine = labels == code
         d = duration[mine]
         names = np.unique(k["name"][mine])
         by_time = {int(n): float(d[k["name"][mine] == n].sum()) for n in names}
@@ -134,7 +137,7 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
                 sm_count=sm,
                 underfilled=(grid < sm) if grid is not None and sm else None,
                 top_kernel=trace.strings[max(by_time, key=by_time.get)],
-                **(_roofline_fields(trace, *owners[str(label)]) if str(label) in owners else {}),
+                **(_roofline_fields(trace, *owners[code]) if code in owners else {}),
             )
         )
     return sorted(table, key=lambda r: -r.total_us)
