@@ -16,17 +16,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from diagnoser.errors import InputError
 from diagnoser.trace import intervals as iv
-from diagnoser.trace.breakdown import comm_comp_overlap, temporal_breakdown
+from diagnoser.trace.breakdown import temporal_breakdown
 from diagnoser.trace.budget import (
     PARTS,
+    HostToDevice,
     RankSets,
-    budget_parts,
+    budget_sets,
     host_blocking,
     host_to_device,
     rank_sets,
@@ -233,47 +235,73 @@ def align_inferred_keys(summaries: list[RankSummary]) -> list[str]:
     return notes
 
 
+@dataclass
+class _Budgets:
+    """The budgets of one rank's working steps, computed together (``budget_sets``)."""
+
+    parts_ns: np.ndarray  # [window, part], parts in PARTS order
+    between_ns: np.ndarray  # per window: launch, queue and host time after its last op
+    segments: list[dict[str, list[tuple[int, int]]]]  # per window, on the common clock; empty dicts unless kept
+
+
+def _budgets(
+    trace: RankTrace, ops: DeviceOps, sets: RankSets, blocking: iv.IntervalSet, windows: np.ndarray, keep_segments: bool
+) -> _Budgets:
+    """Windows ([lo, hi, tail_from] rows) that do not overlap in one batch, as steps in order are; any
+    window that overlaps another, or is empty, alone. Each gets what it would get alone."""
+    lo, hi, tail = windows.T
+    order = np.argsort(lo, kind="stable")
+    order = order[hi[order] > lo[order]]
+    batch = [order] if np.all(lo[order][1:] >= hi[order][:-1]) else []
+    batched = np.zeros(len(lo), dtype=bool)
+    batched[order if batch else []] = True
+    groups = batch + [np.array([i]) for i in np.flatnonzero(~batched)]
+    out = _Budgets(np.zeros((len(lo), len(PARTS)), np.int64), np.zeros(len(lo), np.int64), [{} for _ in lo])
+    for group in groups:
+        parts = budget_sets(ops, sets, blocking, lo[group], hi[group], tail[group])
+        if is_cpu_run(trace):
+            parts = host_parts(parts)
+        for j, part in enumerate(PARTS):
+            out.parts_ns[group, j] = iv.covered_between(parts[part], lo[group], hi[group])
+        out.between_ns[group] = sum(iv.covered_between(parts[p], tail[group], hi[group]) for p in ("launch", "queue", "host"))
+        for w in group.tolist() if keep_segments else ():
+            clipped = {p: iv.clip(parts[p], int(lo[w]), int(hi[w])) for p in PARTS}
+            offset = trace.clock_offset_ns
+            out.segments[w] = {p: list(zip((c[0] + offset).tolist(), (c[1] + offset).tolist())) for p, c in clipped.items()}
+    return out
+
+
 def _rank_step(
     trace: RankTrace,
     ops: DeviceOps,
-    sets: RankSets,
     seg: Segmentation,
     i: int,
     key: str,
-    blocking: iv.IntervalSet,
+    window: np.ndarray,
+    budgets: _Budgets,
+    w: int,
+    h2d: HostToDevice,
     launches: LaunchStarts,
-    keep_segments: bool,
-) -> RankStep | None:
+) -> RankStep:
+    """Step ``i``, whose window is number ``w`` of the budgets."""
     step = seg.steps[i]
-    window = step_window(ops, step, seg.steps[i + 1] if i + 1 < len(seg.steps) else None, on_host=is_cpu_run(trace))
-    if window is None:
-        return None
-    lo, hi, tail = window
+    lo, hi, _ = window.tolist()
     has_next = i + 1 < len(seg.steps) and len(seg.steps[i + 1].ops) > 0
-    offset = trace.clock_offset_ns
-    parts = budget_parts(ops, sets, blocking, lo, hi, tail)
-    if is_cpu_run(trace):
-        parts = host_parts(parts)
     hta = temporal_breakdown(ops, step.ops)
     replay = graph_replay(launches, ops, step)
-    h2d = host_to_device(ops, sets, lo, hi)
     return RankStep(
         rank=trace.rank,
         step=step.name,
         key=key,
         window_start_ns=lo + trace.clock_offset_ns,
         window_ns=hi - lo,
-        parts_ns={p: iv.total(parts[p]) for p in PARTS},
-        between_steps_ns=sum(iv.total(iv.clip(parts[p], tail, hi)) for p in ("launch", "queue", "host"))
-        if has_next
-        else None,
-        segments={p: list(zip((parts[p][0] + offset).tolist(), (parts[p][1] + offset).tolist())) for p in PARTS}
-        if keep_segments
-        else {},
+        parts_ns=dict(zip(PARTS, budgets.parts_ns[w].tolist())),
+        between_steps_ns=int(budgets.between_ns[w]) if has_next else None,
+        segments=budgets.segments[w],
         kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
-        h2d_ns=h2d.copy_ns,
-        h2d_exposed_ns=h2d.exposed_ns,
-        h2d_bytes=h2d.bytes,
+        h2d_ns=int(h2d.copy_ns[w]),
+        h2d_exposed_ns=int(h2d.exposed_ns[w]),
+        h2d_bytes=int(h2d.bytes[w]),
         python_calls=int(np.searchsorted(trace.python_calls, hi) - np.searchsorted(trace.python_calls, lo)),
         graph_status=replay.status.value,
         graph_launches=replay.graph_launches,
@@ -286,7 +314,7 @@ def _rank_step(
             idle_us=hta.idle_ns / 1000,
             compute_us=hta.compute_ns / 1000,
             non_compute_us=hta.non_compute_ns / 1000,
-            comm_comp_overlap=comm_comp_overlap(ops, step.ops),
+            comm_comp_overlap=hta.comm_comp_overlap,
         ),
     )
 
@@ -310,17 +338,19 @@ def rank_summary(trace: RankTrace, ops: DeviceOps, seg: Segmentation, keep_segme
     """``keep_segments``: keep each step's labelled intervals (the budget trace, ``--perfetto``): about
     a hundred bytes per interval, so per event, where the rest of a summary is per step."""
     keys = _keys(seg)
-    blocking = host_blocking(trace)
     sets = rank_sets(ops)
     launches = launch_starts(trace)
-    rank_steps, arrivals, empty = [], [], []
-    for i, key in enumerate(keys):
-        row = _rank_step(trace, ops, sets, seg, i, key, blocking, launches, keep_segments)
-        if row is None:
-            empty.append(key)
-            continue
-        rank_steps.append(row)
+    following = [*seg.steps[1:], None]
+    found = [step_window(ops, step, after, on_host=is_cpu_run(trace)) for step, after in zip(seg.steps, following)]
+    worked = [i for i, window in enumerate(found) if window is not None]
+    windows = np.array([found[i] for i in worked], dtype=np.int64).reshape(-1, 3)
+    budgets = _budgets(trace, ops, sets, host_blocking(trace), windows, keep_segments)
+    h2d = host_to_device(ops, sets, windows[:, 0], windows[:, 1])
+    rank_steps, arrivals = [], []
+    for w, i in enumerate(worked):
+        rank_steps.append(_rank_step(trace, ops, seg, i, keys[i], windows[w], budgets, w, h2d, launches))
         arrivals.append(rank_collectives(trace, ops, seg.steps[i], sets.compute))
+    empty = [key for key, window in zip(keys, found) if window is None]
     return RankSummary(
         source=trace.source,
         rank=trace.rank,

@@ -1,7 +1,6 @@
 """HTA-compatible temporal breakdown and communication/computation overlap of one step.
 
-    temporal_breakdown(ops, rows) -> TemporalBreakdown
-    comm_comp_overlap(ops, rows) -> float | None
+    temporal_breakdown(ops, rows) -> TemporalBreakdown   (with the communication/computation overlap)
 
 These reproduce the definitions of Meta's Holistic Trace Analysis (see shared/notes/hta.md
 §3.3 and §3.6) so a user can check our parser against a tool they already trust: span = first
@@ -33,32 +32,22 @@ class TemporalBreakdown:
     idle_ns: int
     compute_ns: int
     non_compute_ns: int
-
-
-def _sets(ops: DeviceOps, rows: np.ndarray) -> tuple[iv.IntervalSet, iv.IntervalSet, iv.IntervalSet]:
-    start, end = ops.start[rows], ops.end[rows]
-    compute = ~ops.is_comm[rows] & (ops.source[rows] != IS_COPY)
-    return (
-        iv.merge(start, end),
-        iv.merge(start[compute], end[compute]),
-        iv.merge(start[ops.is_comm[rows]], end[ops.is_comm[rows]]),
-    )
+    comm_comp_overlap: float | None  # fraction (0..1) of communication time that compute overlaps; None without any
 
 
 def temporal_breakdown(ops: DeviceOps, rows: np.ndarray) -> TemporalBreakdown:
+    """Both of HTA's per-step figures from one set of merges (each costs a few numpy calls per step)."""
     if len(rows) == 0:
-        return TemporalBreakdown(0, 0, 0, 0)
-    busy, compute, _ = _sets(ops, rows)
+        return TemporalBreakdown(0, 0, 0, 0, None)
+    start, end = ops.start[rows], ops.end[rows]
+    is_comm = ops.is_comm[rows]
+    compute_rows = ~is_comm & (ops.source[rows] != IS_COPY)
+    busy = iv.merge(start, end)
+    compute = iv.merge(start[compute_rows], end[compute_rows])
+    comm = iv.merge(start[is_comm], end[is_comm])
     span = int(busy[1][-1] - busy[0][0])
     idle = span - iv.total(busy)
     compute_ns = iv.total(compute)
-    return TemporalBreakdown(span, idle, compute_ns, span - idle - compute_ns)
-
-
-def comm_comp_overlap(ops: DeviceOps, rows: np.ndarray) -> float | None:
-    """Fraction (0..1) of communication time that compute overlaps; None without communication."""
-    _, compute, comm = _sets(ops, rows)
     comm_total = iv.total(comm)
-    if comm_total == 0:
-        return None
-    return iv.total(iv.intersect(comm, compute)) / comm_total
+    overlap = iv.total(iv.intersect(comm, compute)) / comm_total if comm_total else None
+    return TemporalBreakdown(span, idle, compute_ns, span - idle - compute_ns, overlap)

@@ -3,8 +3,8 @@
     host_blocking(trace) -> IntervalSet
     step_window(ops, step, next_step, on_host=False) -> (lo, hi, tail_from) | None
     rank_sets(ops) -> RankSets
-    budget_parts(ops, sets, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]
-    host_to_device(ops, sets, lo, hi) -> HostToDevice
+    budget_sets(ops, sets, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]   many windows at once
+    host_to_device(ops, sets, lo, hi) -> HostToDevice                                  per window
 
 The window runs from the step's first device op to the next step's first device op (so the
 gap between steps, where sampling and scheduling happen, belongs to the step that caused it);
@@ -103,37 +103,43 @@ def rank_sets(ops: DeviceOps) -> RankSets:
 
 @dataclass(frozen=True)
 class HostToDevice:
-    """Host-to-device copies in one step window: inside the ``device`` part, but over PCIe,
-    a link the HBM bound does not count (offloaded weights, swapped-in KV, pageable inputs)."""
+    """Host-to-device copies in each step window: inside the ``device`` part, but over PCIe, a
+    link the HBM bound does not count (offloaded weights, swapped-in KV, pageable inputs)."""
 
-    copy_ns: int
-    exposed_ns: int  # no compute kernel runs meanwhile: the step waits on the link alone
-    bytes: int
+    copy_ns: np.ndarray
+    exposed_ns: np.ndarray  # no compute kernel runs meanwhile: the step waits on the link alone
+    bytes: np.ndarray
 
 
-def host_to_device(ops: DeviceOps, sets: RankSets, lo: int, hi: int) -> HostToDevice:
-    copies = iv.clip(sets.h2d, lo, hi)
-    if not len(copies[0]):  # the usual decode step: nothing comes from the host
-        return HostToDevice(0, 0, 0)
-    first, last = np.searchsorted(ops.start, [lo, hi], side="left")  # ops are start-sorted: no full scan per step
-    window = slice(int(first), int(last))
+def host_to_device(ops: DeviceOps, sets: RankSets, lo: np.ndarray, hi: np.ndarray) -> HostToDevice:
+    """Per window [lo, hi), all windows at once: lengths by prefix sums over the rank's sets, bytes
+    by prefix sums over the start-sorted ops (the copies that start in the window, when any copy
+    time falls in it)."""
+    starts, ends = sets.h2d
+    touched = np.searchsorted(starts, hi, side="left") > np.searchsorted(ends, lo, side="right")
+    moved = np.concatenate([[0], np.cumsum(np.where(ops.is_h2d, ops.copy_bytes, 0))])
+    first, last = np.searchsorted(ops.start, lo, side="left"), np.searchsorted(ops.start, hi, side="left")
     return HostToDevice(
-        copy_ns=iv.total(copies),
-        exposed_ns=iv.total(iv.subtract(copies, iv.clip(sets.kernels, lo, hi))),
-        bytes=int(ops.copy_bytes[window][ops.is_h2d[window]].sum()),
+        copy_ns=iv.covered_between(sets.h2d, lo, hi),
+        exposed_ns=iv.covered_between(iv.subtract(sets.h2d, sets.kernels), lo, hi),
+        bytes=np.where(touched, moved[last] - moved[first], 0),
     )
 
 
-def budget_parts(
-    ops: DeviceOps, sets: RankSets, host_block: iv.IntervalSet, lo: int, hi: int, tail_from: int
+def budget_sets(
+    ops: DeviceOps, sets: RankSets, host_block: iv.IntervalSet, lo: np.ndarray, hi: np.ndarray, tail_from: np.ndarray
 ) -> dict[str, iv.IntervalSet]:
-    compute = iv.clip(sets.compute, lo, hi)
-    d2h = iv.subtract(iv.clip(sets.d2h, lo, hi), compute)
-    comm = iv.subtract(iv.subtract(iv.clip(sets.comm, lo, hi), compute), d2h)
+    """The budget of step windows [lo, hi) that do not overlap, all at once: each part, clipped to a
+    window, is that window's part, as if it were computed alone (every rule below looks only
+    inside the window). Set arithmetic over the whole rank once costs a few passes, where a
+    window at a time costs a dozen numpy calls per step."""
+    windows = iv.merge(lo[hi > lo], hi[hi > lo])  # abutting windows join: idle time is cut back at their bounds
+    compute = iv.intersect(sets.compute, windows)
+    d2h = iv.subtract(iv.intersect(sets.d2h, windows), compute)
+    comm = iv.subtract(iv.subtract(iv.intersect(sets.comm, windows), compute), d2h)
     busy = iv.union(iv.union(compute, d2h), comm)
-    idle = iv.subtract((np.array([lo], np.int64), np.array([hi], np.int64)), busy)
+    gap_start, gap_end = iv.cut(iv.subtract(windows, busy), np.concatenate([lo, hi]))
 
-    gap_start, gap_end = idle
     nxt = np.searchsorted(ops.start, gap_end, side="left")  # the op whose start ends the gap
     has_next = nxt < len(ops)
     issued = np.where(has_next, ops.launch_end[np.minimum(nxt, len(ops) - 1)] if len(ops) else -1, gap_end)
@@ -142,11 +148,11 @@ def budget_parts(
     not_issued = iv.merge(gap_start[issued > gap_start], issued[issued > gap_start])
     waiting = iv.merge(issued[gap_end > issued], gap_end[gap_end > issued])
 
-    tail = (np.array([tail_from], np.int64), np.array([max(hi, tail_from)], np.int64))
-    # the window's own blocking calls: the whole rank's would make each step cost the trace's length
-    host_idle = iv.union(iv.intersect(not_issued, iv.clip(host_block, lo, hi)), iv.intersect(not_issued, tail))
+    tails = iv.merge(tail_from[hi > tail_from], hi[hi > tail_from])
+    # the windows' own blocking calls: the whole rank's would make each step cost the trace's length
+    host_idle = iv.union(iv.intersect(not_issued, iv.intersect(host_block, windows)), iv.intersect(not_issued, tails))
     return {
-        "device": compute,
+        "device": sets.compute,  # clipped per window as it is, zero-length kernels and all
         "exposed_comm": comm,
         "launch": iv.subtract(not_issued, host_idle),
         "queue": waiting,
