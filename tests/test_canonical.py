@@ -104,6 +104,18 @@ def test_acceptance_from_tokens_per_cycle():
     assert fewer.observations.speculation.acceptance_rate == pytest.approx(0.046)
 
 
+def test_speculation_that_drafts_nothing_is_inactive_only_where_it_is_configured():
+    counted = canonical(case(server={"speculative": "ngram"}, speculation={"drafted_per_cycle": 0}))
+    assert counted.observations.server.speculative_active is False
+    assert counted.sources["observations.server.speculative_active"].startswith("observations.speculation.drafted_per_cycle")
+    one_query = canonical(case(server={"speculative": "eagle"}, graph={"query_tokens_per_sequence": 1}))
+    assert one_query.observations.server.speculative_active is False  # verifying k drafts feeds k + 1 tokens
+    drafting = canonical(case(server={"speculative": "ngram"}, speculation={"drafted_per_cycle": 1.5}))
+    assert drafting.observations.server.speculative_active is None
+    plain = canonical(case(speculation={"drafted_per_cycle": 0}))
+    assert plain.observations.server is None  # nothing configured: ordinary decode, no fact about speculation
+
+
 def test_the_spike_ratio_from_the_engine_percentiles():
     found = canonical(case(metrics={"boundary": "engine", "itl_ms": {"p50": 25, "p99": 400}}))
     assert found.observations.host.itl_spike_ratio == pytest.approx(16.0)
