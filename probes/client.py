@@ -91,11 +91,11 @@ def run(ctx: ProbeContext) -> ClientFacts:
     with open_session(ctx, api) as (client, url, model), ThreadPoolExecutor(concurrency) as pool, WakeupMonitor() as wake:
         body = request_body(api, model, ctx.options.get("prompt", DEFAULT_PROMPT), max_tokens, ctx.options)
         responses = list(pool.map(lambda _: stream_bounded(ctx, client, url, body), range(requests)))
-    return client_facts(responses, url, api, model, concurrency, max_tokens, wake.p99_ms())
+    return client_facts(responses, url, api, model, concurrency, max_tokens, wake.p99_ms(), wake.stalled_share())
 
 
 def client_facts(responses: list[StreamedResponse], url: str, api: str, model: str, concurrency: int, max_tokens: int,
-                 client_delay_p99_ms: float | None = None) -> ClientFacts:
+                 client_delay_p99_ms: float | None = None, client_stalled_share: float | None = None) -> ClientFacts:
     """What the streams received, with vLLM bench serve's definitions (shared with ``diagnoser live``)."""
     metrics = [sm.request_metrics(r) for r in responses]
     per_chunk, source = mean_tokens_per_chunk(responses)
@@ -121,6 +121,7 @@ def client_facts(responses: list[StreamedResponse], url: str, api: str, model: s
         itl_growth_ms_per_1k_output=sm.itl_growth_per_1k_output(responses),
         server_timing=sm.server_reconciliation(responses),
         client_delay_p99_ms=client_delay_p99_ms,
+        client_stalled_share=client_stalled_share,
     )
 
 
@@ -162,6 +163,7 @@ def to_observations(facts: ClientFacts) -> dict[str, Any]:
             buffered_p99_ms=server.buffered_p99_ms if server else None,
             tokens_per_chunk=_positive(facts.tokens_per_chunk),
             client_delay_p99_ms=facts.client_delay_p99_ms,
+            client_stalled_share=facts.client_stalled_share,
             ttft_ms=_p50(facts.ttft_ms),
             itl_growth_ms_per_1k_output=facts.itl_growth_ms_per_1k_output,
         )

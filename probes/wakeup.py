@@ -41,6 +41,18 @@ class WakeupMonitor:
             time.sleep(PERIOD_S)
             self.late_ms.append(max(0.0, (time.perf_counter() - start - PERIOD_S) * 1e3))
 
+    def stalled_share(self) -> float | None:
+        """The share of the run the monitor spent waiting beyond its sleeps: how much of the time this client
+        could not run (other processes on its cores, its own threads holding the GIL). Tokens that arrive while
+        the reader cannot run are read together, so this share of a stream's gaps is near zero by the client's
+        own doing. Unlike a percentile it holds with few wake-ups: a monitor that woke 8 times in a 10 s load was
+        kept waiting nearly all of it (the real vLLM's long-prompts fault on 2 cores). None if it never woke."""
+        late = self.late_ms
+        if not late:
+            return None
+        waited = sum(late)
+        return waited / (waited + len(late) * PERIOD_S * 1e3)
+
     def p99_ms(self) -> float | None:
         """None with too few wake-ups to judge by (a run of a few tens of ms); with fewer than a
         hundred the p99 is the latest wake-up, which is what a reader that woke as rarely met."""

@@ -31,3 +31,21 @@ def test_the_monitor_stops_with_its_block():
     count = len(wake.late_ms)
     time.sleep(0.05)
     assert len(wake.late_ms) == count and not any(t.name == "wakeup-monitor" for t in threading.enumerate())
+
+
+def test_the_stalled_share_is_the_time_spent_waiting_beyond_the_sleeps():
+    """Two wake-ups 8 ms late and two on time, against 2 ms sleeps: 16 of 24 ms waited (exact, from the samples)."""
+    wake = WakeupMonitor()
+    wake.late_ms = [8.0, 0.0, 8.0, 0.0]
+    assert wake.stalled_share() == 16 / 24
+    assert WakeupMonitor().stalled_share() is None  # it never woke
+
+
+def test_a_reader_kept_from_the_gil_is_stalled_a_large_share():
+    """A busy loop holding the GIL leaves the monitor one wake-up per 5 ms switch interval, 2 ms of it asleep: it
+    waits most of the time. Other load on the host only raises the share, so the floor holds on a busy machine."""
+    with WakeupMonitor() as held:
+        end = time.perf_counter() + 0.6
+        while time.perf_counter() < end:
+            sum(range(20000))
+    assert held.stalled_share() is not None and held.stalled_share() >= 0.3

@@ -47,6 +47,7 @@ class Window:
     duration_s: float
     failed: list[str] = field(default_factory=list)
     client_delay_p99_ms: float | None = None  # how late this client's own threads woke during the load
+    client_stalled_share: float | None = None  # the share of the load this client could not run
 
 
 def scrape(http: Client, url: str) -> str | None:
@@ -107,4 +108,5 @@ def run_load(url: str, model: str, shape: Shape, tokens_per_word: float, deadlin
             done = list(pool.map(lambda i: one(i, http), range(shape.requests)))
         duration = time.monotonic() - start
         after = scrape(http, url) or ""
-    return Window([r for r in done if r is not None], before, after, sampler.samples, duration, failed, wake.p99_ms())
+    return Window([r for r in done if r is not None], before, after, sampler.samples, duration, failed, wake.p99_ms(),
+                  wake.stalled_share())

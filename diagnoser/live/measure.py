@@ -190,7 +190,7 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
 
     client_obs = client.to_observations(client.client_facts(window.responses, f"{url}/v1/completions", "completions",
                                                            server.model, shape.concurrency, max_tokens,
-                                                           window.client_delay_p99_ms))
+                                                           window.client_delay_p99_ms, window.client_stalled_share))
     facts.merge(observation_facts(client_obs, f"client: {len(window.responses)} streams at concurrency {shape.concurrency}"))
     facts.add("observations.metrics.concurrency", shape.concurrency, "client: requests in flight")
     if window.before and window.after:

@@ -181,6 +181,10 @@ class BoundaryTimings(_Obs):
         default=None, ge=0, le=1e9,
         description="p99 of how late the measuring client's own threads woke while it read: receipt delay its own host added",
     )
+    client_stalled_share: float | None = Field(
+        default=None, ge=0, le=1,
+        description="share of the read the measuring client could not run (its cores busy, its GIL held): that share of the stream's gaps is near zero by the client's own doing",
+    )
     ttft_ms: Positive | None = Field(default=None, description="time to first token")
     itl_growth_ms_per_1k_output: float | None = Field(
         default=None, description="slope of inter-token interval against tokens already generated"

@@ -314,6 +314,9 @@ class ClientFacts(_Figures):
     client_delay_p99_ms: float | None = Field(
         default=None, ge=0, description="p99 of how late the client's own threads woke while it read (its host's load); null: not measured"
     )
+    client_stalled_share: float | None = Field(
+        default=None, ge=0, le=1, description="share of the read the client could not run (its host's load, its own GIL); null: not measured"
+    )
 
 
 class ContextSweepPoint(_Figures):
