@@ -235,6 +235,11 @@ def align_inferred_keys(summaries: list[RankSummary]) -> list[str]:
     return notes
 
 
+# Windows budgeted together: the numpy calls per batch are spread over this many steps, and the set
+# arithmetic holds a few times this many steps' intervals, not the whole rank's.
+BUDGET_BATCH = 1024
+
+
 @dataclass
 class _Budgets:
     """The budgets of one rank's working steps, computed together (``budget_sets``)."""
@@ -247,15 +252,17 @@ class _Budgets:
 def _budgets(
     trace: RankTrace, ops: DeviceOps, sets: RankSets, blocking: iv.IntervalSet, windows: np.ndarray, keep_segments: bool
 ) -> _Budgets:
-    """Windows ([lo, hi, tail_from] rows) that do not overlap in one batch, as steps in order are; any
-    window that overlaps another, or is empty, alone. Each gets what it would get alone."""
+    """Windows ([lo, hi, tail_from] rows) that do not overlap in batches of ``BUDGET_BATCH``, as steps
+    in order are; any window that overlaps another, or is empty, alone. Each gets what it would get
+    alone."""
     lo, hi, tail = windows.T
     order = np.argsort(lo, kind="stable")
     order = order[hi[order] > lo[order]]
-    batch = [order] if np.all(lo[order][1:] >= hi[order][:-1]) else []
+    disjoint = bool(np.all(lo[order][1:] >= hi[order][:-1]))
+    batches = [order[i : i + BUDGET_BATCH] for i in range(0, len(order), BUDGET_BATCH)] if disjoint else []
     batched = np.zeros(len(lo), dtype=bool)
-    batched[order if batch else []] = True
-    groups = batch + [np.array([i]) for i in np.flatnonzero(~batched)]
+    batched[order if disjoint else []] = True
+    groups = batches + [np.array([i]) for i in np.flatnonzero(~batched)]
     out = _Budgets(np.zeros((len(lo), len(PARTS)), np.int64), np.zeros(len(lo), np.int64), [{} for _ in lo])
     for group in groups:
         parts = budget_sets(ops, sets, blocking, lo[group], hi[group], tail[group])

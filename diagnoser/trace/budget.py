@@ -86,18 +86,15 @@ class RankSets:
     d2h: iv.IntervalSet
     comm: iv.IntervalSet
     h2d: iv.IntervalSet  # inside ``compute``; kept apart to tell PCIe fetches from HBM work
-    kernels: iv.IntervalSet  # compute kernels alone (no copies, no communication)
 
 
 def rank_sets(ops: DeviceOps) -> RankSets:
     compute = ~ops.is_comm & ~ops.is_d2h
-    kernels = compute & (ops.source == IS_KERNEL)
     return RankSets(
         compute=iv.merge(ops.start[compute], ops.end[compute]),
         d2h=iv.merge(ops.start[ops.is_d2h], ops.end[ops.is_d2h]),
         comm=iv.merge(ops.start[ops.is_comm], ops.end[ops.is_comm]),
         h2d=iv.merge(ops.start[ops.is_h2d], ops.end[ops.is_h2d]),
-        kernels=iv.merge(ops.start[kernels], ops.end[kernels]),
     )
 
 
@@ -116,12 +113,18 @@ def host_to_device(ops: DeviceOps, sets: RankSets, lo: np.ndarray, hi: np.ndarra
     by prefix sums over the start-sorted ops (the copies that start in the window, when any copy
     time falls in it)."""
     starts, ends = sets.h2d
+    if not len(starts):  # the usual decode trace: nothing comes from the host
+        return HostToDevice(*(np.zeros(len(lo), np.int64) for _ in range(3)))
     touched = np.searchsorted(starts, hi, side="left") > np.searchsorted(ends, lo, side="right")
-    moved = np.concatenate([[0], np.cumsum(np.where(ops.is_h2d, ops.copy_bytes, 0))])
-    first, last = np.searchsorted(ops.start, lo, side="left"), np.searchsorted(ops.start, hi, side="left")
+    rows = np.flatnonzero(ops.is_h2d)  # start-sorted, as all ops are
+    moved = np.concatenate([[0], np.cumsum(ops.copy_bytes[rows])])
+    first, last = np.searchsorted(ops.start[rows], lo, side="left"), np.searchsorted(ops.start[rows], hi, side="left")
+    # compute kernels alone (no copies, no communication) where copies run: only such traces pay for the set
+    kernel = ~ops.is_comm & (ops.source == IS_KERNEL) & (ops.start < ends[-1]) & (ops.end > starts[0])
+    kernels = iv.merge(ops.start[kernel], ops.end[kernel])
     return HostToDevice(
         copy_ns=iv.covered_between(sets.h2d, lo, hi),
-        exposed_ns=iv.covered_between(iv.subtract(sets.h2d, sets.kernels), lo, hi),
+        exposed_ns=iv.covered_between(iv.subtract(sets.h2d, kernels), lo, hi),
         bytes=np.where(touched, moved[last] - moved[first], 0),
     )
 
@@ -134,9 +137,12 @@ def budget_sets(
     inside the window). Set arithmetic over the whole rank once costs a few passes, where a
     window at a time costs a dozen numpy calls per step."""
     windows = iv.merge(lo[hi > lo], hi[hi > lo])  # abutting windows join: idle time is cut back at their bounds
-    compute = iv.intersect(sets.compute, windows)
-    d2h = iv.subtract(iv.intersect(sets.d2h, windows), compute)
-    comm = iv.subtract(iv.subtract(iv.intersect(sets.comm, windows), compute), d2h)
+    if not len(windows[0]):
+        return {"device": sets.compute, **dict.fromkeys(PARTS[1:], iv.EMPTY)}
+    span = (int(windows[0][0]), int(windows[1][-1]))  # the rank's sets are clipped to it before any arithmetic
+    compute = iv.intersect(iv.clip(sets.compute, *span), windows)
+    d2h = iv.subtract(iv.intersect(iv.clip(sets.d2h, *span), windows), compute)
+    comm = iv.subtract(iv.subtract(iv.intersect(iv.clip(sets.comm, *span), windows), compute), d2h)
     busy = iv.union(iv.union(compute, d2h), comm)
     gap_start, gap_end = iv.cut(iv.subtract(windows, busy), np.concatenate([lo, hi]))
 
@@ -150,7 +156,7 @@ def budget_sets(
 
     tails = iv.merge(tail_from[hi > tail_from], hi[hi > tail_from])
     # the windows' own blocking calls: the whole rank's would make each step cost the trace's length
-    host_idle = iv.union(iv.intersect(not_issued, iv.intersect(host_block, windows)), iv.intersect(not_issued, tails))
+    host_idle = iv.union(iv.intersect(not_issued, iv.intersect(iv.clip(host_block, *span), windows)), iv.intersect(not_issued, tails))
     return {
         "device": sets.compute,  # clipped per window as it is, zero-length kernels and all
         "exposed_comm": comm,
