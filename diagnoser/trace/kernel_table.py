@@ -100,10 +100,12 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
     rows = rows[ops.source[rows] == IS_KERNEL]
     if not len(rows):
         return []
-    k = trace.kernels.take(ops.row[rows])
+    k = trace.kernels
+    kernel_rows = ops.row[rows]  # the other columns are read per class: a copy of all of them is 35 bytes a kernel
+    names = k["name"][kernel_rows]
     matmul = ops.matmul[rows]
-    duration = (k["end"] - k["start"]).astype(np.float64) / 1000.0
-    classes, index = classify_names(trace.strings, k["name"])
+    duration = (k["end"][kernel_rows] - k["start"][kernel_rows]).astype(np.float64) / 1000.0
+    classes, index = classify_names(trace.strings, names)
     # each kernel's label as a number into the sorted label texts: the texts per kernel would be ~100 bytes each
     texts, of_class = np.unique(np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes]),
                                 return_inverse=True)
@@ -113,13 +115,12 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
     table = []
     for code, label in enumerate(texts):
         mine = labels == code
-        d = duration[mine]
-        names = np.unique(k["name"][mine])
-        by_time = {int(n): float(d[k["name"][mine] == n].sum()) for n in names}
-        grid = _median_known(k["grid"][mine]) if "grid" in k else None
+        d, my_names, my_rows = duration[mine], names[mine], kernel_rows[mine]
+        by_time = {int(n): float(d[my_names == n].sum()) for n in np.unique(my_names)}
+        grid = _median_known(k["grid"][my_rows]) if "grid" in k else None
         sm = trace.device_sm_count
-        regs = k["registers"][mine] if "registers" in k else np.zeros(0, np.int64)
-        smem = k["shared_mem"][mine] if "shared_mem" in k else np.zeros(0, np.int64)
+        regs = k["registers"][my_rows] if "registers" in k else np.zeros(0, np.int64)
+        smem = k["shared_mem"][my_rows] if "shared_mem" in k else np.zeros(0, np.int64)
         kernel_class, _, implementation = str(label).partition("/")
         table.append(
             KernelClassRow(
@@ -131,7 +132,7 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
                 median_us=float(np.median(d)),
                 share_of_kernel_time=float(d.sum()) / grand_total,
                 median_grid_ctas=grid,
-                median_block_threads=_median_known(k["block"][mine]) if "block" in k else None,
+                median_block_threads=_median_known(k["block"][my_rows]) if "block" in k else None,
                 max_registers=int(regs.max()) if len(regs) and regs.max() >= 0 else None,
                 max_shared_mem_bytes=int(smem.max()) if len(smem) and smem.max() >= 0 else None,
                 sm_count=sm,

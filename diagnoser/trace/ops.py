@@ -24,6 +24,7 @@ class DeviceOps:
     start: np.ndarray
     end: np.ndarray
     source: np.ndarray  # IS_KERNEL or IS_COPY
+    # row numbers are int32 (a rank of 2**31 ops would be 100 GB of JSON): at 10^7 ops each byte is 10 MB
     row: np.ndarray  # row in trace.kernels or trace.copies
     is_comm: np.ndarray
     is_d2h: np.ndarray
@@ -50,12 +51,12 @@ def launch_rows(trace: RankTrace, correlation: np.ndarray) -> np.ndarray:
     found = (len(sorted_corr) > 0) & (correlation >= 0)
     if len(sorted_corr):
         found &= sorted_corr[pos_clipped] == correlation
-    return np.where(found, order[pos_clipped] if len(order) else -1, -1)
+    return np.where(found, order[pos_clipped] if len(order) else -1, -1).astype(np.int32)
 
 
 def matmul_rows(trace: RankTrace, launch_row: np.ndarray) -> np.ndarray:
     """For each launch, the innermost priced matmul op enclosing the call on the same thread (-1 if none)."""
-    out = np.full(len(launch_row), -1, dtype=np.int64)
+    out = np.full(len(launch_row), -1, dtype=np.int32)
     shapes, rt = trace.shapes, trace.runtime
     if not len(shapes) or not len(rt):
         return out
@@ -84,31 +85,30 @@ def device_ops(trace: RankTrace) -> DeviceOps:
         return table[name] if n else np.zeros(0, np.int64)
 
     start = np.concatenate([col(k, "start", nk), col(c, "start", nc)])
-    end = np.concatenate([col(k, "end", nk), col(c, "end", nc)])
-    corr = np.concatenate([col(k, "correlation", nk), col(c, "correlation", nc)])
-    d2h = np.concatenate([np.zeros(nk, bool), (c["kind"] == CopyKind.d2h) if nc else np.zeros(0, bool)])
-    h2d = np.concatenate([np.zeros(nk, bool), (c["kind"] == CopyKind.h2d) if nc else np.zeros(0, bool)])
-    nbytes = np.concatenate([np.zeros(nk, np.int64), np.maximum(c["bytes"], 0) if nc and "bytes" in c else np.zeros(nc, np.int64)])
     order = np.argsort(start, kind="stable")
-    lrow = launch_rows(trace, corr[order])
+    start = start[order]
+
+    def ordered(of_kernels: np.ndarray, of_copies: np.ndarray) -> np.ndarray:
+        """A column of the kernels then the copies, in start order; built one at a time, as each is
+        80 MB at 10^7 ops."""
+        return np.concatenate([of_kernels, of_copies])[order]
+
+    lrow = launch_rows(trace, ordered(col(k, "correlation", nk), col(c, "correlation", nc)))
     known = lrow >= 0
     rt = trace.runtime
     safe = np.where(known, lrow, 0)
-    launch_start = np.where(known, rt["start"][safe] if len(rt) else -1, -1)
-    launch_end = np.where(known, rt["end"][safe] if len(rt) else -1, -1)
-    by_graph = known & ((rt["kind"][safe] == RuntimeKind.graph_launch) if len(rt) else False)
     return DeviceOps(
-        start=start[order],
-        end=end[order],
-        source=np.concatenate([np.full(nk, IS_KERNEL, np.int8), np.full(nc, IS_COPY, np.int8)])[order],
-        row=np.concatenate([np.arange(nk), np.arange(nc)])[order],
-        is_comm=np.concatenate([k_comm, np.zeros(nc, bool)])[order],
-        is_d2h=d2h[order],
-        is_h2d=h2d[order],
-        copy_bytes=nbytes[order],
+        start=start,
+        end=ordered(col(k, "end", nk), col(c, "end", nc)),
+        source=ordered(np.full(nk, IS_KERNEL, np.int8), np.full(nc, IS_COPY, np.int8)),
+        row=ordered(np.arange(nk, dtype=np.int32), np.arange(nc, dtype=np.int32)),
+        is_comm=ordered(k_comm, np.zeros(nc, bool)),
+        is_d2h=ordered(np.zeros(nk, bool), (c["kind"] == CopyKind.d2h) if nc else np.zeros(0, bool)),
+        is_h2d=ordered(np.zeros(nk, bool), (c["kind"] == CopyKind.h2d) if nc else np.zeros(0, bool)),
+        copy_bytes=ordered(np.zeros(nk, np.int64), np.maximum(c["bytes"], 0) if nc and "bytes" in c else np.zeros(nc, np.int64)),
         launch_row=lrow,
-        launch_start=launch_start,
-        launch_end=launch_end,
-        by_graph=by_graph,
+        launch_start=np.where(known, rt["start"][safe] if len(rt) else -1, -1),
+        launch_end=np.where(known, rt["end"][safe] if len(rt) else -1, -1),
+        by_graph=known & ((rt["kind"][safe] == RuntimeKind.graph_launch) if len(rt) else False),
         matmul=matmul_rows(trace, lrow),
     )
