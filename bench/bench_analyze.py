@@ -2,7 +2,8 @@
 
     .venv/bin/pip install holistictraceanalysis      # bench-only, never a runtime dependency
     .venv/bin/python bench/bench_analyze.py [--out bench/out] [--skip-big]
-    .venv/bin/python bench/bench_analyze.py --scale [--sizes 100,300,1000] [--scratch /tmp]
+    .venv/bin/python bench/bench_analyze.py --scale [--scratch /tmp]       # issue #28's acceptance sets
+    .venv/bin/python bench/bench_analyze.py --scale --sizes 100,300 [--ranks 2] [--scratch /tmp]
     .venv/bin/python bench/bench_analyze.py --start [--hta-python /path/to/hta-venv/bin/python]
 
 Prints, per trace set: wall time and peak memory (RSS of the whole process tree, sampled)
@@ -12,10 +13,13 @@ training trace: each rank is that trace repeated twice in time (steps renamed, c
 moved) with its own ``distributedInfo.rank``, about 50 MB of JSON per rank.
 Figures vary with load: the machine is shared, so run it when it is quiet and read the min.
 
-``--scale`` writes kernel-dense Kineto traces of growing size (MB of JSON; 100 kernels and their
-launches per ProfilerStep, one all-reduce, a D2H copy and a sync, as a decode step has), streamed
-to disk and deleted after each, and prints for each diagnoser's time and peak RSS against a
-stream-parse of the same file with orjson, the floor of any reader that builds events.
+``--scale`` writes issue #28's sets, one at a time, and deletes each after: a Kineto rank of 10 M
+kernels (CUDA-graph decode steps, about 3 GB), two eager ranks of 1 GB each, and a 5 M-kernel
+Nsight export; it prints a table of diagnoser's time and peak RSS against the parse-only floor
+(an orjson stream-parse of the JSON, or every row of the export's tables streamed from SQLite).
+``--scale --sizes`` writes eager kernel-dense Kineto traces of the sizes given instead (MB of JSON;
+100 kernels and their launches per ProfilerStep, one all-reduce, a D2H copy and a sync, as a
+decode step has), streamed to disk and deleted after each.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from diagnoser.trace.load import load_traces
 from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.facts import to_observations
 t = time.perf_counter()
-to_observations(analyze_traces(load_traces([sys.argv[1]])))
+to_observations(analyze_traces(load_traces([sys.argv[1]]), keep_segments=False))  # as `analyze` without --perfetto
 print(t - t0, time.perf_counter() - t)
 """
 
@@ -72,6 +76,20 @@ for path in sorted(given.iterdir()) if given.is_dir() else [given]:
     with open_stream(path) as stream:
         for _ in event_pieces(stream):
             pass
+print(t - t0, time.perf_counter() - t)
+"""
+
+# The floor of reading an Nsight export: every row of the tables the reader reads, streamed.
+SQLITE_PARSE_RUN = """
+import sqlite3, sys, time
+sys.path.insert(0, "bench")
+t0 = time.perf_counter()
+from bench_nsys_sqlite import TABLES
+t = time.perf_counter()
+db = sqlite3.connect(sys.argv[1])
+for table in TABLES:
+    for _ in db.execute(f"SELECT * FROM {table}"):
+        pass
 print(t - t0, time.perf_counter() - t)
 """
 
@@ -243,21 +261,28 @@ _DENSE_KERNELS = (
 _ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 
-def _dense_step(step: int, ts: int, corr: int, kernels: int) -> tuple[list[str], int, int]:
-    """One decode step's events as JSON text: (events, the step's end in µs, the next correlation id)."""
+def _dense_step(step: int, ts: int, corr: int, kernels: int, graph: bool = False) -> tuple[list[str], int, int]:
+    """One decode step's events as JSON text: (events, the step's end in µs, the next correlation id).
+    ``graph``: the kernels are one CUDA graph's replay, all launched by one cudaGraphLaunch."""
     events, host, dev = [], ts, ts + 50
+    if graph:
+        events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 100, "tid": 100, '
+                      f'"ts": {host}, "dur": 12, "args": {{"External id": {corr}, "cbid": 311, "correlation": {corr}}}}}')
+        host += 20
     for j in range(kernels + 1):
         collective = j == kernels // 2
         name = _ALL_REDUCE if collective else _DENSE_KERNELS[j % len(_DENSE_KERNELS)]
         dur, dev = 8 + (j * 7) % 13, max(dev, host + 6)
         sizes = ', "In msg nelems": 4096, "Out msg nelems": 4096, "dtype": "BFloat16", "Group size": 2' if collective else ""
-        events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100, '
-                      f'"ts": {host}, "dur": 4, "args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}')
+        if not graph:
+            events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100, '
+                          f'"ts": {host}, "dur": 4, "args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}')
         events.append(f'{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": 7, "ts": {dev}, "dur": {dur}, '
                       f'"args": {{"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": 7, '
                       f'"correlation": {corr}, "registers per thread": 128, "shared memory": 16384, '
                       f'"grid": [66, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 6{sizes}}}}}')
-        corr, host, dev = corr + 1, host + 5, dev + dur + 1
+        corr, host, dev = corr + (not graph), host + (not graph) * 5, dev + dur + 1
+    corr += graph
     events.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 100, "tid": 100, '
                   f'"ts": {host}, "dur": 5, "args": {{"correlation": {corr}}}}}')
     events.append(f'{{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0, "tid": 7, '
@@ -270,15 +295,18 @@ def _dense_step(step: int, ts: int, corr: int, kernels: int) -> tuple[list[str],
     return events, end, corr + 2
 
 
-def write_kernel_dense(path: Path, megabytes: float, rank: int = 0, kernels: int = 100) -> int:
-    """A kernel-dense Kineto trace of about ``megabytes`` MB, written a step at a time; returns its kernels."""
+def write_kernel_dense(
+    path: Path, megabytes: float, rank: int = 0, kernels: int = 100, graph: bool = False, total_kernels: float = float("inf")
+) -> int:
+    """A kernel-dense Kineto trace of about ``megabytes`` MB, or of ``total_kernels`` kernels if fewer,
+    written a step at a time; returns its kernels."""
     target, written, ts, corr, step = megabytes * 1e6, 0, 1_700_000_000_000_000, 1, 0
     with open(path, "w") as out:
         out.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", '
                   '"computeMajor": 9, "computeMinor": 0, "numSms": 132}],\n'
                   f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": 2}},\n"traceEvents": [\n')
-        while written < target:
-            events, ts, corr = _dense_step(step, ts, corr, kernels)
+        while written < target and step * (kernels + 1) < total_kernels:
+            events, ts, corr = _dense_step(step, ts, corr, kernels, graph)
             text = ("" if step == 0 else ",\n") + ",\n".join(events)
             out.write(text)
             written += len(text)
@@ -306,20 +334,69 @@ def scale(sizes: list[float], scratch: Path, ranks: int = 1) -> None:
               flush=True)
 
 
+def _acceptance_row(what: str, target: Path, parse_code: str) -> str:
+    """One acceptance set, already written at ``target``: diagnoser against the parse-only floor."""
+    size = sum(p.stat().st_size for p in (target.iterdir() if target.is_dir() else [target])) / 1e9
+    _, parse_s, parse_mb = run_measured(parse_code, target)
+    _, ours_s, ours_mb = run_measured(DIAGNOSER_RUN, target)
+    row = (f"| {what} | {size:.2f} GB | {ours_s:.1f} s | {ours_mb:.0f} MB | {parse_s:.1f} s | {parse_mb:.0f} MB "
+           f"| {ours_s / parse_s:.2f} | {'yes' if ours_mb < 2048 else 'NO'} | {'yes' if ours_s <= 1.5 * parse_s else 'NO'} |")
+    print(row, flush=True)
+    return row
+
+
+def _write_export(path: Path, kernels: float) -> int:
+    """The shared 2-GPU Nsight export repeated in time to at least ``kernels`` kernels; returns them."""
+    from bench_nsys_sqlite import build, kernels_per_copy
+
+    copies = -(-int(kernels) // kernels_per_copy())
+    build(path, copies)
+    return copies * kernels_per_copy()
+
+
+def scale_acceptance(scratch: Path) -> None:
+    """Issue #28's sets: a 10 M-kernel Kineto rank (CUDA-graph decode, about 3 GB), two eager ranks
+    of 1 GB each, and a 5 M-kernel Nsight export; each written, measured and deleted in turn.
+    Goals: peak RSS under 2 GB, time within 1.5x of the parse-only floor."""
+    import shutil
+
+    print("| set | on disk | diagnoser | peak RSS | parse-only | its peak | ratio | RSS < 2 GB | <= 1.5x |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    folder = scratch / "scale-acceptance"
+    sets = (
+        ("Kineto, 1 rank, 10 M kernels", lambda: write_kernel_dense(folder / "rank-0.json", 4000, graph=True, total_kernels=10e6),
+         folder, STREAM_PARSE_RUN),
+        ("Kineto, 2 ranks x 1 GB", lambda: sum(write_kernel_dense(folder / f"rank-{r}.json", 1000, rank=r) for r in range(2)),
+         folder, STREAM_PARSE_RUN),
+        ("Nsight export, 5 M kernels", lambda: _write_export(folder / "export.sqlite", 5e6), folder / "export.sqlite",
+         SQLITE_PARSE_RUN),
+    )
+    for what, write, target, parse_code in sets:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            kernels = write()
+            _acceptance_row(f"{what}{f' ({kernels:,})' if kernels else ''}", target, parse_code)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     parser.add_argument("--skip-big", action="store_true", help="only the 2-rank trace_filter set")
     parser.add_argument("--scale", action="store_true", help="generated kernel-dense traces of growing size instead")
-    parser.add_argument("--sizes", default="100,300,1000", help="--scale: sizes in MB of JSON, comma-separated")
+    parser.add_argument("--sizes", help="--scale: these sizes in MB of JSON, comma-separated, instead of the acceptance sets")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp"), help="--scale: where the traces are written")
     parser.add_argument("--ranks", type=int, default=1, help="--scale: ranks of each size, read as one folder")
     parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed in")
     parser.add_argument("--start", action="store_true", help="whole processes on each of HTA's test traces instead")
     parser.add_argument("--repeat", type=int, default=3, help="--start: runs per tool and trace (the best counts)")
     args = parser.parse_args()
-    if args.scale:
+    if args.scale and args.sizes:
         scale([float(x) for x in args.sizes.split(",")], args.scratch, args.ranks)
+        return
+    if args.scale:
+        scale_acceptance(args.scratch)
         return
     if args.start:
         start_to_end(args.hta_python, args.repeat)

@@ -18,6 +18,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,26 +49,37 @@ BODIES = {
 
 
 def build(target: Path, copies: int) -> Path:
+    """The shared export repeated ``copies`` times in time, doubling what is there each pass (a pass
+    per copy would rescan the growing tables ``copies`` times)."""
     shutil.copyfile(SOURCE, target)
     db = sqlite3.connect(target)
-    lo, hi = db.execute("SELECT MIN(start), MAX(\"end\") FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+    lo = min(db.execute(f"SELECT MIN(start) FROM {t}").fetchone()[0] for t in TABLES)
+    hi = max(db.execute(f'SELECT MAX("end") FROM {t}').fetchone()[0] for t in TABLES)
     span = hi - lo + 1_000_000
     corr_span = max(db.execute(f"SELECT MAX(correlationId) FROM {t}").fetchone()[0] or 0 for t in CORRELATED) + 1
-    for table in TABLES:
-        cols = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
-        for i in range(1, copies):
+    done = 1
+    while done < copies:
+        adding = min(done, copies - done)  # copies 0 .. adding-1, moved past the last one written
+        for table in TABLES:
+            cols = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
             shifted = []
             for c in cols:
                 if c in ("start", "end"):
-                    shifted.append(f'"{c}" + {i * span}')
+                    shifted.append(f'"{c}" + {done * span}')
                 elif c == "correlationId" and table in CORRELATED:
-                    shifted.append(f"correlationId + {i * corr_span}")
+                    shifted.append(f"correlationId + {done * corr_span}")
                 else:
                     shifted.append(f'"{c}"')
-            db.execute(f'INSERT INTO "{table}" SELECT {", ".join(shifted)} FROM "{table}" WHERE start < {lo + span}')
+            db.execute(f'INSERT INTO "{table}" SELECT {", ".join(shifted)} FROM "{table}" WHERE start < {lo + adding * span}')
+        done += adding
     db.commit()
     db.close()
     return target
+
+
+def kernels_per_copy() -> int:
+    with closing(sqlite3.connect(SOURCE)) as db:
+        return db.execute(f"SELECT COUNT(*) FROM {TABLES[0]}").fetchone()[0]
 
 
 def measure(what: str, export: Path) -> tuple[float, float]:
