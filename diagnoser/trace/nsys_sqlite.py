@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from array import array
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,18 +288,21 @@ FETCH_ROWS = 1 << 16  # rows a fetch converts at a time: 64 K rows of ten ints a
 def _int_columns(db: sqlite3.Connection, path: Path, table: str, fields: dict[str, str], tail: str = "") -> dict[str, np.ndarray]:
     """``SELECT`` the integer expressions ``fields`` of ``table`` into one numpy column each.
 
-    Rows come ``FETCH_ROWS`` at a time into int64 blocks: a list of Python tuples costs about ten
-    times the array's memory (0.96 GB per million kernels when fetched whole).
+    Rows come ``FETCH_ROWS`` at a time (a list of Python tuples costs about ten times the array's
+    memory: 0.96 GB per million kernels when fetched whole), and each field grows its own array:
+    one table-wide block would be joined from its pieces (twice its size at once) and then kept
+    whole by any one column still in use.
     """
     cursor = db.execute(f"SELECT {', '.join(fields.values())} FROM {table} {tail}")
-    blocks = []
+    columns = {name: array("q") for name in fields}
     while rows := cursor.fetchmany(FETCH_ROWS):
         try:
-            blocks.append(np.array(rows, dtype=np.int64).reshape(len(rows), len(fields)))
+            block = np.array(rows, dtype=np.int64).reshape(len(rows), len(fields))
         except (TypeError, ValueError, OverflowError) as err:
             raise InputError(f"{path}: {table} has empty or non-integer values where times and ids belong") from err
-    data = np.concatenate(blocks) if blocks else np.zeros((0, len(fields)), np.int64)
-    return {name: data[:, i] for i, name in enumerate(fields)}
+        for i, values in enumerate(columns.values()):
+            values.frombytes(np.ascontiguousarray(block[:, i]).tobytes())
+    return {name: np.frombuffer(values, dtype=np.int64) for name, values in columns.items()}
 
 
 def _opt(schema: _Schema, table: str, column: str, default: int = -1) -> str:
@@ -352,8 +356,11 @@ def _without_duplicates(tables: dict[str, Table | None], notes: list[str]) -> li
 
 
 def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
+    """The columns in start order, each replaced as it is sorted: the table is never held twice."""
     order = np.argsort(cols["start"], kind="stable")
-    return Table({key: value[order] for key, value in cols.items()})
+    for key in list(cols):
+        cols[key] = cols[key][order]
+    return Table(cols)
 
 
 def _read_kernels(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path) -> Table:
@@ -593,11 +600,13 @@ def _read_ranges(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pat
     cols["tid"] = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
     # Registered strings live in textId with text NULL (NCCL's ranges are all like that).
     cols["name"] = strings.by_id(cols.pop("text_id"))
-    if schema.has(NVTX, "text"):
-        rows = db.execute(f"SELECT rowid, text FROM {NVTX} WHERE {where} ORDER BY rowid").fetchall()
-        has_text = np.array([r[1] is not None for r in rows], dtype=bool)
-        if has_text.any():
-            cols["name"][has_text] = strings.intern([str(r[1]) for r in rows if r[1] is not None])
+    if schema.has(NVTX, "text"):  # a piece at a time: a fetch of all rows holds ~100 bytes a range
+        names, cursor, done = cols["name"], db.execute(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid"), 0
+        while rows := cursor.fetchmany(FETCH_ROWS):
+            has_text = np.array([r[0] is not None for r in rows], dtype=bool)
+            if has_text.any():
+                names[done : done + len(rows)][has_text] = strings.intern([str(r[0]) for r in rows if r[0] is not None])
+            done += len(rows)
     return _sorted_table(cols)
 
 
