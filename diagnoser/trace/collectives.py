@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnoser.trace import intervals as iv
-from diagnoser.trace.classes import classify_names
+from diagnoser.trace.classes import classify
 from diagnoser.trace.intervals import covered_between
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
@@ -83,8 +83,8 @@ def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.I
     rows = step.ops[ops.is_comm[step.ops] & (ops.source[step.ops] == IS_KERNEL)]
     rows = rows[np.argsort(ops.start[rows], kind="stable")]
     kernel_rows = ops.row[rows]
-    classes, index = classify_names(trace.strings, trace.kernels["name"][kernel_rows])
-    keys = [(c.op or "other", c.implementation or "unknown") for c in classes]
+    # a step holds a collective or two: each name's class is looked up (remembered), no np.unique per step
+    classes = [classify(trace.strings[n]) for n in trace.kernels["name"][kernel_rows].tolist()]
     starts, ends = ops.start[rows], ops.end[rows]
     sizes = trace.kernels["msg_bytes"][kernel_rows] if "msg_bytes" in trace.kernels else np.zeros(len(rows), np.int64)
     step_start = int(ops.start[step.ops].min()) if len(step.ops) else 0
@@ -97,8 +97,8 @@ def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.I
         compute_before = starts
     ordinals: Counter[tuple[str, str]] = Counter()
     out = []
-    for j, k in enumerate(index):
-        key = keys[k]
+    for j, c in enumerate(classes):
+        key = (c.op or "other", c.implementation or "unknown")
         out.append(
             Arrival(
                 trace.rank,
@@ -115,6 +115,14 @@ def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.I
     return out
 
 
+def _median(values: list[int]) -> float:
+    """``np.median`` of a few integers, as it computes it (the two middle values' mean in float64),
+    without its per-call cost: one call per collective per step."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else (float(ordered[middle - 1]) + float(ordered[middle])) / 2
+
+
 def match_collectives(per_rank: list[list[Arrival]]) -> list[Collective]:
     groups: dict[tuple[str, str, int], list[Arrival]] = {}
     for arrivals in per_rank:
@@ -125,7 +133,7 @@ def match_collectives(per_rank: list[list[Arrival]]) -> list[Collective]:
         late = max(members, key=lambda a: a.start)
         first = min(a.start for a in members)
         # median on offsets from the first arrival: epoch-ns values lose precision as float64
-        departure = first + int(np.median([a.end - first for a in members]))
+        departure = first + int(_median([a.end - first for a in members]))
         out.append(
             Collective(
                 op=op,
