@@ -201,15 +201,20 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
     if dropped:
         notes.append(f"{dropped} runtime calls from processes without GPU work were left out")
 
+    n = len(rank_keys)
+    per_rank = zip(
+        _split(kernels, _gpu_rank(kernels, rank_keys), n),
+        _split(graphs, _gpu_rank(graphs, rank_keys), n),
+        _split(copies, _gpu_rank(copies, rank_keys), n),
+        _split(runtime, runtime_rank, n) if runtime is not None else [_empty_runtime() for _ in rank_keys],
+        _ranges_per_rank(ranges, [pid for _, pid, _ in rank_keys]),
+    )
+    del kernels, graphs, copies, runtime, ranges  # each lives on in its ranks' slices only
     traces = []
-    for rank, (gpu, pid, device) in enumerate(rank_keys):
-        rank_kernels = _concat(
-            _select(kernels, pid, device),
-            _select(graphs, pid, device),
-        )
-        rank_copies = _select(copies, pid, device)
-        rank_runtime = runtime.take(np.flatnonzero(runtime_rank == rank)) if runtime is not None else _empty_runtime()
-        rank_ranges = _ranges_of(ranges, pid)
+    for rank, ((gpu, pid, device), (rank_kernels, rank_graphs, rank_copies, rank_runtime, rank_ranges)) in enumerate(
+        zip(rank_keys, per_rank)
+    ):
+        rank_kernels = _concat(rank_kernels, rank_graphs)
         rank_notes = list(notes)
         _note_unlaunched(rank_kernels, rank_runtime, "kernels", rank_notes)
         _note_unlaunched(rank_copies, rank_runtime, "copies", rank_notes)
@@ -462,10 +467,25 @@ def _rank_keys(kernels: Table, graphs: Table | None, copies: Table, physical: di
     return sorted((physical.get((pid, dev), dev), pid, dev) for pid, dev in pairs)
 
 
-def _select(table: Table | None, pid: int, device: int) -> Table | None:
+def _gpu_rank(table: Table | None, rank_keys: list[tuple[int, int, int]]) -> np.ndarray | None:
+    """The rank of each row of GPU work: the index of its (pid, device) in ``rank_keys``."""
     if table is None:
         return None
-    return table.take(np.flatnonzero((table["pid"] == pid) & (table["device"] == device)))
+    pairs = np.array([_join_key(np.int64(pid), np.int64(dev), True) for _, pid, dev in rank_keys], dtype=np.int64)
+    return _lookup(pairs, _join_key(table["pid"], table["device"], True))
+
+
+def _split(table: Table | None, rank: np.ndarray | None, ranks: int) -> list[Table | None]:
+    """Each rank's rows of ``table`` (``rank`` -1: no rank's), in their order, as slices of the table
+    reordered by rank in place, a column at a time: a copy per rank would hold the table twice
+    over once the last one is made (a 5 M-kernel export holds GBs of rows)."""
+    if table is None or rank is None:
+        return [None] * ranks
+    order = np.argsort(rank, kind="stable")
+    bounds = np.searchsorted(rank[order], np.arange(ranks + 1)).tolist()
+    for key in list(table.columns):
+        table.columns[key] = table.columns[key][order]
+    return [Table({key: col[lo:hi] for key, col in table.columns.items()}) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _concat(kernels: Table, graphs: Table | None) -> Table:
@@ -616,11 +636,12 @@ def _empty_ranges() -> Table:
     return Table(cols)
 
 
-def _ranges_of(ranges: Table, pid: int) -> Table:
-    """NVTX ranges are per process; a process driving two GPUs contributes them to both."""
-    if pid < 0:
-        return ranges.take(np.arange(len(ranges)))
-    return ranges.take(np.flatnonzero(ranges["pid"] == pid))
+def _ranges_per_rank(ranges: Table, pids: list[int]) -> list[Table]:
+    """NVTX ranges are per process; a process driving two GPUs contributes them to both (a copy
+    each), a rank without a process gets them all. One process per rank, as usual, splits them."""
+    if len(set(pids)) == len(pids) and min(pids, default=0) >= 0:
+        return _split(ranges, _lookup(np.array(pids, dtype=np.int64), ranges["pid"]), len(pids))
+    return [ranges.take(np.arange(len(ranges)) if pid < 0 else np.flatnonzero(ranges["pid"] == pid)) for pid in pids]
 
 
 # --- session and devices -------------------------------------------------------------------
