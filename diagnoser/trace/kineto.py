@@ -39,7 +39,7 @@ from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
 from diagnoser.trace.chunked_json import NotSplittable, event_pieces
 from diagnoser.trace.memory_budget import DEFAULT_MEMORY, parse_size, read_plan
-from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
+from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, int_width
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
 from diagnoser.trace.trace_file import open_stream, read_bytes
 
@@ -177,19 +177,10 @@ def _all_dims(values: list) -> list | np.ndarray:
     return [_dims(v) for v in values]
 
 
-# kernel fields kept in the smallest integer type that holds them: device, stream and launch shapes fit
-# a byte or two, and at 10^7 kernels every byte of a column is 10 MB
+# kernel fields kept in the narrowest integer type that holds them (``model.narrowest``), widened as read
 _NARROW_FIELDS = {"kernels": ("device", "stream", "correlation", "grid", "block", "registers", "shared_mem", "msg_bytes")}
-_WIDTHS = ("b", "h", "i", "q")  # array typecodes of int8, int16, int32, int64
+_WIDTHS = ("b", "h", "i", "q")  # array typecodes of model.INT_TYPES
 _DTYPES = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64, "d": np.float64}
-
-
-def _width(column: np.ndarray) -> int:
-    """Index into ``_WIDTHS`` of the narrowest type that holds every value of an int64 column."""
-    if not len(column):
-        return 0
-    lo, hi = int(column.min()), int(column.max())
-    return next(i for i, code in enumerate(_WIDTHS) if np.iinfo(_DTYPES[code]).min <= lo and hi <= np.iinfo(_DTYPES[code]).max)
 
 
 def _numpy(values: array) -> np.ndarray:
@@ -236,7 +227,7 @@ class _Columns:
         for name, column in columns.items():  # appended only once every field reads
             values = self.fields[name]
             if name in self.narrow:  # widened when a piece holds a value its type cannot
-                width = max(_WIDTHS.index(values.typecode), _width(column))
+                width = max(_WIDTHS.index(values.typecode), int_width(column))
                 if _WIDTHS[width] != values.typecode:
                     values = self.fields[name] = array(_WIDTHS[width], _numpy(values).astype(_DTYPES[_WIDTHS[width]]).tobytes())
                 column = column.astype(_DTYPES[values.typecode], copy=False)

@@ -42,7 +42,7 @@ import numpy as np
 
 from diagnoser.errors import InputError
 from diagnoser.trace.kineto import runtime_kind
-from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table
+from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, narrowest
 from diagnoser.trace.trace_file import regular_file
 
 MAX_EXPORT_BYTES = 16 * 2**30  # hours of a busy 8-GPU node; a decode diagnosis needs seconds of it
@@ -361,10 +361,12 @@ def _without_duplicates(tables: dict[str, Table | None], notes: list[str]) -> li
 
 
 def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
-    """The columns in start order, each replaced as it is sorted: the table is never held twice."""
+    """The columns in start order, each replaced as it is sorted: the table is never held twice.
+    Times stay int64; ids, devices and shapes take the narrowest type that holds them, as soon as a
+    table is read (``model.narrowest``)."""
     order = np.argsort(cols["start"], kind="stable")
     for key in list(cols):
-        cols[key] = cols[key][order]
+        cols[key] = cols[key][order] if key in ("start", "end") else narrowest(cols[key][order])
     return Table(cols)
 
 
@@ -494,7 +496,7 @@ def _concat(kernels: Table, graphs: Table | None) -> Table:
     cols = {}
     for key, col in kernels.columns.items():
         if key in graphs:
-            cols[key] = np.concatenate([col, graphs[key].astype(col.dtype)])
+            cols[key] = np.concatenate([col, graphs[key]])  # each narrowed apart: the wider type holds both
         else:  # launch geometry and resources are per node; a whole-graph row has none
             fill = np.full(len(graphs), -1, dtype=col.dtype)
             cols[key] = np.concatenate([col, fill])
