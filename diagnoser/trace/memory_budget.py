@@ -3,9 +3,11 @@
     parse_size("2G") -> int                       bytes; K, M, G, T suffixes (powers of 1024)
     read_plan(paths, budget, cpus) -> (order, workers, notes)
 
-Reading a rank holds its parsed events, about ``WORKING_SET_PER_BYTE`` times its JSON size at the
-peak (measured on generated kernel-dense traces: 211 MB for 100 MB of JSON, 104 MB for 30 MB,
-interpreter included), and parallel readers hold theirs at once: a folder of eight 1 GB ranks
+Reading a rank holds its parsed events, at most ``WORKING_SET_PER_BYTE`` times its JSON size at the
+peak (measured on generated kernel-dense traces with the row-tuple reader: 211 MB for 100 MB of
+JSON, 104 MB for 30 MB, interpreter included; the columnar reader peaks at 99 MB for the same
+100 MB, but parallel reading of large ranks is not measured yet, so the margin stays), and
+parallel readers hold theirs at once: a folder of eight 1 GB ranks
 read one per core would need several times the memory of one. So ranks are read largest first,
 as many at a time as the largest of them fit in the budget together, and the report says when
 the budget, not the cores, set that number: the reading is then slower than it could be.
