@@ -242,11 +242,16 @@ def low_acceptance(s) -> bool:
 
 
 def in_window_per_token_ms(s) -> float | None:
-    """Time per emitted token over the traced steps the ordinary step came from: their mean step over the tokens a
-    sequence emits a step (its own plus the accepted share of what it drafted). One window, one batch, like for like
-    with the ordinary step."""
-    window, drafted, rate = s.get("window_step_ms"), s.get("drafted_per_sequence_step"), s.get("acceptance_rate")
-    return None if None in (window, drafted, rate) else window / (1 + rate * drafted)
+    """Time per emitted token over the traced steps the ordinary step came from: their typical step (the verify
+    cycle's median for the share that verified, the ordinary step's for the rest) over the tokens a sequence emits a
+    step (its own plus the accepted share of what it drafted). One window, one batch, medians on both sides: a mean
+    over the steps would count their outliers against the ordinary step's median (on the real n-gram fault, 11.32
+    against 10.67 ms with plain and verify medians within 0.01 ms of each other)."""
+    share, drafted, rate = s.get("verify_step_share"), s.get("drafted_per_sequence_step"), s.get("acceptance_rate")
+    ordinary, verify = s.get("ordinary_step_ms"), s.get("verify_ms")
+    if None in (share, drafted, rate, ordinary, verify):
+        return None
+    return ((1 - share) * ordinary + share * verify) / (1 + rate * drafted)
 
 
 def time_per_token(s, m) -> float | None:
@@ -262,8 +267,8 @@ def per_token_evidence(s, m) -> list:
     found = in_window_per_token_ms(s)
     if found is None:
         return [ev("metrics.tpot_ms", time_per_token(s, m), "ms")]
-    return [ev("speculation.window_step_ms", s["window_step_ms"], "ms"), ev("speculation.drafted_per_sequence_step", s["drafted_per_sequence_step"]),
-            ev("per_token_in_window_ms", found, "ms")]
+    return [ev("speculation.verify_ms", s["verify_ms"], "ms"), ev("speculation.verify_step_share", s["verify_step_share"]),
+            ev("speculation.drafted_per_sequence_step", s["drafted_per_sequence_step"]), ev("per_token_in_window_ms", found, "ms")]
 
 
 def yield_per_cycle(s) -> float | None:

@@ -113,8 +113,8 @@ def test_a_speculating_trace_gives_the_ordinary_step_and_the_verify_cycle_at_one
                 key=lambda b: len(plain[b]) + len(verify[b]))
     assert found.speculation.ordinary_step_ms == pytest.approx(statistics.median(plain[batch]), rel=0.02)
     assert found.speculation.verify_ms == pytest.approx(statistics.median(verify[batch]), rel=0.02)
-    # the same window's mean step and the drafted tokens each sequence fed a step, for the time per emitted token
-    assert found.speculation.window_step_ms == pytest.approx(statistics.fmean(plain[batch] + verify[batch]), rel=0.02)
+    # the same window's share of verify steps and the drafted tokens each sequence fed a step, for the time per emitted token
+    assert found.speculation.verify_step_share == pytest.approx(len(verify[batch]) / (len(plain[batch]) + len(verify[batch])))
     assert found.speculation.drafted_per_sequence_step == pytest.approx(sum(drafted[batch]) / (batch * len(drafted[batch])))
 
 

@@ -241,8 +241,8 @@ class SpeculationObs(_Obs):
     verify_ms: float | None = Field(default=None, ge=0, description="target-model verification time per cycle")
     other_ms: float | None = Field(default=None, ge=0, description="other per-cycle work (sampling, bookkeeping)")
     ordinary_step_ms: Positive | None = Field(default=None, description="an ordinary one-token decode step, same workload")
-    window_step_ms: Positive | None = Field(
-        default=None, description="mean decode step over the traced steps the ordinary step was taken from, verify cycles and plain steps together"
+    verify_step_share: float | None = Field(
+        default=None, ge=0, le=1, description="share of the traced steps the ordinary step was taken from (one batch) that verified drafts"
     )
     drafted_per_sequence_step: float | None = Field(
         default=None, ge=0, description="drafted tokens each sequence fed per step over those traced steps (0 on a step without drafts)"

@@ -159,8 +159,9 @@ def _speculation(rows: list[RankStep]) -> SpeculationObs | None:
     """A trace holding decode steps that verified drafts and decode steps that did not, at the same number of
     sequences: the plain step is the ordinary step speculation is weighed against (it still pays the drafter's
     own lookup, so it bounds the loss from below), the other the verify cycle. All of that batch's steps together
-    give the mean step and the drafted tokens each sequence fed per step, so the time per emitted token comes
-    from the same window as the ordinary step once the counters say how many drafts are accepted."""
+    give the share that verified and the drafted tokens each sequence fed per step, so the time per emitted token
+    comes from the same window and the same medians as the ordinary step once the counters say how many drafts
+    are accepted."""
     by_batch: dict[int, tuple[list[float], list[float], list[int]]] = {}
     for r in rows:
         counts = decode_tokens(r.step)
@@ -174,7 +175,7 @@ def _speculation(rows: list[RankStep]) -> SpeculationObs | None:
         return None
     n, plain, verify, drafted = max(usable, key=lambda found: len(found[3]))
     return SpeculationObs(ordinary_step_ms=_median(plain), verify_ms=_median(verify),
-                          window_step_ms=float(np.mean(plain + verify)), drafted_per_sequence_step=sum(drafted) / (n * len(drafted)))
+                          verify_step_share=len(verify) / len(drafted), drafted_per_sequence_step=sum(drafted) / (n * len(drafted)))
 
 
 def to_observations(analysis: Analysis) -> Observations:
