@@ -151,6 +151,18 @@ def _engine_step(data: dict) -> Any:
     return 1e3 / rate if rate else None
 
 
+def _client_step(data: dict) -> Any:
+    """A stream's time per token read at the client (its TPOT, mean else median) is the client's interval, a chunk's
+    worth of tokens per chunk: beside a device step it says how much of the client's time the device spent (alone it
+    is only the TPOT again). Read only at the client: a TPOT read at the engine or unknown says nothing about the way out."""
+    metrics = _at("observations.metrics")(data) or {}
+    per_token = _typical(metrics, "tpot_ms")
+    beside_a_step = _at("observations.boundaries.device_step_ms")(data) is not None
+    if metrics.get("boundary") != "client_receipt" or not per_token or not beside_a_step:
+        return None
+    return per_token * (_at("observations.boundaries.tokens_per_chunk")(data) or 1)
+
+
 # A fixed time per request under this share of the shortest run's time is within what decode itself varies.
 FIXED_SHARE = 0.3
 
@@ -305,6 +317,8 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     ), only_with="observations.graph"),
     Equivalence("observations.boundaries.client_receipt_ms", "the median gap between chunks at the client", (
         same("observations.boundaries.client_p50_ms"),
+        Alternative("observations.metrics", _client_step,
+                    "a stream's TPOT (mean else median) read at the client, times the tokens per chunk, beside a device step"),
     )),
     Equivalence("observations.metrics.tokens_per_chunk", "tokens each streamed chunk carries", (
         Alternative("observations.boundaries.tokens_per_chunk", _client_chunking,
