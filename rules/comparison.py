@@ -29,6 +29,19 @@ def larger(slower: str, faster: str) -> bool:
     return a is not None and b is not None and a > b
 
 
+# Settings that size a device allocation: work may follow them, and a larger one may no longer fit the device.
+SIZED = frozenset({"max_context", "kv_cache_capacity"})
+
+
+def beyond_the_size(d) -> float:
+    """The slower run's time beyond what work sized by the larger setting could add. Work that follows a size (the
+    configured maximum context, the allocated cache) grows at most in proportion to it, all the step at worst, so the
+    larger size can stretch the faster run's time at most by the sizes' ratio; what the slower run took beyond that
+    came with the size some other way (the larger allocation no longer fitting the device). 0 within the ratio."""
+    ratio = as_number(d["slower"]) / as_number(d["faster"])
+    return max(0.0, d["slower_time"] - d["faster_time"] * ratio)
+
+
 # Thread counts written as the engine's choice: it takes every core (or more), so it is the larger count.
 ALL_THREADS = frozenset({"default", "auto", "all", "max"})
 

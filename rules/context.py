@@ -22,7 +22,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.comparison import UNITS, ablation, ablation_finding, beyond_the_size
 
 SPECS = load_specs(__file__)
 
@@ -44,6 +44,19 @@ def grows_too_much(s, growth: float) -> bool:
     return growth >= MIN_GROWTH and growth >= BEYOND_BOUND * expected
 
 
+def within_the_size(d, key: str):
+    """The A/B's delta, less what work sized by the larger setting cannot add: such work grows at most with the size,
+    so a slowdown beyond the sizes' ratio is not all its own (a larger allocation spilling off the device is)."""
+    finding = ablation_finding(d, key=key)
+    beyond = beyond_the_size(d)
+    if finding.removable_ms is None or not beyond:
+        return finding
+    finding.removable_ms -= beyond
+    finding.detail += (f" Work sized by {d['setting']} grows at most {d['slower']}/{d['faster']}-fold: {beyond:.3g} "
+                       f"{UNITS.get(d['figure'], '')} of the delta is beyond it.")
+    return finding
+
+
 def sweep_evidence(s) -> list:
     return [
         ev("context_sweep.context_lo", s["context_lo"]),
@@ -61,12 +74,12 @@ class ContextRules(RuleSet):
     @rule(SPECS["max-context-work"], *ablation("max_context"))
     def max_context_measured(self, d, parent_cap_ms):
         """Only the configured maximum changed, yet the step moved: work follows the maximum, not the live context."""
-        return ablation_finding(d, key="configured")
+        return within_the_size(d, key="configured")
 
     @rule(SPECS["max-context-work"], *ablation("kv_cache_capacity"))
     def kv_capacity_measured(self, d, parent_cap_ms):
         """Only the cache's allocated size changed, yet the step moved: work follows the allocation."""
-        return ablation_finding(d, key="allocated")
+        return within_the_size(d, key="allocated")
 
     @rule(
         SPECS["long-context-slowdown"],

@@ -20,13 +20,14 @@ from diagnoser.engine import (
     Platform,
     Probe,
     RuleSet,
+    RunDiff,
     Server,
     ev,
     load_specs,
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.comparison import SIZED, UNITS, ablation, ablation_finding, beyond_the_size, larger
 from diagnoser.rules.rates import stream_rates
 
 SPECS = load_specs(__file__)
@@ -236,6 +237,31 @@ class MachineRules(RuleSet):
         (a lower memory fraction) and timing again measures it."""
         return Finding(evidence=[ev("memory.spilled_to_host_gb", gb, "GB")],
                        detail=f"{gb:g} GB of device allocations live in host memory.")
+
+    @rule(
+        SPECS["cpu-offload"],
+        Memory(spilled_to_host_gb=MATCH.gb),
+        TEST(lambda gb: gb > 0),
+        AS.d << RunDiff(setting=P(lambda s: s in SIZED), slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda d, slower, faster: larger(slower, faster) and beyond_the_size(d) > 0),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+    def spill_beyond_the_larger_allocation(self, gb, d):
+        """Device allocations spilled to host memory, and runs differing only in a size that sets the allocation (the
+        configured maximum context, the cache's capacity) are further apart than work following that size allows: the
+        larger allocation no longer fit the device, and what lies in host memory is read over the host link each step.
+        The A/B's delta bounds the spill's cost: all of it at most, the part beyond the sizes' ratio at least."""
+        beyond, unit = beyond_the_size(d), UNITS.get(d["figure"], "")
+        return Finding(
+            evidence=[ev("memory.spilled_to_host_gb", gb, "GB"), ev(f"runs[{d['setting']}].slower", d["slower"]),
+                      ev(f"runs[{d['setting']}].faster", d["faster"]), ev("runs.figure", d["figure"]),
+                      ev("runs.slower_time", d["slower_time"], unit), ev("runs.faster_time", d["faster_time"], unit)],
+            removable_ms=d["slower_time"] - d["faster_time"],
+            step_ms=d["slower_time"],
+            detail=f"{d['setting']} {d['slower']} runs {d['slowdown']:.2f}x slower than {d['faster']}, more than the "
+            f"{d['slower']}/{d['faster']}-fold work sized by it could take: at least {beyond:.3g} {unit} of the delta came with "
+            f"the {gb:g} GB that spilled to host memory.",
+        )
 
     @rule(
         SPECS["cpu-offload"],
