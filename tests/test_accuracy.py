@@ -59,6 +59,7 @@ LATER_CORPORA = (
     ("corpus9", 12, 10, 12),
     ("corpus10", 15, 13, 13),
     ("corpus11", 15, 12, 12),
+    ("corpus12", 11, 8, 8),
 )
 
 
