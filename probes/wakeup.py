@@ -54,9 +54,28 @@ class WakeupMonitor:
         return waited / (waited + len(late) * PERIOD_S * 1e3)
 
     def p99_ms(self) -> float | None:
-        """None with too few wake-ups to judge by (a run of a few tens of ms); with fewer than a
-        hundred the p99 is the latest wake-up, which is what a reader that woke as rarely met."""
-        samples = sorted(self.late_ms)
-        if len(samples) < MIN_SAMPLES:
+        """The delay this client's own host adds to a chunk that arrives at a random moment, at its p99. A chunk
+        arriving during a stall of L ms waits what is left of it, so long stalls count for the time they last, not
+        once each as wake-ups do: on a busy box most wake-ups are on time while a few stalls of hundreds of ms hold a
+        tenth of the read (the wake-ups' own p99 read 30 ms where the chunks' was far longer). None with too few
+        wake-ups to judge by (a run of a few tens of ms)."""
+        if len(self.late_ms) < MIN_SAMPLES:
             return None
-        return samples[min(len(samples) - 1, int(0.99 * len(samples)))]
+        return time_weighted_quantile(self.late_ms, PERIOD_S * 1e3, 0.99)
+
+
+def time_weighted_quantile(late_ms: list[float], period_ms: float, q: float) -> float:
+    """The delay d with a share 1 - q of moments waiting longer than d: a moment inside a stall of L waits a share of
+    L uniformly, so the share waiting longer than d is the sum of (L - d) over stalls longer than d, over the whole
+    time (each sleep's period plus its lateness). Piecewise linear in d; solved between the sorted stalls."""
+    total = sum(late_ms) + len(late_ms) * period_ms
+    allowed = (1 - q) * total
+    longest_first = sorted(late_ms, reverse=True)
+    beyond = 0.0  # sum of the longer stalls seen so far
+    for count, stall in enumerate(longest_first, 1):
+        following = longest_first[count] if count < len(longest_first) else 0.0
+        # with d in [following, stall], the time waiting beyond d is beyond + stall - count * d
+        if beyond + stall - count * following >= allowed:
+            return max(following, (beyond + stall - allowed) / count)
+        beyond += stall
+    return 0.0

@@ -49,3 +49,16 @@ def test_a_reader_kept_from_the_gil_is_stalled_a_large_share():
         while time.perf_counter() < end:
             sum(range(20000))
     assert held.stalled_share() is not None and held.stalled_share() >= 0.3
+
+
+def test_the_p99_counts_each_stall_for_the_time_it_lasts():
+    """One 100 ms stall among a hundred 2 ms sleeps: 300 ms in all, of which 3 ms (1 %) wait longer than 97 ms. The
+    wake-ups' own p99 would be 0: ninety-nine of a hundred were on time, yet a third of the read was one stall."""
+    from diagnoser.probes.wakeup import time_weighted_quantile
+
+    assert time_weighted_quantile([100.0] + [0.0] * 99, 2.0, 0.99) == 97.0
+    assert time_weighted_quantile([1.0] * 100, 2.0, 0.99) == 0.97  # 100 x (1 - d) = 3
+    assert time_weighted_quantile([0.0] * 100, 2.0, 0.99) == 0.0
+    wake = WakeupMonitor()
+    wake.late_ms = [100.0] + [0.0] * 99
+    assert wake.p99_ms() == 97.0
