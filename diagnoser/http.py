@@ -163,7 +163,8 @@ class Streaming:
     def __init__(self, url: str, reply: httpx.Response, watchdog: _Watchdog, cap: int) -> None:
         self.url, self._reply, self._watchdog = url, reply, watchdog
         self.status_code = reply.status_code
-        self._body = _Body(url, reply.headers.get("content-encoding", ""), cap)
+        self.content_encoding = reply.headers.get("content-encoding", "").strip().lower()
+        self._body = _Body(url, self.content_encoding, cap)
 
     def _chunks(self) -> Iterator[bytes]:
         try:

@@ -122,6 +122,7 @@ def client_facts(responses: list[StreamedResponse], url: str, api: str, model: s
         server_timing=sm.server_reconciliation(responses),
         client_delay_p99_ms=client_delay_p99_ms,
         client_stalled_share=client_stalled_share,
+        stream_encoding=next((r.content_encoding for r in responses if r.content_encoding not in ("", "identity")), None),
     )
 
 
@@ -175,5 +176,6 @@ def to_observations(facts: ClientFacts) -> dict[str, Any]:
             bursty=bursty,
             near_zero_gap_fraction=facts.bunching.bunched_fraction,
             tokens_per_burst=facts.bunching.mean_burst_chunks * (facts.tokens_per_chunk or 1.0) if bursty else None,
+            compressed=facts.stream_encoding is not None,
         )
     return updates

@@ -49,6 +49,7 @@ class StreamedResponse:
     chunks: list[Chunk] = field(default_factory=list)
     completion_tokens: int | None = None  # from the final usage, when sent
     prompt_tokens: int | None = None
+    content_encoding: str = ""  # the reply's, as sent: an event stream compressed on the way
 
 
 def v1_base(endpoint: str) -> str:
@@ -190,6 +191,7 @@ def stream(client: Client, url: str, body: dict[str, Any], timeout_s: float) -> 
     with client.stream("POST", url, json=body, timeout_s=timeout_s) as reply:
         if reply.status_code != 200:
             raise HttpError(f"{url}: HTTP {reply.status_code}: {_server_message(reply.read())}")
+        response.content_encoding = reply.content_encoding
         for now_s, now_ns, data in _events(reply, url):
             if data.get("error"):
                 error = data["error"]

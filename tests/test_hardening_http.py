@@ -58,3 +58,21 @@ def test_loopback_targets_ignore_the_environments_proxy(monkeypatch):
         assert http.get(f"{server.url}/v1/models").status_code == 200
     assert is_loopback("http://localhost:8000") and is_loopback("http://[::1]:80") and not is_loopback("http://example.com")
     server.stop()
+
+
+def test_a_compressed_event_stream_is_said_as_a_stream_fact():
+    """A gzip event stream is read, and the encoding reaches the case: a compressor on the way holds events."""
+    from diagnoser.probes import client
+    from diagnoser.probes.sse_client import stream
+
+    choice = b'{"choices": [{"text": "x"}]}'
+    observations = {}
+    for gzip in (True, False):
+        server = _served(sse([choice] * 8 + [b"[DONE]"], gzip=gzip))
+        with Client(server.url, timeout_s=20) as http:
+            response = stream(http, f"{server.url}/v1/completions", {}, 20)
+        server.stop()
+        assert len(response.chunks) == 8
+        facts = client.client_facts([response], server.url, "completions", "m", 1, 8)
+        observations[gzip] = client.to_observations(facts)["stream"]
+    assert observations[True].compressed is True and observations[False].compressed is False

@@ -317,6 +317,9 @@ class ClientFacts(_Figures):
     client_stalled_share: float | None = Field(
         default=None, ge=0, le=1, description="share of the read the client could not run (its host's load, its own GIL); null: not measured"
     )
+    stream_encoding: str | None = Field(
+        default=None, description="the content-encoding the event streams arrived in (gzip, deflate, br), null: uncompressed"
+    )
 
 
 class ContextSweepPoint(_Figures):

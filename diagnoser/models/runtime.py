@@ -129,6 +129,10 @@ class StreamObs(_Obs):
     worst_stall_ms: Positive | None = Field(default=None, description="the longest gap a stream saw")
     bursty: bool | None = Field(default=None, description="tokens arrive in bursts rather than one per step")
     tokens_per_burst: Positive | None = Field(default=None, description="tokens that arrive together in one burst")
+    compressed: bool | None = Field(
+        default=None, description="the event stream arrived compressed (content-encoding gzip, deflate, br): a compressor on the way "
+        "holds events until its buffer fills or it flushes",
+    )
     near_zero_gap_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of chunk gaps too short to be a step: chunks read together after a stall"
     )
