@@ -31,6 +31,7 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
+from diagnoser.engine.canonical import SHORT_PROMPT
 from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
 
 SPECS = load_specs(__file__)
@@ -113,8 +114,9 @@ def decode_timed(m) -> bool:
 
 
 def timed_the_same_way(m, e) -> bool:
-    """The same job, on another build, configuration or machine, read at the same boundary."""
-    return e.get("kind") in SAME_JOB_KINDS and e.get("boundary", "unknown") == m.get("boundary", "unknown")
+    """The same job, on another build, configuration or machine, read at the same boundary. Two figures whose
+    boundaries nobody stated are not known to time the same span: one may count the prompt, the other not."""
+    return e.get("kind") in SAME_JOB_KINDS and e.get("boundary", "unknown") == m.get("boundary", "unknown") != "unknown"
 
 
 def includes_more_than_decode(m) -> bool:
@@ -251,6 +253,19 @@ class RateGuards(RuleSet):
         """No reference: the rate itself is the figure read as decode speed. Across a sweep of prompt
         lengths the long-context rules judge the growth instead, and runs of the same job (one setting of how it
         is served changed, not the work) timed the same way include the same prefill, so their delta stands."""
+        return self.rate_flags_finding()
+
+    @rule(
+        SPECS["rate-includes-prefill"],
+        AS.m << Metrics(),
+        ContextSweep(context_hi=P(lambda hi: hi <= SHORT_PROMPT)),
+        TEST(lambda m: includes_more_than_decode(m)),
+    )
+    def short_prompts_differ(self, m):
+        """Runs that differ only in a short prompt, timed by a rate that counts prefill: decode reads about the same
+        bytes a step over every such prompt, so what separates the runs is each one's own prefill, and no run among
+        them (nor a reference taken from one) is the same job as another. Over longer prompts decode itself grows,
+        and the long-context rules judge the sweep."""
         return self.rate_flags_finding()
 
     @rule(

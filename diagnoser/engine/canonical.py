@@ -186,6 +186,28 @@ def _fixed_cost_per_request(data: dict) -> Any:
     return True if fixed >= FIXED_SHARE * totals[0] else None
 
 
+# A prompt this short holds a stream's KV at a few per cent of the weights' bytes for any model (llama-7b's 512 kB a
+# token of fp16 KV is 13 % of its 4-bit weights at 1024 tokens): decode reads about the same bytes a step whatever
+# the prompt below it, so its time per token varies across such prompts by far less than PROMPT_RATE_SPREAD.
+SHORT_PROMPT = 1024
+PROMPT_RATE_SPREAD = 2.0
+
+
+def _prefill_across_prompts(data: dict) -> Any:
+    """Runs that differ only in a short prompt, each timed by a stream's rate (not a TPOT, which leaves the first
+    token out), whose time per token spreads twice or more: decode cannot move that much over such prompts, so each
+    rate carries its own prompt's prefill (and whatever else a request pays once)."""
+    from diagnoser.engine.comparison import sweep_points
+    from diagnoser.models.serving import Run
+
+    runs = [Run.model_validate(r) for r in _at("observations.runs")(data) or []]
+    rated = [r for r in runs if r.figures.per_user_tokens_per_s and r.figures.per_token_ms is None]
+    times = [t for prompt, t in sweep_points(rated, "input_tokens") if prompt <= SHORT_PROMPT]
+    if len(times) < 2:
+        return None
+    return True if max(times) >= PROMPT_RATE_SPREAD * min(times) else None
+
+
 def _typical(metrics: dict, name: str) -> Any:
     """A latency figure's mean, else its median."""
     figure = metrics.get(name) or {}
@@ -379,6 +401,8 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),
+        Alternative("observations.runs", _prefill_across_prompts,
+                    "runs differing only in a short prompt (1024 tokens at most), timed by a stream's rate, 2x or more apart"),
         Alternative("observations.metrics", _rate_over_request,
                     "the rate is the output tokens over the request latency (within 3 %)"),
     ), only_with="observations.metrics"),
