@@ -240,6 +240,22 @@ class MachineRules(RuleSet):
 
     @rule(
         SPECS["cpu-offload"],
+        Memory(device_memory_full=True),
+        Platform(sysmem_fallback=True),
+        NOT(Memory(spilled_to_host_gb=W())),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+    def full_device_spills(self):
+        """The device had no memory left once the model loaded, under a driver that places what does not fit in host
+        memory instead of failing it: whatever the engine allocated after that (caches, KV blocks, buffers) lies in
+        host memory and is read over the host link each step it is touched. Indicated: how much spilled is not
+        stated; the driver's shared-memory figure, or a run with headroom left, sizes it."""
+        return Finding(evidence=[ev("memory.device_memory_full", True), ev("platform.sysmem_fallback", True)],
+                       detail="The device was full after the load, on a driver that spills to host memory.",
+                       missing=["memory.spilled_to_host_gb"])
+
+    @rule(
+        SPECS["cpu-offload"],
         Memory(spilled_to_host_gb=MATCH.gb),
         TEST(lambda gb: gb > 0),
         AS.d << RunDiff(setting=P(lambda s: s in SIZED), slower=MATCH.slower, faster=MATCH.faster),

@@ -303,6 +303,42 @@ def _power_saving(data: dict) -> Any:
     return True if POWER_SAVING.search(_at("observations.platform.os")(data) or "") else None
 
 
+# Windows' name for device allocations its WDDM driver placed in host memory, as Task Manager shows it and people
+# write it beside the figure: "Shared GPU memory 0.6 GB", "shared GPU memory in use, 0.61-0.98 GB" (a range: its
+# least is what surely lay there). Unified-memory oversubscription is stated as the field itself.
+SHARED_GPU_MEMORY = re.compile(
+    r"\bshared gpu memory\b[^0-9]{0,40}?(\d+(?:\.\d+)?)(?:\s*(?:-|to)\s*\d+(?:\.\d+)?)?\s*(gi?b|mi?b)\b", re.IGNORECASE)
+
+
+def _shared_gpu_memory(path: str) -> Read:
+    def read(data: dict) -> Any:
+        found = SHARED_GPU_MEMORY.search(_at(path)(data) or "")
+        if found is None:
+            return None
+        amount = float(found.group(1))
+        return amount / 1024 if found.group(2).lower().startswith("m") else amount
+
+    return read
+
+
+# How engines log a device left with no memory after the load: "VRAM exhausted", "GPU memory exhausted", "0 MiB free".
+DEVICE_FULL = re.compile(r"\b(?:vram|gpu memory|device memory)\s+(?:is\s+)?exhausted\b|(?<![\d.])0(?:\.0+)?\s*mi?b\s+free\b",
+                         re.IGNORECASE)
+
+
+def _device_full(data: dict) -> Any:
+    return True if DEVICE_FULL.search(_at(LOGGED_LINE)(data) or "") else None
+
+
+# Windows' display driver model pages device allocations that do not fit into host memory (its sysmem fallback) rather
+# than failing them, and WSL2 runs CUDA through the same driver; named as the system is.
+WDDM = re.compile(r"\bwindows\b|\bwsl2?\b|\bwddm\b", re.IGNORECASE)
+
+
+def _wddm(data: dict) -> Any:
+    return True if WDDM.search(_at("observations.platform.os")(data) or "") else None
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -387,6 +423,17 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
         Alternative(LOGGED_LINE, _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
+    )),
+    Equivalence("observations.memory.spilled_to_host_gb", "device allocations the driver placed in host memory", (
+        Alternative("observations.platform.os", _shared_gpu_memory("observations.platform.os"),
+                    "the OS setting names Windows' shared GPU memory in use, with its size (a range's least)"),
+        Alternative(LOGGED_LINE, _shared_gpu_memory(LOGGED_LINE), "a pasted line naming shared GPU memory in use, with its size"),
+    )),
+    Equivalence("observations.memory.device_memory_full", "no device memory was left once the model loaded", (
+        Alternative(LOGGED_LINE, _device_full, "a logged line saying the device's memory is exhausted, or 0 MiB free"),
+    )),
+    Equivalence("observations.platform.sysmem_fallback", "the driver places what does not fit the device in host memory", (
+        Alternative("observations.platform.os", _wddm, "the system is Windows (or WSL2, or names WDDM): its display driver's sysmem fallback"),
     )),
     Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
         Alternative(LOGGED_LINE, _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),

@@ -82,6 +82,10 @@ class MemoryObs(_Obs):
     spilled_to_host_gb: float | None = Field(
         default=None, ge=0, description="device allocations the driver placed in host memory (Windows 'shared GPU memory', unified-memory oversubscription)"
     )
+    device_memory_full: bool | None = Field(
+        default=None, description="no device memory was left once the model loaded (a log's 'VRAM exhausted', '0 MiB free'): what "
+        "is allocated after it goes wherever the driver puts it, or is refused"
+    )
     layers_on_device: int | None = Field(default=None, ge=0, description="model layers placed on the device (llama.cpp's -ngl, as its log reports)")
     layers_total: int | None = Field(default=None, ge=1, description="model layers in all, on the device or not")
     weights_on_host_fraction: float | None = Field(
@@ -110,6 +114,10 @@ class PlatformObs(_Obs):
     feature_gated_off: str | None = Field(default=None, description="a feature the engine turned off for this platform (graphs, a kernel)")
     device_api: str | None = Field(default=None, description="cuda, rocm, vulkan, metal, cpu, npu")
     os: str | None = Field(default=None, description="operating system and any scheduling setting of note")
+    sysmem_fallback: bool | None = Field(
+        default=None, description="the driver places device allocations that do not fit in host memory instead of failing them "
+        "(Windows' WDDM driver, under WSL2 too): a full device spills rather than runs out"
+    )
     cpu_threads: int | None = Field(default=None, ge=1, description="threads the engine runs its CPU work on")
     cpu_cores_available: Positive | None = Field(default=None, description="cores the process may use (cgroup quota or cpuset)")
     cpu_throttled_fraction: float | None = Field(default=None, ge=0, le=1, description="share of CFS periods throttled")
