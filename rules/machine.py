@@ -359,6 +359,26 @@ class MachineRules(RuleSet):
         other does (its arch list, its SIMD or GPU backend, its debug checks)."""
         return ablation_finding(d)
 
+    @rule(
+        SPECS["cpu-oversubscribed"],
+        Platform(device_api="cpu", cpu_threads=MATCH.threads, cpu_cores_available=MATCH.cores),
+        NOT(Platform(cpu_physical_cores=W())),
+        NOT(Budget(step_ms=W())),
+        TEST(lambda threads, cores: threads == cores),
+    )
+    def every_logical_core(self, threads, cores):
+        """The model's kernels run on the CPU with a thread on every core the process may use, counted as the OS counts
+        them: where those are SMT siblings (two to a core on most x86 parts) two matmul threads share one core's vector
+        units and wait for each other at every barrier. Possible: the physical core count decides, and a run at that
+        many threads measures it. It is the lead a bare thread count gives; a profiled step has leads of its own, and
+        a count that is only possible does not go before them."""
+        return Finding(
+            evidence=[ev("platform.cpu_threads", threads), ev("platform.cpu_cores_available", cores)],
+            grade=Grade.possible,
+            missing=["platform.cpu_physical_cores"],
+            detail=f"{threads} threads on {cores:g} cores as the OS counts them; how many are physical cores is not stated.",
+        )
+
     @rule(SPECS["cpu-oversubscribed"], AS.p << Platform(), TEST(lambda p: oversubscribed(p)))
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")
