@@ -49,12 +49,12 @@ def test_the_second_and_third_corpora_stay_above_their_floors():
 # The later blind corpora: (folder, cases, top-1 and top-3 counts reached so far). Each was scored once
 # before any rule changed for it (README's table); the floors guard what they taught since.
 LATER_CORPORA = (
-    ("corpus2", 28, 23, 23),
+    ("corpus2", 28, 24, 24),
     ("corpus3", 20, 18, 20),
-    ("corpus4", 20, 16, 17),
+    ("corpus4", 20, 19, 20),
     ("corpus5", 20, 19, 20),
     ("corpus6", 20, 19, 19),
-    ("corpus7", 20, 17, 17),
+    ("corpus7", 20, 18, 18),
     ("corpus8", 17, 15, 15),
     ("corpus9", 12, 10, 12),
     ("corpus10", 15, 13, 13),
