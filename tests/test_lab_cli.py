@@ -98,3 +98,26 @@ def test_exercise_commands_are_valid_diagnoser_commands():
             # --help after the arguments: click parses every option given, then prints help and stops
             result = CliRunner().invoke(cli, [*args, "--help"])
             assert result.exit_code == 0, (line, result.output)
+
+
+def test_a_cause_named_by_a_setting_or_counter_is_beyond_health_at_any_size():
+    """The lab's health: host-overhead within its baseline and small measured times are noise; a measured cause whose
+    evidence is a server setting or counter is not, however small, nor is an indicated one."""
+    from diagnoser.models.hypothesis import Diagnosis
+    from diagnoser.real_vllm.faults import healthy_problems
+
+    def cause(rule, grade, removable, step, *names):
+        gain = None if removable is None else {"removable_ms": removable, "step_ms": step, "after_ms": step - removable,
+                                               "speedup": step / (step - removable)}
+        return {"id": rule, "rule": rule, "title": rule, "explanation": "", "kind": "cause", "grade": grade,
+                "evidence": [{"name": n, "value": 1.0} for n in names], "gain": gain}
+
+    def problems(*hypotheses):
+        return healthy_problems(Diagnosis.model_validate({"title": "t", "hypotheses": list(hypotheses)}))
+
+    host = cause("host-overhead", "measured", 2.0, 5.0, "budget.host_ms")
+    assert problems(host, cause("structured-output-overhead", "measured", 0.5, 5.0, "runs.figure")) == []
+    assert problems(host, cause("speculation-low-acceptance", "measured", 0.45, 7.5, "speculation.acceptance_rate")) == ["speculation-low-acceptance"]
+    assert problems(host, cause("default-penalties", "measured", 0.3, 5.0, "server.penalties", "runs.figure")) == ["default-penalties"]
+    assert problems(cause("host-overhead", "measured", 3.5, 5.0, "budget.host_ms")) == ["host-overhead"]
+    assert problems(host, cause("compile-off", "indicated", None, None, "server.torch_compile")) == ["compile-off"]

@@ -25,7 +25,8 @@ DRAWN = [name for name in OFFERED if name not in NOT_DRAWN]
 # What a healthy server looks like here, printed with the commands: the trainee's noise floor.
 HEALTHY = (f"A healthy server here spends up to {HOST_BASELINE_SHARE:.0%} of its step on the host (host-overhead: "
            "the CPU build's baseline, not a fault), shows no other cause measured above 15 % of the step, and none "
-           "indicated by its settings or counters. Answer with the first cause the diagnosis ranks beyond that, else none.")
+           "named by its settings or counters (a cause indicated, or one whose evidence holds a server.* or speculation.* "
+           "figure, at any size). Answer with the first cause the diagnosis ranks beyond that, else none.")
 
 
 def draw(seed: int | None = None) -> Fault:
