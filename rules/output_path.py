@@ -331,6 +331,17 @@ class OutputPathRules(RuleSet):
         )
 
     @rule(
+        SPECS["output-length-growth"],
+        Metrics(per_token_grows_with=P(lambda g: "output_length" in g)),
+        NOT(Boundaries(itl_growth_ms_per_1k_output=W())),
+    )
+    def reported_output_growth(self):
+        """The per-token time was seen to rise as the output grows, with no slope to size it: indicated. The
+        growing context rises with it, so the KV cache's share is the context sweep's to say."""
+        return Finding(evidence=[ev("metrics.per_token_grows_with", "output_length")],
+                       detail="No slope of the time per token against tokens generated sizes the growth yet.")
+
+    @rule(
         SPECS["penalty-over-history"],
         AS.s << Server(),
         NOT(HostCostFact(name="penalties", grows_with=P(lambda g: bool(HISTORY_GROWTH & set(g))))),

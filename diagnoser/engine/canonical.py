@@ -186,6 +186,29 @@ def _fixed_cost_per_request(data: dict) -> Any:
     return True if fixed >= FIXED_SHARE * totals[0] else None
 
 
+# A longer output's time per token this much above the shortest run's is beyond what serving runs repeat within.
+GROWS = 1.05
+
+
+def _growth_across_outputs(data: dict) -> Any:
+    """Runs that differ only in output length, each a whole output's time per token, rising with the length: a step
+    that costs ``a + g * i`` at the ``i``-th token averages ``a + g * n / 2`` over ``n`` tokens, so the per-token
+    time's slope against the length is half the step's growth per token generated. Only when no run is faster per
+    token than a shorter one: a fixed time per request (a prefill inside the rate) makes short runs slower per
+    token, and that reading is ``rate_includes_prefill``'s."""
+    from diagnoser.engine.comparison import sweep_points
+    from diagnoser.models.serving import Run
+
+    runs = _at("observations.runs")(data)
+    points = sweep_points([Run.model_validate(r) for r in runs], "output_tokens") if runs else []
+    if len(points) < 2 or any(later < earlier for (_, earlier), (_, later) in zip(points, points[1:])):
+        return None
+    (n0, t0), (n1, t1) = points[0], points[-1]
+    if t1 < GROWS * t0:
+        return None
+    return round(2 * (t1 - t0) / (n1 - n0) * 1e3, 4)
+
+
 # A prompt this short holds a stream's KV at a few per cent of the weights' bytes for any model (llama-7b's 512 kB a
 # token of fp16 KV is 13 % of its 4-bit weights at 1024 tokens): decode reads about the same bytes a step whatever
 # the prompt below it, so its time per token varies across such prompts by far less than PROMPT_RATE_SPREAD.
@@ -445,6 +468,11 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.metrics.output_tokens_per_s", _one_stream_rate,
                     "the aggregate rate, with one request in flight (metrics.concurrency, else workload.batch, of 1)"),
     ), only_with="observations.metrics"),
+    Equivalence("observations.boundaries.itl_growth_ms_per_1k_output", "how much each step grows per 1k tokens generated", (
+        Alternative("observations.runs", _growth_across_outputs,
+                    "runs differing only in output length, slower per token the longer (5 % or more end to end): twice "
+                    "the slope of the time per token against the length"),
+    )),
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),
