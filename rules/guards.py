@@ -13,8 +13,11 @@ from diagnoser.engine import (
     Budget,
     Claim,
     ClaimedStep,
+    Expectation,
     Finding,
     KernelSum,
+    Metrics,
+    P,
     QuotedBound,
     Reference,
     RuleSet,
@@ -23,6 +26,8 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
+
+from diagnoser.rules.rates import engine_side, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -49,6 +54,34 @@ WHOLE_TRACE_MS = 1000.0
 BUSY_SHARE = 0.5
 # Two byte counts within 5 % are the same figure (byte counts are exact; timings are not).
 SAME_BYTES = 0.05
+
+
+# A client receives a stream's tokens no faster than the engine makes them; rates of one stream read at the two
+# clocks agree within the client's jitter (CLIENT_SLACK in output_path). An engine-side rate under half the client's
+# is beyond any jitter, and beyond what one setting of the same engine usually moves (tens of per cent).
+INNER_SLOWER = 2.0
+
+
+def stream_ms(side, rate) -> float | None:
+    """One stream's time per token on a side: its stated per-token time, else one over its per-stream rate."""
+    stated = side.get("per_token_ms")
+    return stated if stated is not None else (1e3 / rate if rate else None)
+
+
+def inner_slower(m, e) -> float | None:
+    """How many times the engine's own per-token time exceeds the client's for the same engine at the same
+    concurrency, or None where the sides are not those two clocks or their concurrencies differ."""
+    if e.get("kind") != "other_config" or m.get("concurrency") != e.get("concurrency"):
+        return None
+    mine, theirs = stream_rates(m, e)
+    observed, expected = stream_ms(m, mine), stream_ms(e, theirs)
+    if None in (observed, expected):
+        return None
+    if engine_side(m.get("boundary")) and e.get("boundary") == "client_receipt":
+        return observed / expected
+    if m.get("boundary") == "client_receipt" and engine_side(e.get("boundary")):
+        return expected / observed
+    return None
 
 
 class GuardRules(RuleSet):
@@ -152,6 +185,24 @@ class GuardRules(RuleSet):
     @rule(SPECS["boundary-mismatch"], BoundaryPair(observed=MATCH.observed, bound=MATCH.bound), TEST(lambda observed, bound: observed != bound))
     def boundary_mismatch(self, observed, bound):
         return Finding(evidence=[ev("observed.boundary", observed), ev("bound.boundary", bound)])
+
+    @rule(
+        SPECS["boundary-mismatch"],
+        AS.m << Metrics(concurrency=MATCH.concurrency),
+        AS.e << Expectation(boundary=P(lambda b: b != "unknown")),
+        TEST(lambda m, e: (inner_slower(m, e) or 0) >= INNER_SLOWER),
+    )
+    def engine_figure_below_the_clients(self, m, e):
+        """The engine's own figure for a stream is slower than a client received from the same engine at the same
+        concurrency: tokens cannot reach a client faster than they are made, so the engine's figure is not that
+        stream's time per token (a window's average over idle time, or another count)."""
+        times = inner_slower(m, e)
+        return Finding(
+            evidence=[ev("metrics.boundary", m["boundary"]), ev("expected.boundary", e["boundary"]),
+                      ev("metrics.concurrency", m["concurrency"]), ev("engine_over_client_time", times, "x")],
+            detail=f"The engine-side figure is {times:.3g}x the client's time per token for the same engine and "
+            "concurrency: a client cannot receive faster than the engine makes tokens.",
+        )
 
     @rule(
         SPECS["python-tracer-inflates-host"],
