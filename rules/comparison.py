@@ -14,6 +14,15 @@ SPECS = load_specs(__file__)
 
 # Serving benchmarks repeat within a few percent; a 5 % slower run on the same figure is a change.
 SLOWER = 1.05
+# Where the runs state how far their own repeats moved, a difference twice the wider spread lies outside both runs'
+# bands (each run's repeats span at most the spread): a change, however small against SLOWER.
+BEYOND_REPEATS = 2.0
+
+
+def slower_beyond_noise(d, ratio: float) -> bool:
+    """Slower than serving benchmarks repeat, or than these runs' own repeats when they state them."""
+    spread = d.get("repeat_spread")
+    return ratio >= SLOWER or (spread is not None and ratio - 1 >= BEYOND_REPEATS * spread)
 
 
 def as_number(value: str) -> float | None:
@@ -138,16 +147,17 @@ class ComparisonRules(RuleSet):
         SPECS["regression-located"],
         AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after),
         TEST(
-            lambda setting, ratio, before, after: setting != "several"
+            lambda d, setting, ratio, before, after: setting != "several"
             and setting not in WORKLOAD_SETTINGS
-            and ratio >= SLOWER
+            and slower_beyond_noise(d, ratio)
             and not interpreted(setting, after, before)
         ),
     )
     def regression_located(self, d, setting, ratio, before, after):
         """Several runs changing the same setting give one hypothesis per setting: the largest delta ranks first."""
+        spread = [ev("runs.repeat_spread", d["repeat_spread"])] if "repeat_spread" in d else []
         return Finding(
-            evidence=[ev("runs.changed", setting), ev("runs.before", before), ev("runs.after", after), *_delta_evidence(d)],
+            evidence=[ev("runs.changed", setting), ev("runs.before", before), ev("runs.after", after), *_delta_evidence(d), *spread],
             removable_ms=d["other_time"] - d["base_time"],
             step_ms=d["other_time"],
             key=setting,

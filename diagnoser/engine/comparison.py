@@ -23,6 +23,7 @@ class RunDelta:
     base_time: float  # time per unit of work: ms per token, or s for a fixed job
     other_time: float
     in_flight: float | None = None  # the load both runs kept in flight (their shared concurrency or batch), when stated
+    repeat_spread: float | None = None  # the wider of the two runs' stated repeat spreads, when either states one
 
     @property
     def changed(self) -> tuple[str, ...]:
@@ -154,9 +155,17 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
                 base_time=shared[1],
                 other_time=shared[2],
                 in_flight=_shared_load(base, other),
+                repeat_spread=_repeat_spread(base, other),
             )
         )
     return deltas
+
+
+def _repeat_spread(a: Run, b: Run) -> float | None:
+    """How far either run's figure moved between its own repeats: the wider of the two stated, since a difference
+    must clear the noisier side's band."""
+    stated = [r.repeat_spread for r in (a, b) if r.repeat_spread is not None]
+    return max(stated) if stated else None
 
 
 def _shared_load(a: Run, b: Run) -> float | None:

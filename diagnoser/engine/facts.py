@@ -472,6 +472,7 @@ def _run_diff(d: RunDelta) -> RunDiff:
         figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
         slower=slower, faster=faster, slower_time=slower_time, faster_time=faster_time, slowdown=slower_time / faster_time,
         **({"in_flight": d.in_flight} if d.in_flight is not None else {}),
+        **({"repeat_spread": d.repeat_spread} if d.repeat_spread is not None else {}),
     )
 
 

@@ -45,6 +45,7 @@ INFORMATIONAL: dict[str, str] = {
     "observations.metrics.output_tokens": "shown; output length is compared as a run setting (output_tokens)",
     "observations.runs.figures.ttft_ms": "shown; runs are compared on decode figures, not on prefill",
     "observations.runs.figures.host_ms_per_step": "shown with the run",
+    "observations.runs.repeats": "read as the run's repeat_spread: (highest - lowest) / lowest of the repeats",
     "observations.routing.active_experts_per_step": "shown; the bound's expected expert union is computed from the model",
     "observations.platform.os": "names the system",
     "observations.step_mix.prefill_steps": "shown; interference is judged from the mixed steps",

@@ -229,4 +229,19 @@ class Run(_Obs):
         return self
     figures: RunFigures = Field(description="what it measured; runs are compared on the first figure both have")
     baseline: bool = Field(default=False, description="the reference run others are compared with (else the first)")
+    repeat_spread: float | None = Field(
+        default=None, ge=0, lt=1, description="how far its figure moved between repeats of the same run: (highest - lowest) / "
+        "lowest; a smaller difference between runs counts when the repeats are tighter than it",
+    )
+    repeats: list[Positive] = Field(
+        default_factory=list, description="its figure in each repeat of the same run (any one figure, rate or time): "
+        "their spread is the repeat_spread",
+    )
+
+    @model_validator(mode="after")
+    def _spread_of_repeats(self) -> "Run":
+        """Repeats of one figure state its spread as plainly as a stated fraction does: one field for the rules."""
+        if self.repeat_spread is None and len(self.repeats) >= 2:
+            self.repeat_spread = (max(self.repeats) - min(self.repeats)) / min(self.repeats)
+        return self
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where its figures were read")
