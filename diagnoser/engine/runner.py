@@ -177,6 +177,7 @@ def build_hypothesis(
     return Hypothesis(
         grade=grade,
         claimed_ms=finding.removable_ms if kind is Kind.cause else None,
+        at_least=finding.at_least and kind is Kind.cause and gain is not None,
         bounded_by=list(bounded_by) if kind is Kind.cause and gain is None else [],
         leads=spec.leads,
         locates=spec.locates,
@@ -258,10 +259,11 @@ def names_parents_mechanism(h: Hypothesis, parent: Hypothesis | None) -> bool:
     parent whose time is measured: the parent is the bucket the time was found in, the refinement the one named
     mechanism that may fill it, so it is what to check first. Its share stays unknown (no gain is claimed for
     it); a measured refinement under half of its parent is the one case that keeps its place behind, since its
-    share is known to be the smaller part."""
+    share is known to be the smaller part, unless its time is only a floor (measured against a figure that pays the
+    mechanism too): then its share is not known either."""
     if parent is None or parent.gain is None or parent.grade is not Grade.measured:
         return False
-    return h.gain is None and h.grade is Grade.indicated
+    return (h.gain is None and h.grade is Grade.indicated) or (h.at_least and h.grade is Grade.measured)
 
 
 def leads_parent(h: Hypothesis, parent: Hypothesis | None) -> bool:

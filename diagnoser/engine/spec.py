@@ -107,6 +107,9 @@ class Finding:
     key: str = ""  # tells apart several firings of one rule (one per collective, ...)
     missing: list[str] = field(default_factory=list)
     grade: Grade | None = None  # default: measured with a removable time, else the spec's grade
+    # The measured time is a floor: the mechanism also costs inside the figure it was measured against (a step timed
+    # with it on), so its share of a broader cause's time may be larger than measured.
+    at_least: bool = False
 
 
 def load_specs(module_file: str | Path) -> dict[str, RuleSpec]:

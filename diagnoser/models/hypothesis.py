@@ -107,6 +107,9 @@ class Hypothesis(_Out):
         default_factory=list, description="an unbounded cause: the inputs whose measurement would bound its gain"
     )
     implied_by: str | None = Field(default=None, description="a parent named only because this refinement holds")
+    at_least: bool = Field(
+        default=False, description="the measured time is a floor: the mechanism also costs inside the figure it was measured against"
+    )
     leads: bool = Field(default=False, description="a guard that invalidates the comparison; ranks before every cause")
     locates: bool = Field(
         default=False, description="says where the time went (a changed setting), not what spends it; ranks after the mechanisms"

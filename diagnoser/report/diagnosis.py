@@ -64,6 +64,9 @@ def gain_text(h: Hypothesis) -> str:
     streamed = ""
     if g.stream_step_ms is not None:
         streamed = f"; ranked on the {ms(g.stream_step_ms)} a stream sees: {g.stream_speedup:.3f}x"
+    if h.at_least:
+        return (f"at least {ms(g.removable_ms)} of {ms(g.step_ms)} -> {ms(g.after_ms)} or less, {g.speedup:.3f}x or more "
+                f"(a floor: it also costs inside the step it was measured against){capped}{streamed}")
     return f"at most {ms(g.removable_ms)} of {ms(g.step_ms)} -> {ms(g.after_ms)}, {g.speedup:.3f}x{capped}{streamed}"
 
 
@@ -91,7 +94,7 @@ def verdict_line(d: Diagnosis) -> str:
         parts.append(f"the comparison itself is in doubt ({leading[0].id})")
     if causes:
         top = causes[0]
-        bound = f", at most {top.gain.speedup:.3f}x" if top.gain else ", not bounded yet"
+        bound = f", at {'least' if top.at_least else 'most'} {top.gain.speedup:.3f}x" if top.gain else ", not bounded yet"
         parts.append(f"leading cause {top.id} ({top.grade.value if top.grade else 'ungraded'}{bound}; {len(causes)} cause(s))")
     else:
         parts.append("no cause named yet")
