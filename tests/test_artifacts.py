@@ -151,6 +151,18 @@ def test_a_case_file_with_artifacts_laid_over_it(tmp_path):
     assert two.returncode == 2 and "two case files" in two.stderr
 
 
+def test_a_case_whose_comment_quotes_a_server_log_line_is_read_as_a_case(tmp_path):
+    """A case's comments may quote what a format is known by (a vLLM stats line): the mapping of case fields decides."""
+    case = tmp_path / "quoted.yaml"
+    case.write_text("# the server printed:\n"
+                    "#   INFO metrics.py:396] Avg prompt throughput: 72.1 tokens/s, Avg generation throughput: 1.4 tokens/s, "
+                    "Running: 1 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%\n"
+                    "title: quoted log\nobservations:\n  metrics: {boundary: engine, tpot_ms: {p50: 20}}\n")
+    done = run_cli("diagnose", str(case), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "read quoted.yaml as" not in done.stderr and json.loads(done.stdout)["title"] == "quoted log"
+
+
 def test_runs_from_two_configurations_differ_in_what_their_files_state(tmp_path):
     eager, default = RECORDINGS / "enforce-eager", RECORDINGS / "none"
     case, _ = case_from([], runs=[("default", [default / "bench.json", default / "server.log"]),

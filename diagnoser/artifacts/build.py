@@ -204,15 +204,18 @@ def load_inputs(paths: Sequence[str]) -> tuple[Case, Imported | None]:
     cases, artifacts = [], []
     for path in paths:
         artifact = Artifact.load(path)
-        if recognise(artifact) is not None:
+        # a case first: its comments may quote what a format is recognised by (a server log's stats line)
+        if _is_case(artifact):
+            cases.append(path)
+        elif recognise(artifact) is not None:
             artifacts.append(path)
         elif len(paths) == 1:
-            return load_case(path), None  # a case, or a damaged one: the case reader says what is wrong with it
-        elif _is_case(artifact):
-            cases.append(path)
+            return load_case(path), None  # a damaged case: the case reader says what is wrong with it
         else:
             raise InputError(f"{artifact.name}: neither a case file nor a format diagnoser reads; it knows: {known()}")
     if len(cases) > 1:
         raise InputError(f"{cases[0]} and {cases[1]}: two case files; give one case and any artifacts to lay over it")
     base = load_case(cases[0]) if cases else None
+    if base is not None and not artifacts:
+        return base, None
     return case_from(artifacts, base=base)
