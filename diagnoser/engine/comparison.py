@@ -59,7 +59,8 @@ class RunDelta:
         return self.oriented(self.before, self.after)
 
 
-def _value(run: Run, name: str) -> str:
+def setting_value(run: Run, name: str) -> str:
+    """A setting as runs are compared on it: lower-case text, "unset" when the run does not state it."""
     value = run.settings.get(name)
     return "unset" if value is None else str(value).lower()
 
@@ -100,8 +101,8 @@ _OFF = {"unset", "false", "off", "no", "0", "none"}
 def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
     """The lead as a switch: its own value when stated, else on when any companion is set."""
     if lead in run.settings:
-        return "false" if _value(run, lead) in _OFF else "true"
-    return "false" if all(_value(run, c) in _OFF for c in companions) else "true"
+        return "false" if setting_value(run, lead) in _OFF else "true"
+    return "false" if all(setting_value(run, c) in _OFF for c in companions) else "true"
 
 
 def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, str, str]]:
@@ -120,7 +121,7 @@ def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, 
             folded.append((lead, before, after))
         else:
             left |= members  # the lead is on in both: its companions changed as settings of their own
-    folded += [(n, _value(base, n), _value(other, n)) for n in changed if n in left]
+    folded += [(n, setting_value(base, n), setting_value(other, n)) for n in changed if n in left]
     return folded
 
 
@@ -139,7 +140,7 @@ def run_deltas(runs: list[Run]) -> list[RunDelta]:
         if other is base:
             continue
         names = sorted(set(base.settings) | set(other.settings))
-        changed = tuple(n for n in names if _value(base, n) != _value(other, n))
+        changed = tuple(n for n in names if setting_value(base, n) != setting_value(other, n))
         shared = _shared_figure(base, other, changed)
         if shared is None or not changed:
             continue

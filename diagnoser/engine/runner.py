@@ -12,6 +12,7 @@ import inspect
 from typing import Any, Callable
 
 from diagnoser.engine.canonical import canonical
+from diagnoser.engine.comparison import setting_value
 from diagnoser.engine.facts import (
     Holds,
     Unevaluable,
@@ -36,6 +37,7 @@ from diagnoser.models.hypothesis import (
     Grade,
     BoundSummary,
     Diagnosis,
+    Evidence,
     Hypothesis,
     Kind,
     Remedy,
@@ -221,17 +223,20 @@ def compared_speedup(h: Hypothesis, streams: dict[float, float]) -> float:
 SPEEDUP_DIGITS = 2
 
 
-def _rank_key(h: Hypothesis, streams: dict[float, float]) -> tuple:
+def _rank_key(h: Hypothesis, streams: dict[float, float], common: frozenset[str] = frozenset()) -> tuple:
     """A locating cause (the slowdown follows a changed setting) restates the comparison the
-    engineer supplied; a mechanism of any grade says what to fix inside it, so it comes first."""
+    engineer supplied; a mechanism of any grade says what to fix inside it, so it comes first.
+    A cause named only by a setting every compared run shares (``common``) cannot explain their
+    difference, so for the comparison's question it comes after the located change."""
     speedup = compared_speedup(h, streams)
+    standing = 2 if h.id in common else int(h.locates)
     grade = GRADE_ORDER[h.grade] if h.grade is not None else 0
     # At equal gain a measured cause comes before its refinements (they are capped by it, never
     # above it); an unbounded one after them, since it is only named because they hold.
     refinement_first = h.gain is None and h.grade is not Grade.measured
     family = (h.parent is None) if refinement_first else (h.parent is not None)
     return (
-        not h.leads, KIND_ORDER[h.kind], h.locates, grade, -round(speedup, SPEEDUP_DIGITS), h.implied_by is not None, family,
+        not h.leads, KIND_ORDER[h.kind], standing, grade, -round(speedup, SPEEDUP_DIGITS), h.implied_by is not None, family,
         -len(h.evidence), h.id, h.model_dump_json(),
     )
 
@@ -270,12 +275,47 @@ def leads_parent(h: Hypothesis, parent: Hypothesis | None) -> bool:
     return explains_parent(h, parent) or names_parents_mechanism(h, parent)
 
 
-def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
+def sweep_constants(case: Case) -> dict[str, str]:
+    """The settings two or more runs all state with one value, when every other setting they state is one
+    that the runs vary: whatever a constant costs, every side of that one change pays it alike. Runs that
+    vary two settings (a version with and without LoRA) can show a change whose cost depends on another
+    setting, and a constant can be the multiplier of such an interaction (eager launches times a kernel
+    count that a version changed), so nothing is held constant for them."""
+    runs = case.observations.runs if case.observations is not None else []
+    if len(runs) < 2:
+        return {}
+    names = set().union(*(r.settings for r in runs))
+    values = {n: {setting_value(r, n) for r in runs} for n in names}
+    if sum(len(v) > 1 for v in values.values()) != 1:
+        return {}
+    return {n: v.pop() for n, v in values.items() if len(v) == 1 and "unset" not in v}
+
+
+def common_to_runs(hypotheses: list[Hypothesis], shared: dict[str, str]) -> frozenset[str]:
+    """Causes named only by settings every run shares (or implied only by such a cause), when a measured
+    cause locates the runs' difference: a setting on both sides of an A/B cannot be what differs between them."""
+    if not any(h.locates and h.grade is Grade.measured for h in hypotheses):
+        return frozenset()
+
+    def stated_alike(e: Evidence) -> bool:
+        name = e.name.rsplit(".", 1)[-1]
+        return name in shared and str(e.value).lower() == shared[name]
+
+    common = {
+        h.id for h in hypotheses
+        if h.kind is Kind.cause and not h.locates and h.gain is None and h.evidence and all(map(stated_alike, h.evidence))
+    }
+    common |= {h.id for h in hypotheses if h.implied_by in common}
+    return frozenset(common)
+
+
+def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
     before refinements (unless a measured refinement explains its parent), evidence; then the
-    other kinds. One entry per id."""
+    other kinds. One entry per id. ``shared``: the settings a one-setting sweep of runs holds constant."""
     streams = stream_steps(hypotheses)
-    keys = {id(h): _rank_key(h, streams) for h in hypotheses}
+    common = common_to_runs(hypotheses, shared or {})
+    keys = {id(h): _rank_key(h, streams, common) for h in hypotheses}
     best: dict[str, Hypothesis] = {}
     for h in sorted(hypotheses, key=lambda h: keys[id(h)]):
         best.setdefault(h.rule, h)
@@ -293,8 +333,14 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     for h in sorted(hypotheses, key=key):
         if h.id not in seen:
             seen.add(h.id)
-            ranked.append(_on_the_stream_step(h, streams))
+            ranked.append(_on_the_stream_step(_said_common(h) if h.id in common else h, streams))
     return ranked
+
+
+def _said_common(h: Hypothesis) -> Hypothesis:
+    """Why a cause its evidence names stands behind the located change."""
+    note = "The setting that names it is alike in every compared run, so it cannot explain their difference; it ranks after the located change."
+    return h.model_copy(update={"explanation": f"{h.explanation} {note}"})
 
 
 def _on_the_stream_step(h: Hypothesis, streams: dict[float, float]) -> Hypothesis:
@@ -427,7 +473,7 @@ def model_features(case: Case) -> frozenset[ModelFeature] | None:
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
     case = prepared(case)
     engine, bound, step = _run_prepared(case, rulebook)
-    hypotheses = rank(engine.found)
+    hypotheses = rank(engine.found, sweep_constants(case))
     present = engine.present
     errors = sorted(engine.errors, key=lambda e: (e.rule, e.error))
     return Diagnosis(
