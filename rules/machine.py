@@ -51,6 +51,9 @@ CAPPED_BELOW_DEFAULT = 0.9
 # CFS throttling in more than 1 of 20 periods: the engine loop regularly stalls for the rest of a
 # (typically 100 ms) quota period, many decode steps long; below that, occasional bursts.
 CPU_THROTTLED = 0.05
+# Nine tenths of the cores the process may use, measured busy while decoding: top and a cgroup's usage are averages
+# over a second or more, so a loop that waits for a core now and then reads a little under its whole allocation.
+CORES_SATURATED = 0.9
 # Another engine at least twice as fast per stream on the same work and device: engines tuned for a device differ by
 # tens of per cent; twice is a fast path (native kernels, graph capture, a fused attention) one of them lacks there.
 ENGINE_GAP = 2.0
@@ -377,6 +380,21 @@ class MachineRules(RuleSet):
             grade=Grade.possible,
             missing=["platform.cpu_physical_cores"],
             detail=f"{threads} threads on {cores:g} cores as the OS counts them; how many are physical cores is not stated.",
+        )
+
+    @rule(
+        SPECS["cpu-oversubscribed"],
+        Platform(cpu_cores_busy=MATCH.busy, cpu_cores_available=MATCH.cores, host_bound_reported=True),
+        NOT(Platform(device_api="cpu")),
+        TEST(lambda busy, cores: busy >= CORES_SATURATED * cores),
+    )
+    def cores_saturated(self, busy, cores):
+        """The serving process uses every core it may while the GPU waits on the host: its CPU work queues for a core,
+        whatever that work is (penalties, scheduling, output processing), so giving it cores is the fix that does not
+        depend on which. On a CPU device every core busy is the model's own work, not a shortage."""
+        return Finding(
+            evidence=[ev("platform.cpu_cores_busy", busy), ev("platform.cpu_cores_available", cores), ev("platform.host_bound_reported", True)],
+            detail=f"{busy:g} of the {cores:g} cores the process may use were busy while decoding, on a host-bound step.",
         )
 
     @rule(SPECS["cpu-oversubscribed"], AS.p << Platform(), TEST(lambda p: oversubscribed(p)))

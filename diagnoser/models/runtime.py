@@ -121,6 +121,10 @@ class PlatformObs(_Obs):
     cpu_threads: int | None = Field(default=None, ge=1, description="threads the engine runs its CPU work on")
     cpu_cores_available: Positive | None = Field(default=None, description="cores the process may use (cgroup quota or cpuset)")
     cpu_throttled_fraction: float | None = Field(default=None, ge=0, le=1, description="share of CFS periods throttled")
+    cpu_cores_busy: Positive | None = Field(
+        default=None, description="cores the serving process kept busy while decoding (top's %CPU / 100, or the container's "
+        "CPU use in cores): held against cpu_cores_available, it says whether the host's CPU work had a core free"
+    )
     cpu_physical_cores: int | None = Field(default=None, ge=1, description="physical cores the process may use (SMT siblings counted once)")
     cpu_clock_mhz: float | None = Field(default=None, gt=0, description="CPU core clock while tokens are generated (cpufreq, /proc/cpuinfo)")
     cpu_max_clock_mhz: float | None = Field(default=None, gt=0, description="the CPU's highest core clock (its rated boost)")
