@@ -57,6 +57,12 @@ CORES_SATURATED = 0.9
 # Another engine at least twice as fast per stream on the same work and device: engines tuned for a device differ by
 # tens of per cent; twice is a fast path (native kernels, graph capture, a fused attention) one of them lacks there.
 ENGINE_GAP = 2.0
+# Twenty times slower than the same device's own figure for the same work: one engine's settings move a stream's rate
+# by tens of per cent, graph capture, a kernel family or a weight format by a few times; twenty is another processor
+# doing the work (a CPU path, a runtime the driver cannot run), not a slower path on this one.
+OFF_DEVICE_GAP = 20.0
+# References taken on this device: another release, setting or engine, or a published row for it.
+SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
 
 
 def build_issues(p) -> list:
@@ -354,6 +360,29 @@ class MachineRules(RuleSet):
                       ev("expected.per_stream_tokens_per_s", theirs), ev("engine_gap", gap, "x")],
             grade=Grade.possible,
             detail=f"Another engine runs the same work {gap:.3g}x faster per stream on this device.",
+        )
+
+    @rule(
+        SPECS["build-mismatch"],
+        AS.e << Expectation(kind=P(lambda k: k in SAME_DEVICE_KINDS)),
+        AS.m << Metrics(),
+        Memory(weights_fit_without_offload=True),
+        Platform(device_api=P(lambda api: api != "cpu")),
+        TEST(lambda m, e: (engine_gap(m, e) or 0) >= OFF_DEVICE_GAP),
+    )
+    def work_not_on_the_device(self, m, e):
+        """The weights fit on the device, yet a stream runs twenty times or more slower than this device's own figure
+        for the same work: no setting of a working GPU path costs that much, so the work is not running on the device
+        (a runtime newer than the driver supports, a CPU build or fallback). Indicated: the engine's startup log and the
+        GPU's utilisation while decoding tell which."""
+        gap = engine_gap(m, e)
+        mine, theirs = stream_rates(m, e)
+        return Finding(
+            evidence=[ev("expected.kind", e["kind"]), ev("metrics.per_stream_tokens_per_s", mine),
+                      ev("expected.per_stream_tokens_per_s", theirs), ev("memory.weights_fit_without_offload", True),
+                      ev("device_gap", gap, "x")],
+            missing=["platform.fallback_logged"],
+            detail=f"One stream runs {gap:.3g}x slower than this device's own figure with the weights on the device.",
         )
 
     @rule(SPECS["build-mismatch"], *ablation("build"))

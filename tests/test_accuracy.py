@@ -60,7 +60,7 @@ LATER_CORPORA = (
     ("corpus10", 15, 13, 13),
     ("corpus11", 15, 12, 12),
     ("corpus12", 11, 8, 8),
-    ("corpus13", 12, 9, 9),
+    ("corpus13", 12, 10, 10),
 )
 
 
