@@ -61,6 +61,7 @@ LATER_CORPORA = (
     ("corpus11", 15, 12, 12),
     ("corpus12", 11, 8, 8),
     ("corpus13", 12, 10, 10),
+    ("corpus14", 12, 10, 11),
 )
 
 
