@@ -117,6 +117,9 @@ def test_hostile_cases_load_or_are_refused_in_one_line(tmp_path_factory, doc, su
 @seed(SEED)
 @given(doc=from_schema(_case_schema(), overrides=WORKLOAD_OVERRIDES))
 @example(doc={"workload": {"model": "llama-3.1-8b", "hardware": "h100-sxm"}, "observations": {"budget": {"step_ms": 1e-9}}})
+# a CI run drew repeats a factor of two apart, whose spread (1.0) the model refused after computing it
+@example(doc={"observations": {"runs": [{"name": "0", "figures": {"per_token_ms": 1.0}},
+                                        {"name": "1", "figures": {"per_token_ms": 1.0}, "repeats": [1.0, 0.5]}]}})
 def test_schema_valid_cases_diagnose_with_finite_figures(tmp_path_factory, doc):
     from diagnoser.engine import diagnose
     from diagnoser.models.case import load_case

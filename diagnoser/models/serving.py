@@ -230,8 +230,8 @@ class Run(_Obs):
     figures: RunFigures = Field(description="what it measured; runs are compared on the first figure both have")
     baseline: bool = Field(default=False, description="the reference run others are compared with (else the first)")
     repeat_spread: float | None = Field(
-        default=None, ge=0, lt=1, description="how far its figure moved between repeats of the same run: (highest - lowest) / "
-        "lowest; a smaller difference between runs counts when the repeats are tighter than it",
+        default=None, ge=0, description="how far its figure moved between repeats of the same run: (highest - lowest) / "
+        "lowest (repeats of 0.5 and 1.0 are 1.0 apart); a smaller difference between runs counts when the repeats are tighter than it",
     )
     repeats: list[Positive] = Field(
         default_factory=list, description="its figure in each repeat of the same run (any one figure, rate or time): "
