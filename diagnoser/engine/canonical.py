@@ -163,6 +163,15 @@ def _client_step(data: dict) -> Any:
     return per_token * (_at("observations.boundaries.tokens_per_chunk")(data) or 1)
 
 
+def _sweep(data: dict, setting: str, keep: Callable[[Any], bool] = lambda run: True) -> list[tuple[float, float]]:
+    """The case's runs that differ only in ``setting`` (those ``keep`` accepts), as (value, time per token) points."""
+    from diagnoser.engine.comparison import sweep_points
+    from diagnoser.models.serving import Run
+
+    runs = [Run.model_validate(r) for r in _at("observations.runs")(data) or []]
+    return sweep_points([r for r in runs if keep(r)], setting)
+
+
 # A fixed time per request under this share of the shortest run's time is within what decode itself varies.
 FIXED_SHARE = 0.3
 
@@ -171,11 +180,7 @@ def _fixed_cost_per_request(data: dict) -> Any:
     """Runs that differ only in output length, timed per token: total time n * t(n) = a + b * n. A fixed
     part ``a`` that is a large share of the shortest run is a per-request time (prefill, queueing, a
     round trip) inside the rate; decode alone makes the time per token flat or rising with length."""
-    from diagnoser.engine.comparison import sweep_points
-    from diagnoser.models.serving import Run
-
-    runs = _at("observations.runs")(data)
-    points = sweep_points([Run.model_validate(r) for r in runs], "output_tokens") if runs else []
+    points = _sweep(data, "output_tokens")
     if len(points) < 2:
         return None
     ns, totals = [n for n, _ in points], [n * t for n, t in points]
@@ -196,11 +201,7 @@ def _growth_across_outputs(data: dict) -> Any:
     time's slope against the length is half the step's growth per token generated. Only when no run is faster per
     token than a shorter one: a fixed time per request (a prefill inside the rate) makes short runs slower per
     token, and that reading is ``rate_includes_prefill``'s."""
-    from diagnoser.engine.comparison import sweep_points
-    from diagnoser.models.serving import Run
-
-    runs = _at("observations.runs")(data)
-    points = sweep_points([Run.model_validate(r) for r in runs], "output_tokens") if runs else []
+    points = _sweep(data, "output_tokens")
     if len(points) < 2 or any(later < earlier for (_, earlier), (_, later) in zip(points, points[1:])):
         return None
     (n0, t0), (n1, t1) = points[0], points[-1]
@@ -220,12 +221,8 @@ def _prefill_across_prompts(data: dict) -> Any:
     """Runs that differ only in a short prompt, each timed by a stream's rate (not a TPOT, which leaves the first
     token out), whose time per token spreads twice or more: decode cannot move that much over such prompts, so each
     rate carries its own prompt's prefill (and whatever else a request pays once)."""
-    from diagnoser.engine.comparison import sweep_points
-    from diagnoser.models.serving import Run
-
-    runs = [Run.model_validate(r) for r in _at("observations.runs")(data) or []]
-    rated = [r for r in runs if r.figures.per_user_tokens_per_s and r.figures.per_token_ms is None]
-    times = [t for prompt, t in sweep_points(rated, "input_tokens") if prompt <= SHORT_PROMPT]
+    rated = _sweep(data, "input_tokens", lambda r: bool(r.figures.per_user_tokens_per_s) and r.figures.per_token_ms is None)
+    times = [t for prompt, t in rated if prompt <= SHORT_PROMPT]
     if len(times) < 2:
         return None
     return True if max(times) >= PROMPT_RATE_SPREAD * min(times) else None
