@@ -64,6 +64,13 @@ class CollectiveRules(RuleSet):
         """More TP ranks each read fewer bytes, so a slower step is paid in the collectives the split adds."""
         return ablation_finding(d)
 
+    @rule(SPECS["exposed-comm"], *ablation("devices"))
+    def more_devices_slower(self, d):
+        """One copy of the model over more devices, however it is split: each device reads a smaller part of the
+        bytes, so a slower token is paid in what passes between them (per-layer collectives, or the activations
+        handed from device to device and the waits for them)."""
+        return ablation_finding(d)
+
     @rule(SPECS["exposed-comm"], *ablation("split_mode"))
     def tensor_split_slower(self, d):
         """Splitting every layer's matmuls over the devices instead of whole layers: the same bytes are read, in

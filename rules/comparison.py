@@ -115,6 +115,7 @@ ABLATIONS = {
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
+    "devices": larger,  # exposed-comm: as tp, however the model is split: what passes between the devices grew
     "split_mode": split_by_tensor,  # exposed-comm: as tp; a layer split passes activations once per device instead
     "custom_allreduce": switched_off,  # custom-allreduce-off
     "build": any_change,  # build-mismatch: the same engine built another way, so the binary is what differs

@@ -127,3 +127,24 @@ def test_engine_flag_names_in_runs_are_read_as_the_known_setting():
     assert run.settings == {"cuda_graphs": False, "kv_cache_capacity": 0.05, "engine_version": "1"}
     with pytest.raises(ValueError, match="settings give max_context twice"):
         Run.model_validate({"name": "b", "settings": {"max_model_len": 4096, "max_context": 8192}, "figures": {"per_token_ms": 3}})
+
+
+def test_a_hardware_with_its_count_is_the_device_and_the_device_count():
+    def settings(**given):
+        return Run.model_validate({"name": "a", "settings": given, "figures": {"per_token_ms": 3}}).settings
+
+    assert settings(hardware="4x A100 PCIe") == {"hardware": "A100 PCIe", "devices": 4}
+    assert settings(hardware="8 × H100", gpus=8) == {"hardware": "H100", "devices": 8}
+    # a count stated apart that disagrees keeps both as written; a name with no leading count is a name
+    assert settings(hardware="2x RTX 3090", devices=4) == {"hardware": "2x RTX 3090", "devices": 4}
+    assert settings(hardware="lab-2x-gb10") == {"hardware": "lab-2x-gb10"}
+
+
+def test_a_link_beside_a_change_to_or_from_one_device_is_that_change():
+    def run(name, baseline=False, **given):
+        return Run.model_validate({"name": name, "baseline": baseline, "settings": given, "figures": {"per_token_ms": 3 if baseline else 4}})
+
+    (one,) = run_deltas([run("four", True, devices=4, interconnect="pcie"), run("one", devices=1, interconnect="none")])
+    assert one.values == (("devices", "4", "1"),)
+    (both,) = run_deltas([run("four", True, devices=4, interconnect="pcie"), run("eight", devices=8, interconnect="nvlink")])
+    assert both.changed == ("devices", "interconnect")

@@ -96,6 +96,10 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "penalties": ("repetition_penalty", "frequency_penalty", "presence_penalty"),
 }
 _OFF = {"unset", "false", "off", "no", "0", "none"}
+# How devices are linked means nothing on one device: a link that differs beside a change to or from one device (none
+# against pcie) is part of that change, the device count's.
+LINK_SETTINGS = frozenset({"interconnect"})
+ONE_DEVICE = "1"
 
 
 def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
@@ -111,6 +115,8 @@ def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, 
     is speculation switched."""
     folded = []
     left = set(changed)
+    if "devices" in left and ONE_DEVICE in (setting_value(base, "devices"), setting_value(other, "devices")):
+        left -= LINK_SETTINGS
     for lead, companions in SETTING_GROUPS.items():
         members = left & {lead, *companions}
         if not members:

@@ -8,6 +8,7 @@ what the figures support and what they cannot be compared with.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -143,6 +144,9 @@ KNOWN_SETTINGS = {
     "split_mode": "how a model spans several devices: tensor or row (each layer's matmuls split, collectives every layer) "
     "against layer (whole layers per device, activations passed once per device)",
     "pp": "pipeline stages",
+    "devices": "devices one copy of the model is spread over, however it is split (tensor, pipeline or an engine's layer "
+    "split); a hardware written with its count (4x A100) states it too",
+    "interconnect": "how the devices are linked (nvlink, pcie, none): nothing to compare on one device",
     "ep": "expert-parallel ranks",
     "attention_backend": "attention kernel family",
     "quantization": "weight format",
@@ -181,7 +185,24 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "attn_backend": ("attention_backend", False),
     "max_running_requests": ("max_num_seqs", False),
     "build_type": ("build", False),
+    "gpus": ("devices", False),
+    "num_gpus": ("devices", False),
+    "n_gpus": ("devices", False),
+    "gpu_count": ("devices", False),
+    "num_devices": ("devices", False),
 }
+
+# A hardware written with its count, as people name a machine: "4x A100 PCIe", "8 x H100", "2×RTX 3090".
+COUNTED_HARDWARE = re.compile(r"^\s*(\d{1,4})\s*[x×]\s*(\S.*)$", re.IGNORECASE)
+
+
+def split_count(settings: dict) -> dict:
+    """A hardware written with its count is two settings, the device and how many of them: one copy of the model on
+    four A100s and on one is the same hardware with another device count. A count stated apart as well wins."""
+    found = COUNTED_HARDWARE.match(settings["hardware"]) if isinstance(settings.get("hardware"), str) else None
+    if found is None or settings.get("devices", int(found.group(1))) != int(found.group(1)):
+        return settings
+    return {**settings, "hardware": found.group(2).strip(), "devices": int(found.group(1))}
 
 # Settings whose change alters the work itself (a sweep), not only how it is done.
 WORKLOAD_SETTINGS = ("context", "input_tokens", "output_tokens", "concurrency", "batch")
@@ -225,7 +246,7 @@ class Run(_Obs):
             if known in settings:
                 raise ValueError(f"settings give {known} twice (as {name} and as another name for it)")
             settings[known] = value
-        self.settings = settings
+        self.settings = split_count(settings)
         return self
     figures: RunFigures = Field(description="what it measured; runs are compared on the first figure both have")
     baseline: bool = Field(default=False, description="the reference run others are compared with (else the first)")
