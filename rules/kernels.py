@@ -370,7 +370,7 @@ class KernelRules(RuleSet):
     )
     def underfilled_grid(self, k, share, ctas, sms, device):
         """A large kernel class on a grid of a few SMs: its time, less what it would take over every SM, is the bound."""
-        return _underfilled_finding(k, device * share)
+        return _underfilled_finding(k, class_time_ms(k, device))
 
     @rule(
         SPECS["slow-kernel-path"],
@@ -379,7 +379,11 @@ class KernelRules(RuleSet):
         TEST(lambda k, share, ctas, sms: underfilled(k, share, ctas, sms)),
     )
     def underfilled_grid_untimed(self, k, share, ctas, sms):
-        return _underfilled_finding(k, None)
+        """No device time to take the share of: the class's launches and their median duration time it, and with no
+        measured step its share says what device time that is."""
+        class_ms = class_time_ms(k, None)
+        implied = class_ms / share if class_ms is not None and self.reference_step_ms is None else None
+        return _underfilled_finding(k, class_ms, implied)
 
     @rule(
         SPECS["slow-kernel-path"],
@@ -490,17 +494,29 @@ def decode_tokens_at_most(m) -> float | None:
     return m.get("running_sequences", m.get("concurrency"))
 
 
+def class_time_ms(k, device_ms: float | None) -> float | None:
+    """A kernel class's time per step: its share of the device time, else its launches per step times one launch's
+    median duration (a kernel summary states either; both are the same time)."""
+    if device_ms is not None:
+        return device_ms * k["share_of_step"]
+    if "count_per_step" in k and "median_us" in k:
+        return k["count_per_step"] * k["median_us"] / 1e3
+    return None
+
+
 def underfilled(k, share: float, ctas: int, sms: int) -> bool:
     return k["kernel_class"] not in OWN_GRID_RULES and share >= MIN_SHARE and ctas < UNDERFILLED * sms
 
 
-def _underfilled_finding(k, class_ms: float | None) -> Finding:
-    """Spread over every SM the class's work would take ctas/sms of its time: the rest is the most a wider grid saves."""
+def _underfilled_finding(k, class_ms: float | None, step_ms: float | None = None) -> Finding:
+    """Spread over every SM the class's work would take ctas/sms of its time: the rest is the most a wider grid saves
+    (of ``step_ms`` when the step it is held against is not the reference step)."""
     cls, ctas, sms = k["kernel_class"], k["grid_ctas"], k["sm_count"]
     removable = None if class_ms is None else class_ms * (1 - ctas / sms)
     return Finding(
         evidence=_kernel_evidence(k),
         removable_ms=removable,
+        step_ms=step_ms,
         key=cls,
         grade=None if removable is not None else Grade.indicated,
         detail=f"{cls} takes {k['share_of_step']:.0%} of the step on {ctas:g} CTAs of {sms} SMs"
