@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.lab.exercise import DRAWN, draw
+from diagnoser.lab.exercise import draw
+from diagnoser.lab.real import OFFERED
 from diagnoser.models.hypothesis import Diagnosis
 from diagnoser.real_vllm.faults import FAULTS, healthy_problems
 
@@ -71,7 +72,7 @@ def nginx_missing() -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", DRAWN)
+@pytest.mark.parametrize("name", OFFERED)
 def test_the_exercise_is_solved_with_the_printed_commands(name, tmp_path):
     if FAULTS[name].proxy and nginx_missing():
         pytest.skip("nginx is not installed (apt-get install -y nginx; .ci/run installs it)")

@@ -86,17 +86,14 @@ def _serve_imitation(faults: tuple[str, ...], port: int, host: str, device: str,
 @lab.command("faults")
 def faults() -> None:
     """Each fault: how it is made, what a healthy run looks like; then those not made here, and why."""
-    from diagnoser.lab.exercise import NOT_DRAWN
     from diagnoser.lab.faults import FAULTS as IMITATED
     from diagnoser.lab.real import OFFERED, UNMADE
     from diagnoser.real_vllm.faults import FAULTS
 
-    click.echo("On the real vLLM (lab serve --fault NAME; lab exercise draws among them unless it says not):")
+    click.echo("On the real vLLM (lab serve --fault NAME; lab exercise draws among them):")
     for name in OFFERED:
         f = FAULTS[name]
         click.echo(f"  {name:20} cause {f.cause or '-'}\n  {'':20} made by: {f.how}\n  {'':20} healthy: {f.healthy}")
-        if name in NOT_DRAWN:
-            click.echo(f"  {'':20} not drawn by lab exercise: {NOT_DRAWN[name]}")
     click.echo("Not made on the real vLLM here:")
     for name, why in UNMADE.items():
         click.echo(f"  {name:20} {why}")

@@ -14,14 +14,6 @@ import random
 from diagnoser.lab.real import OFFERED, Lab, live_args, shell
 from diagnoser.real_vllm.faults import FAULTS, HOST_BASELINE_SHARE, Fault
 
-# Faults the lab serves (lab serve --fault NAME, bench_lab) but never hides in an exercise: made for real, yet their
-# cost on this machine is as often within run-to-run noise as not, so no one could find them with the printed commands.
-NOT_DRAWN = {
-    "structured-output": "xgrammar's mask costs the CPU build -0.3 to 1.3 ms a token from run to run (the same requests "
-                         "with and without response_format, alternating), against a 1.5-2.9 ms host part: as often noise as not",
-}
-DRAWN = [name for name in OFFERED if name not in NOT_DRAWN]
-
 # What a healthy server looks like here, printed with the commands: the trainee's noise floor.
 HEALTHY = (f"A healthy server here spends up to {HOST_BASELINE_SHARE:.0%} of its step on the host (host-overhead: "
            "the CPU build's baseline, not a fault), shows no other cause measured above 15 % of the step, and none "
@@ -30,7 +22,7 @@ HEALTHY = (f"A healthy server here spends up to {HOST_BASELINE_SHARE:.0%} of its
 
 
 def draw(seed: int | None = None) -> Fault:
-    return FAULTS[random.Random(seed).choice(sorted(DRAWN))]
+    return FAULTS[random.Random(seed).choice(sorted(OFFERED))]
 
 
 def commands(lab: Lab, fault: Fault) -> list[str]:
