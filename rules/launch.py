@@ -92,6 +92,13 @@ class LaunchRules(RuleSet):
     def launch_gaps(self, launch, step):
         return Finding(evidence=[ev("budget.launch_ms", launch, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=launch)
 
+    @rule(SPECS["launch-gaps"], *ablation("gpu_scheduling"))
+    def os_scheduled_submissions_slower(self, d):
+        """The same work with the GPU's queue scheduled by the OS on the CPU (hardware GPU scheduling off) and by the
+        GPU itself: every submission waits on the host's scheduler, so the GPU idles before ready kernels; the delta
+        is that wait."""
+        return ablation_finding(d)
+
     @rule(SPECS["graphs-off"], Server(cuda_graphs=False))
     def graphs_off_by_flag(self, parent_cap_ms):
         if self.platform_is_cpu():

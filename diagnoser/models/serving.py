@@ -159,6 +159,8 @@ KNOWN_SETTINGS = {
     "proxy": "a reverse proxy or gateway between the client and the server (none: direct)",
     "hardware": "GPU or host",
     "os": "operating system or driver setting",
+    "gpu_scheduling": "the GPU schedules its own queue of work (on: Windows' hardware-accelerated GPU scheduling) or the "
+    "OS does on the CPU (off)",
 }
 
 # Engine flag names people paste into runs, and the known setting each one is; a True ``inverted``
@@ -185,6 +187,8 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "attn_backend": ("attention_backend", False),
     "max_running_requests": ("max_num_seqs", False),
     "build_type": ("build", False),
+    "hardware_accelerated_gpu_scheduling": ("gpu_scheduling", False),
+    "hags": ("gpu_scheduling", False),
     "gpus": ("devices", False),
     "num_gpus": ("devices", False),
     "n_gpus": ("devices", False),
