@@ -93,7 +93,8 @@ class Lab:
 def live_args(url: str, f: Fault) -> list[str]:
     """The `diagnoser live` command for the lab: the load the fault needs (its streams, its users' request
     fields) and short enough for a 2-core machine. The same command for the exercise and the bench."""
-    args = ["diagnoser", "live", url, "--duration", "120", "--requests", "8", "--concurrency", str(f.live.get("concurrency", 4)),
+    concurrency = f.live.get("concurrency", 4)
+    args = ["diagnoser", "live", url, "--duration", "120", "--requests", str(max(8, concurrency)), "--concurrency", str(concurrency),
             "--max-tokens", "64"]
     if "extra" in f.live:
         args += ["--extra-body", json.dumps(f.live["extra"], separators=(",", ":"))]

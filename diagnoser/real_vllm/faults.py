@@ -27,9 +27,10 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4,
 USERS_PENALTY = {"temperature": 0, "frequency_penalty": 0.3}
 BACKGROUND_MAX_REQUESTS = 200
 # The grammar backend older vLLM releases defaulted to, still chosen by name in the field. Its mask is what the fault
-# costs: measured here with the same requests with and without the schema, outlines' mask took 1.7-3.8 ms a token at
-# 4 and 8 streams (7 of 7 loads above half the host time the step spends); the default xgrammar's took 0.4-1.1 ms at
-# 4 streams and 1.5-4.2 ms at 12-24, a third to a half of that host time, so host-overhead led as often as not.
+# costs: measured here with the same requests with and without the schema (`diagnoser live`'s A/B), the default
+# xgrammar's took 0.4-1.1 ms a token at 4 streams and 1.5-4.2 ms at 12-24, a third to a half of the host time the
+# CPU build's step spends anyway, so host-overhead led as often as not. outlines' took 1.4-4.5 ms at 8 streams (above
+# half of that host time in 6 loads of 8) and 6.0-7.6 ms at 16 (3 of 3), on a box loaded to 6 runnable processes.
 OUTLINES = {"backend": "outlines"}
 # A schema whose grammar keeps the mask busy: free text inside a few fields, an array of numbers.
 SCHEMA = {
@@ -88,10 +89,10 @@ FAULTS = {
               traffic=Traffic(_long_prompt, 1, 0.1),
               healthy="decode-only steps in the trace; no prefill steps among the decodes"),
         Fault("structured-output", "structured-output-overhead",
-              "every request decodes under a JSON schema (response_format), 8 streams at once, the server's grammar "
+              "every request decodes under a JSON schema (response_format), 16 streams at once, the server's grammar "
               "backend set to outlines: each step fills every sequence's token mask on the host before sampling",
               ("--structured-outputs-config", json.dumps(OUTLINES)),
-              live={"concurrency": 8, "extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}},
+              live={"concurrency": 16, "extra": {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}}},
               healthy="free text: no grammar mask between the model and the sampler"),
         Fault("enforce-eager", "compile-off", "--enforce-eager: no torch.compile (and no graphs where a GPU would capture them)",
               ("--enforce-eager",), healthy="the model compiled (/server_info compilation_config mode 3): a step of about 2.4 ms"),
