@@ -3,6 +3,7 @@
     .venv/bin/pip install holistictraceanalysis      # bench-only, never a runtime dependency
     .venv/bin/python bench/bench_analyze.py [--out bench/out] [--skip-big]
     .venv/bin/python bench/bench_analyze.py --scale [--scratch /tmp]       # issue #28's acceptance sets
+    .venv/bin/python bench/bench_analyze.py --scale --kernels 1000000      # its two kernel-counted sets, smaller
     .venv/bin/python bench/bench_analyze.py --scale --sizes 100,300 [--ranks 2] [--scratch /tmp]
     .venv/bin/python bench/bench_analyze.py --start [--hta-python /path/to/hta-venv/bin/python]
 
@@ -17,6 +18,8 @@ Figures vary with load: the machine is shared, so run it when it is quiet and re
 kernels (CUDA-graph decode steps, about 3 GB), two eager ranks of 1 GB each, and a 5 M-kernel
 Nsight export; it prints a table of diagnoser's time and peak RSS against the parse-only floor
 (an orjson stream-parse of the JSON, or every row of the export's tables streamed from SQLite).
+``--scale --kernels N`` writes the CUDA-graph rank with N kernels and the export with N / 2 instead,
+and not the 1 GB ranks: the same shapes at a size one can iterate on (a minute at 10^6).
 ``--scale --sizes`` writes eager kernel-dense Kineto traces of the sizes given instead (MB of JSON;
 100 kernels and their launches per ProfilerStep, one all-reduce, a D2H copy and a sync, as a
 decode step has), streamed to disk and deleted after each.
@@ -354,23 +357,26 @@ def _write_export(path: Path, kernels: float) -> int:
     return copies * kernels_per_copy()
 
 
-def scale_acceptance(scratch: Path) -> None:
+def scale_acceptance(scratch: Path, kernels: float = 10e6) -> None:
     """Issue #28's sets: a 10 M-kernel Kineto rank (CUDA-graph decode, about 3 GB), two eager ranks
     of 1 GB each, and a 5 M-kernel Nsight export; each written, measured and deleted in turn.
-    Goals: peak RSS under 2 GB, time within 1.5x of the parse-only floor."""
+    Goals: peak RSS under 2 GB, time within 1.5x of the parse-only floor. ``kernels`` other than
+    10 M: the Kineto rank with that many, the export with half, and no 1 GB ranks."""
     import shutil
 
     print("| set | on disk | diagnoser | peak RSS | parse-only | its peak | ratio | RSS < 2 GB | <= 1.5x |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     folder = scratch / "scale-acceptance"
     sets = (
-        ("Kineto, 1 rank, 10 M kernels", lambda: write_kernel_dense(folder / "rank-0.json", 4000, graph=True, total_kernels=10e6),
-         folder, STREAM_PARSE_RUN),
+        (f"Kineto, 1 rank, {kernels / 1e6:g} M kernels",
+         lambda: write_kernel_dense(folder / "rank-0.json", 4000, graph=True, total_kernels=kernels), folder, STREAM_PARSE_RUN),
         ("Kineto, 2 ranks x 1 GB", lambda: sum(write_kernel_dense(folder / f"rank-{r}.json", 1000, rank=r) for r in range(2)),
          folder, STREAM_PARSE_RUN),
-        ("Nsight export, 5 M kernels", lambda: _write_export(folder / "export.sqlite", 5e6), folder / "export.sqlite",
-         SQLITE_PARSE_RUN),
+        (f"Nsight export, {kernels / 2e6:g} M kernels", lambda: _write_export(folder / "export.sqlite", kernels / 2),
+         folder / "export.sqlite", SQLITE_PARSE_RUN),
     )
+    if kernels != 10e6:
+        sets = sets[::2]
     for what, write, target, parse_code in sets:
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -388,6 +394,8 @@ def main() -> None:
     parser.add_argument("--sizes", help="--scale: these sizes in MB of JSON, comma-separated, instead of the acceptance sets")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp"), help="--scale: where the traces are written")
     parser.add_argument("--ranks", type=int, default=1, help="--scale: ranks of each size, read as one folder")
+    parser.add_argument("--kernels", type=float, default=10e6,
+                        help="--scale: kernels of the CUDA-graph rank (the export gets half), and no 1 GB ranks")
     parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed in")
     parser.add_argument("--start", action="store_true", help="whole processes on each of HTA's test traces instead")
     parser.add_argument("--repeat", type=int, default=3, help="--start: runs per tool and trace (the best counts)")
@@ -396,7 +404,7 @@ def main() -> None:
         scale([float(x) for x in args.sizes.split(",")], args.scratch, args.ranks)
         return
     if args.scale:
-        scale_acceptance(args.scratch)
+        scale_acceptance(args.scratch, args.kernels)
         return
     if args.start:
         start_to_end(args.hta_python, args.repeat)
