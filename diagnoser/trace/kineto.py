@@ -39,7 +39,7 @@ from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
 from diagnoser.trace.chunked_json import NotSplittable, event_pieces
 from diagnoser.trace.memory_budget import DEFAULT_MEMORY, parse_size, read_plan
-from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, int_width
+from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, append_narrow, as_numpy
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
 from diagnoser.trace.trace_file import open_stream, read_bytes
 
@@ -179,12 +179,6 @@ def _all_dims(values: list) -> list | np.ndarray:
 
 # kernel fields kept in the narrowest integer type that holds them (``model.narrowest``), widened as read
 _NARROW_FIELDS = {"kernels": ("device", "stream", "correlation", "grid", "block", "registers", "shared_mem", "msg_bytes")}
-_WIDTHS = ("b", "h", "i", "q")  # array typecodes of model.INT_TYPES
-_DTYPES = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64, "d": np.float64}
-
-
-def _numpy(values: array) -> np.ndarray:
-    return np.frombuffer(values, dtype=_DTYPES[values.typecode])
 
 
 class _Columns:
@@ -227,11 +221,9 @@ class _Columns:
         for name, column in columns.items():  # appended only once every field reads
             values = self.fields[name]
             if name in self.narrow:  # widened when a piece holds a value its type cannot
-                width = max(_WIDTHS.index(values.typecode), int_width(column))
-                if _WIDTHS[width] != values.typecode:
-                    values = self.fields[name] = array(_WIDTHS[width], _numpy(values).astype(_DTYPES[_WIDTHS[width]]).tobytes())
-                column = column.astype(_DTYPES[values.typecode], copy=False)
-            values.frombytes(memoryview(column).cast("B"))
+                self.fields[name] = append_narrow(values, column)
+            else:
+                values.frombytes(memoryview(column).cast("B"))
 
     def read(self) -> bool:
         return len(self.fields["ts"]) > 0
@@ -240,7 +232,7 @@ class _Columns:
         """The whole columns (views of the arrays, no copy), None when no event of this kind was read."""
         if not self.read():
             return None
-        return {name: _numpy(values) for name, values in self.fields.items()}
+        return {name: as_numpy(values) for name, values in self.fields.items()}
 
 
 class _Router:

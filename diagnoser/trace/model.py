@@ -15,6 +15,7 @@ a time plus an offset still fits. Values past them are refused with the file's n
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -59,6 +60,27 @@ def narrowest(values: np.ndarray) -> np.ndarray:
     """Integer values in the narrowest type that holds them: ids, devices, streams and launch shapes
     fit a byte to four, and at 10^7 rows every byte of a column is 10 MB."""
     return values.astype(INT_TYPES[int_width(values)], copy=False)
+
+
+INT_TYPECODES = ("b", "h", "i", "q")  # array typecodes of INT_TYPES
+_ARRAY_TYPES = dict(zip(INT_TYPECODES, INT_TYPES)) | {"d": np.float64}
+
+
+def as_numpy(values: array) -> np.ndarray:
+    """A growing ``array``'s contents as numpy, without a copy (readers grow columns as arrays:
+    appending to one costs no copy of what is there, as ``np.append`` would)."""
+    return np.frombuffer(values, dtype=_ARRAY_TYPES[values.typecode])
+
+
+def append_narrow(values: array, piece: np.ndarray) -> array:
+    """``values`` (an integer ``array`` growing a piece at a time) with ``piece`` appended, in the
+    narrowest type that holds both: the whole column never exists wide, as it would if narrowed
+    once read. A piece that does not fit widens what is there first (a new array, returned)."""
+    width = max(INT_TYPECODES.index(values.typecode), int_width(piece))
+    if INT_TYPECODES[width] != values.typecode:
+        values = array(INT_TYPECODES[width], as_numpy(values).astype(INT_TYPES[width]).tobytes())
+    values.frombytes(memoryview(np.ascontiguousarray(piece, dtype=INT_TYPES[width])).cast("B"))
+    return values
 
 
 @dataclass

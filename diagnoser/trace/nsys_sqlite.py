@@ -35,14 +35,16 @@ import re
 import sqlite3
 from array import array
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from diagnoser.errors import InputError
 from diagnoser.trace.kineto import runtime_kind
-from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, narrowest
+from diagnoser.trace.model import (
+    MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, append_narrow, as_numpy, narrowest,
+)
 from diagnoser.trace.trace_file import regular_file
 
 MAX_EXPORT_BYTES = 16 * 2**30  # hours of a busy 8-GPU node; a decode diagnosis needs seconds of it
@@ -89,6 +91,12 @@ class _Strings:
 
     values: list[str]
     ids: np.ndarray  # StringIds.id of values[i], ascending; searched, never used as an index, so an id of 2**40 costs nothing
+    # value -> its last index in values, kept as values grow: ids are looked up a piece of rows at a
+    # time, and rebuilding it per piece would cost the whole string table each time
+    index: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.index = {value: index for index, value in enumerate(self.values)}
 
     def by_id(self, ids: np.ndarray) -> np.ndarray:
         """Indices for StringIds ids; an id StringIds lacks gets a placeholder name, never -1."""
@@ -106,19 +114,18 @@ class _Strings:
         A dict, not ``np.unique``: sorting a million Python strings costs seconds, hashing them
         a fraction of that.
         """
-        known = {value: index for index, value in enumerate(self.values)}
         local: dict[str, int] = {}
         codes = np.fromiter((local.setdefault(t, len(local)) for t in texts), dtype=np.int32, count=len(texts))
         mapped = np.empty(len(local), dtype=np.int32)
         for value, code in local.items():
-            if value not in known:
-                known[value] = len(self.values)
-                self.values.append(value)
-            mapped[code] = known[value]
+            if value not in self.index:
+                self.add(value)
+            mapped[code] = self.index[value]
         return mapped[codes]
 
     def add(self, value: str) -> int:
         self.values.append(value)
+        self.index[value] = len(self.values) - 1
         return len(self.values) - 1
 
 
@@ -288,26 +295,36 @@ def _read_strings(db: sqlite3.Connection, schema: _Schema, notes: list[str]) -> 
 
 
 FETCH_ROWS = 1 << 16  # rows a fetch converts at a time: 64 K rows of ten ints are 5 MB
+TIMES = ("start", "end")  # int64 nanoseconds; every other field is an id, a count or a size
 
 
-def _int_columns(db: sqlite3.Connection, path: Path, table: str, fields: dict[str, str], tail: str = "") -> dict[str, np.ndarray]:
-    """``SELECT`` the integer expressions ``fields`` of ``table`` into one numpy column each.
+def _int_columns(
+    db: sqlite3.Connection, path: Path, table: str, fields: dict[str, str], tail: str = "", strings: _Strings | None = None
+) -> dict[str, np.ndarray]:
+    """``SELECT`` the integer expressions ``fields`` of ``table`` into one numpy column each; with
+    ``strings``, the field ``name`` is a StringIds id, kept as the index of its string.
 
     Rows come ``FETCH_ROWS`` at a time (a list of Python tuples costs about ten times the array's
     memory: 0.96 GB per million kernels when fetched whole), and each field grows its own array:
     one table-wide block would be joined from its pieces (twice its size at once) and then kept
-    whole by any one column still in use.
+    whole by any one column still in use. Fields other than times grow in the narrowest type that
+    holds them and names are looked up a piece at a time, so no column is ever held as int64 whole
+    (24 M NVTX ranges in a 5 M-kernel export: 190 MB a column).
     """
     cursor = db.execute(f"SELECT {', '.join(fields.values())} FROM {table} {tail}")
-    columns = {name: array("q") for name in fields}
+    columns = {name: array("q" if name in TIMES else "b") for name in fields}
     while rows := cursor.fetchmany(FETCH_ROWS):
         try:
             block = np.array(rows, dtype=np.int64).reshape(len(rows), len(fields))
         except (TypeError, ValueError, OverflowError) as err:
             raise InputError(f"{path}: {table} has empty or non-integer values where times and ids belong") from err
-        for i, values in enumerate(columns.values()):
-            values.frombytes(np.ascontiguousarray(block[:, i]).tobytes())
-    return {name: np.frombuffer(values, dtype=np.int64) for name, values in columns.items()}
+        for i, (name, values) in enumerate(columns.items()):
+            piece = block[:, i]
+            if name in TIMES:
+                values.frombytes(memoryview(np.ascontiguousarray(piece)).cast("B"))
+            else:
+                columns[name] = append_narrow(values, strings.by_id(piece) if strings and name == "name" else piece)
+    return {name: as_numpy(values) for name, values in columns.items()}
 
 
 def _opt(schema: _Schema, table: str, column: str, default: int = -1) -> str:
@@ -361,12 +378,14 @@ def _without_duplicates(tables: dict[str, Table | None], notes: list[str]) -> li
 
 
 def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
-    """The columns in start order, each replaced as it is sorted: the table is never held twice.
-    Times stay int64; ids, devices and shapes take the narrowest type that holds them, as soon as a
-    table is read (``model.narrowest``)."""
-    order = np.argsort(cols["start"], kind="stable")
+    """The columns in start order, each replaced as it is sorted: the table is never held twice, and
+    a table already in order (as exports write most) is not copied at all. Times stay int64; ids,
+    devices and shapes take the narrowest type that holds them (``model.narrowest``)."""
+    start = cols["start"]
+    order = None if (start[1:] >= start[:-1]).all() else np.argsort(start, kind="stable")
     for key in list(cols):
-        cols[key] = cols[key][order] if key in ("start", "end") else narrowest(cols[key][order])
+        column = cols[key] if order is None else cols[key][order]
+        cols[key] = column if key in TIMES else narrowest(column)
     return Table(cols)
 
 
@@ -376,7 +395,7 @@ def _read_kernels(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
     fields = {
         "start": "start", "end": '"end"', "device": _opt(schema, KERNEL, "deviceId", 0),
         "stream": _opt(schema, KERNEL, "streamId"), "correlation": _opt(schema, KERNEL, "correlationId"),
-        "pid": _pid_expr(schema, KERNEL), "name_id": name_expr,
+        "pid": _pid_expr(schema, KERNEL), "name": name_expr,
         "graph_node": _graph_ref(schema, KERNEL, "graphNodeId"), "graph_id": _graph_ref(schema, KERNEL, "graphId"),
     }
     dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
@@ -388,12 +407,11 @@ def _read_kernels(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
     shared = [c for c in ("staticSharedMemory", "dynamicSharedMemory") if schema.has(KERNEL, c)]
     if shared:
         fields["shared_mem"] = " + ".join(f"COALESCE({c}, 0)" for c in shared)
-    cols = _int_columns(db, path, KERNEL, fields)
+    cols = _int_columns(db, path, KERNEL, fields, strings=strings)
     _check_durations(cols, KERNEL, path)
-    cols["name"] = strings.by_id(cols.pop("name_id"))
     if has_dims:  # the model wants CTAs per launch and threads per CTA
-        cols["grid"] = np.prod(np.stack([cols.pop(d) for d in dims[:3]]), axis=0)
-        cols["block"] = np.prod(np.stack([cols.pop(d) for d in dims[3:]]), axis=0)
+        cols["grid"] = np.prod(np.stack([cols.pop(d) for d in dims[:3]]), axis=0, dtype=np.int64)
+        cols["block"] = np.prod(np.stack([cols.pop(d) for d in dims[3:]]), axis=0, dtype=np.int64)
     cols["whole_graph"] = np.zeros(len(cols["start"]), dtype=bool)
     return _sorted_table(cols)
 
@@ -480,13 +498,16 @@ def _gpu_rank(table: Table | None, rank_keys: list[tuple[int, int, int]]) -> np.
 def _split(table: Table | None, rank: np.ndarray | None, ranks: int) -> list[Table | None]:
     """Each rank's rows of ``table`` (``rank`` -1: no rank's), in their order, as slices of the table
     reordered by rank in place, a column at a time: a copy per rank would hold the table twice
-    over once the last one is made (a 5 M-kernel export holds GBs of rows)."""
+    over once the last one is made (a 5 M-kernel export holds GBs of rows). The rows are picked by
+    one mask per rank, a byte a row each, where an argsort's order would be eight."""
     if table is None or rank is None:
         return [None] * ranks
-    order = np.argsort(rank, kind="stable")
-    bounds = np.searchsorted(rank[order], np.arange(ranks + 1)).tolist()
-    for key in list(table.columns):
-        table.columns[key] = table.columns[key][order]
+    masks = [rank == r for r in range(ranks)]
+    bounds = np.cumsum([0] + [np.count_nonzero(mask) for mask in masks]).tolist()
+    for key, column in list(table.columns.items()):
+        table.columns[key] = np.empty(bounds[-1], dtype=column.dtype)
+        for mask, lo, hi in zip(masks, bounds, bounds[1:]):
+            np.compress(mask, column, out=table.columns[key][lo:hi])
     return [Table({key: col[lo:hi] for key, col in table.columns.items()}) for lo, hi in zip(bounds, bounds[1:])]
 
 
@@ -521,11 +542,10 @@ def _read_runtime(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
         "pid": f"COALESCE({_PID_SQL.format(col=tid_col)}, -1)" if tid_col else "-1",
         "tid": f"COALESCE({_TID_SQL.format(col=tid_col)}, -1)" if tid_col else "-1",
         "correlation": _opt(schema, RUNTIME, "correlationId"),
-        "name_id": _opt(schema, RUNTIME, "nameId"),
+        "name": _opt(schema, RUNTIME, "nameId"),
     }
-    cols = _int_columns(db, path, RUNTIME, fields)
+    cols = _int_columns(db, path, RUNTIME, fields, strings=strings)
     _check_durations(cols, RUNTIME, path)
-    cols["name"] = strings.by_id(cols.pop("name_id"))
     cols["kind"] = _classify(cols["name"], strings.values)
     cols["sync_type"] = _sync_types(db, schema, cols, path)
     if not schema.has(SYNC):
@@ -534,11 +554,13 @@ def _read_runtime(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pa
 
 
 def _classify(names: np.ndarray, values: list[str]) -> np.ndarray:
-    """Classify each distinct name once, then broadcast to the rows (nsys's "_v7000" suffixes do not matter:
-    the patterns match name prefixes)."""
-    unique, inverse = np.unique(names, return_inverse=True)
-    kinds = np.array([int(runtime_kind(values[i])) if i >= 0 else 0 for i in unique], dtype=np.int8)
-    return kinds[inverse] if len(names) else np.zeros(0, np.int8)
+    """Classify each distinct name once, then look each row's up by its name index (nsys's "_v7000"
+    suffixes do not matter: the patterns match name prefixes). A table by name, not
+    ``np.unique(return_inverse=True)``: its inverse is eight bytes a row (9 M calls in a 5 M-kernel export)."""
+    kinds = np.zeros(len(values), dtype=np.int8)
+    for i in np.unique(names).tolist():
+        kinds[i] = int(runtime_kind(values[i]))
+    return kinds[names]
 
 
 def _sync_types(db: sqlite3.Connection, schema: _Schema, runtime: dict[str, np.ndarray], path: Path) -> np.ndarray:
@@ -610,24 +632,25 @@ def _read_ranges(db: sqlite3.Connection, schema: _Schema, strings: _Strings, pat
     if open_ended:
         notes.append(f"{open_ended} NVTX ranges were still open at the end of the export and were left out")
     where += ' AND "end" IS NOT NULL'
-    fields = {"start": "start", "end": '"end"', "gtid": "COALESCE(globalTid, -1)",
-              "text_id": _opt(schema, NVTX, "textId"), "domain": _opt(schema, NVTX, "domainId", 0)}
+    known = "CASE WHEN globalTid >= 0 THEN {} ELSE -1 END"  # NULL or negative: no process or thread
+    fields = {"start": "start", "end": '"end"', "domain": _opt(schema, NVTX, "domainId", 0),
+              "pid": known.format(_PID_SQL.format(col="globalTid")), "tid": known.format(_TID_SQL.format(col="globalTid")),
+              # Registered strings live in textId with text NULL (NCCL's ranges are all like that).
+              "name": _opt(schema, NVTX, "textId")}
     # One scan for the integers, one for the inline texts, both in rowid order so they line up.
-    cols = _int_columns(db, path, NVTX, fields, f"WHERE {where} ORDER BY rowid")
+    cols = _int_columns(db, path, NVTX, fields, f"WHERE {where} ORDER BY rowid", strings)
     if not len(cols["start"]):
         return _empty_ranges()
     _check_durations(cols, NVTX, path)
-    gtid = cols.pop("gtid")
-    cols["pid"] = np.where(gtid >= 0, (gtid >> 24) & 0xFFFFFF, -1)
-    cols["tid"] = np.where(gtid >= 0, gtid & 0xFFFFFF, -1)
-    # Registered strings live in textId with text NULL (NCCL's ranges are all like that).
-    cols["name"] = strings.by_id(cols.pop("text_id"))
     if schema.has(NVTX, "text"):  # a piece at a time: a fetch of all rows holds ~100 bytes a range
         names, cursor, done = cols["name"], db.execute(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid"), 0
         while rows := cursor.fetchmany(FETCH_ROWS):
             has_text = np.array([r[0] is not None for r in rows], dtype=bool)
             if has_text.any():
-                names[done : done + len(rows)][has_text] = strings.intern([str(r[0]) for r in rows if r[0] is not None])
+                texts = narrowest(strings.intern([str(r[0]) for r in rows if r[0] is not None]))
+                if texts.dtype.itemsize > names.dtype.itemsize:  # names read narrow; a new text's index may not fit
+                    names = cols["name"] = names.astype(texts.dtype)
+                names[done : done + len(rows)][has_text] = texts
             done += len(rows)
     return _sorted_table(cols)
 
@@ -642,7 +665,10 @@ def _ranges_per_rank(ranges: Table, pids: list[int]) -> list[Table]:
     """NVTX ranges are per process; a process driving two GPUs contributes them to both (a copy
     each), a rank without a process gets them all. One process per rank, as usual, splits them."""
     if len(set(pids)) == len(pids) and min(pids, default=0) >= 0:
-        return _split(ranges, _lookup(np.array(pids, dtype=np.int64), ranges["pid"]), len(pids))
+        rank = np.full(len(ranges), -1, dtype=np.int8 if len(pids) < 128 else np.int32)  # not _lookup's int64s
+        for index, pid in enumerate(pids):
+            rank[ranges["pid"] == pid] = index
+        return _split(ranges, rank, len(pids))
     return [ranges.take(np.arange(len(ranges)) if pid < 0 else np.flatnonzero(ranges["pid"] == pid)) for pid in pids]
 
 
