@@ -25,7 +25,7 @@ from diagnoser.engine import (
 )
 from diagnoser.whatif import expected_tokens_per_cycle
 
-from diagnoser.rules.comparison import SLOWER, ablation, ablation_finding
+from diagnoser.rules.comparison import SLOWER, UNITS, ablation, ablation_finding
 
 SPECS = load_specs(__file__)
 
@@ -52,6 +52,25 @@ class SpeculationRules(RuleSet):
     def speculation_measured(self, d):
         """Speculation on is slower than off at the same load: drafting and verification cost more than they emit."""
         return ablation_finding(d)
+
+    @rule(
+        SPECS["speculation-slowdown"],
+        AS.d << RunDiff(setting="speculative", before=MATCH.before, base_time=MATCH.base, other_time=MATCH.other),
+        TEST(lambda before, base, other: within_noise(*speculating_and_not(before, base, other))),
+    )
+    def speculation_repays_nothing(self, d, before, base, other):
+        """Speculation on times the same as off, within run-to-run noise: it is switched on only to be faster, by
+        close to the tokens each cycle emits, so a cycle that emits several tokens yet gains nothing costs as many
+        ordinary steps as it emits. Indicated: the delta is noise, so it bounds nothing; draft and verify times
+        per cycle say which side of the cycle eats the yield."""
+        on, off = speculating_and_not(before, base, other)
+        unit = UNITS.get(d["figure"], "")
+        return Finding(
+            evidence=[ev("runs.speculative_on_time", on, unit), ev("runs.speculative_off_time", off, unit), ev("runs.figure", d["figure"])],
+            missing=["speculation.verify_ms", "speculation.draft_ms"],
+            detail=f"With speculation on the run takes {on:.4g} against {off:.4g} {unit} off: within {SLOWER - 1:.0%} either way, "
+            "so what its cycles emit is spent on drafting and verifying.",
+        )
 
     @rule(SPECS["speculation-slowdown"], *ablation("draft_length"))
     def longer_draft_slower(self, d):
@@ -210,6 +229,16 @@ class SpeculationRules(RuleSet):
         return Finding(evidence=[ev("server.speculative", method), ev("server.speculative_active", False)])
 
 
+def speculating_and_not(before: str, base: float, other: float) -> tuple[float, float]:
+    """(time with speculation on, time with it off) of a speculation A/B, whichever run is the baseline."""
+    return (other, base) if before == "false" else (base, other)
+
+
+def within_noise(time: float, reference: float) -> bool:
+    """Neither faster nor slower than the reference beyond run-to-run noise either way."""
+    return reference / SLOWER <= time < SLOWER * reference
+
+
 def named_from_counters(s, m, ordinary: float, why: str) -> Finding:
     """The counters name the cause; the time per token and the ordinary step are shown, and bound nothing."""
     return Finding(
@@ -287,7 +316,7 @@ def faster_than_the_counters_allow(s, m, ordinary: float) -> bool:
 def within_noise_of_ordinary(s, m, ordinary: float) -> bool:
     """Neither slower than the ordinary step nor faster than it, beyond run-to-run noise either way."""
     per_token = time_per_token(s, m)
-    return per_token is not None and ordinary / SLOWER <= per_token < SLOWER * ordinary
+    return per_token is not None and within_noise(per_token, ordinary)
 
 
 def slower_than_ordinary(s, m, ordinary: float) -> bool:
