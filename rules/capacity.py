@@ -33,6 +33,7 @@ from diagnoser.engine import (
 )
 from diagnoser.models.serving import SERVER_CLOCKS
 from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number, larger
+from diagnoser.rules.rates import decode_timed
 
 SPECS = load_specs(__file__)
 
@@ -112,6 +113,29 @@ def queue_timed(m) -> Finding:
         detail=f"Requests wait {m[wait]:.4g} of {m[whole]:.4g} ms to be admitted: the gain is on the "
         f"{'first-token time' if whole.startswith('ttft') else 'request latency'}, not on the per-token rate.",
     )
+
+
+def first_token_ms(m) -> float | None:
+    """The time to first token at the statistic queue times are read at first: the mean, else the median."""
+    return m.get("ttft_mean_ms", m.get("ttft_p50_ms"))
+
+
+def wait_beyond_the_prompt(m) -> float | None:
+    """The least a request waited before its prompt ran: its first-token time less the prompt's tokens at the time
+    per output token. A prompt's tokens go through the model together, one pass reading the weights once for many of
+    them, so its prefill takes less than decoding it one token a step would; the rest of the first token is a wait.
+    Only a per-token time that leaves the first token out (TPOT, ITL) bounds it: a rate over whole requests counts
+    the wait too. None when a figure is missing or the queue was timed."""
+    ttft, prompt = first_token_ms(m), m.get("input_tokens")
+    if ttft is None or prompt is None or not decode_timed(m) or not queue_not_timed(m):
+        return None
+    return ttft - prompt * m["per_token_ms"]
+
+
+def waited_beyond_the_prompt(m) -> bool:
+    """That least wait is a notable share of the first token, by the cut-offs a timed queue is judged by."""
+    wait = wait_beyond_the_prompt(m)
+    return wait is not None and wait >= MIN_QUEUE_MS and wait >= QUEUE_SHARE * first_token_ms(m)
 
 
 def admitted_all(m, cap: int) -> bool:
@@ -246,6 +270,23 @@ class CapacityRules(RuleSet):
             evidence=[ev("metrics.concurrency", streams), ev("server.max_num_seqs", admitted)],
             detail=f"{streams:g} requests in flight against {admitted} the scheduler runs at once: the rest wait; "
             "the server's queue time would bound it.",
+        )
+
+    @rule(SPECS["admission-queueing"], AS.m << Metrics(), TEST(lambda m: waited_beyond_the_prompt(m)))
+    def first_token_beyond_its_prompt(self, m):
+        """Nobody timed the queue, but the first token took longer than decoding the whole prompt one token a step
+        would: what is left waited to be admitted (for a slot or KV blocks), whatever the cap that held it. Indicated:
+        the wait is only known to be at least the rest (the prefill took less than its bound), and a gain needs its
+        most; the server's queue time bounds it."""
+        ttft, wait = first_token_ms(m), wait_beyond_the_prompt(m)
+        per_token = next(f"metrics.{n}" for n in ("tpot_mean_ms", "tpot_p50_ms", "itl_mean_ms", "itl_p50_ms") if n in m)
+        return Finding(
+            evidence=[ev("metrics.ttft_ms", ttft, "ms"), ev("metrics.input_tokens", m["input_tokens"]),
+                      ev(per_token, m["per_token_ms"], "ms"), ev("wait_at_least_ms", wait, "ms"), *_admission(m)],
+            missing=["metrics.queue_mean_ms"],
+            detail=f"A {m['input_tokens']:.4g}-token prompt at {m['per_token_ms']:.3g} ms a token would take {ttft - wait:.4g} ms "
+            f"even one token a step; the first token took {ttft:.4g} ms, so requests waited at least {wait:.4g} ms to be "
+            "admitted: the gain is on the first-token time, not on the per-token rate.",
         )
 
     @rule(
