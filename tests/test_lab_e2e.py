@@ -20,6 +20,7 @@ pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
 from diagnoser.engine import diagnose, load_rulebook  # noqa: E402
+from diagnoser.probes.to_case import write_case  # noqa: E402
 from diagnoser.lab.case import measure, measured_above_noise, score  # noqa: E402
 from diagnoser.lab.faults import FAULTS, with_form  # noqa: E402
 from diagnoser.lab.process import LabServer, _children, still_running  # noqa: E402
@@ -67,10 +68,12 @@ def test_the_case_comes_from_the_server(measured):
 
 
 @pytest.mark.parametrize("name", FAULTY)
-def test_the_true_cause_ranks_first(name, book, measured):
+def test_the_true_cause_ranks_first(name, book, measured, tmp_path):
     s = score(diagnosed(name, book, measured), FAULTS[name].cause, FAULTS[name].names)
-    assert s.rank == 1, f"{name}: {FAULTS[name].cause} ranked {s.rank} ({s.gain}; first: {s.top}; next: {s.runner_up})"
-    assert s.grade == "measured"
+    if s.rank != 1 or s.grade != "measured":
+        kept = tmp_path / f"{name}.yaml"
+        write_case(kept, measured(name))  # a miss under load is read from its case, not rerun
+        pytest.fail(f"{name}: {FAULTS[name].cause} ranked {s.rank}, {s.grade} ({s.gain}; first: {s.top}; next: {s.runner_up}); case: {kept}")
 
 
 def test_the_healthy_server_shows_no_measured_cause_above_noise(book, measured, tmp_path):
