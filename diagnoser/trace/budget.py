@@ -148,7 +148,7 @@ def budget_sets(
 
     nxt = np.searchsorted(ops.start, gap_end, side="left")  # the op whose start ends the gap
     has_next = nxt < len(ops)
-    issued = np.where(has_next, ops.launch_end[np.minimum(nxt, len(ops) - 1)] if len(ops) else -1, gap_end)
+    issued = np.where(has_next, ops.launch_end(np.minimum(nxt, len(ops) - 1)) if len(ops) else -1, gap_end)
     issued = np.where(issued < 0, gap_start, issued)  # no launch call recorded: treat as already issued
     issued = np.clip(issued, gap_start, gap_end)
     not_issued = iv.merge(gap_start[issued > gap_start], issued[issued > gap_start])

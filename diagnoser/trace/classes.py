@@ -16,6 +16,8 @@ from importlib import resources
 
 import numpy as np
 
+from diagnoser.trace.model import narrowest
+
 COMMUNICATION = "communication"
 
 
@@ -79,7 +81,12 @@ def classify(kernel_name: str) -> KernelClass:
 
 
 def classify_names(strings: list[str], name_ids: np.ndarray) -> tuple[list[KernelClass], np.ndarray]:
-    """Classes of the distinct names used, and per row the index into that list."""
-    distinct, inverse = np.unique(name_ids, return_inverse=True)
+    """Classes of the distinct names used, and per row the index into that list, in the narrowest type
+    that holds it: looked up by name in a table as long as ``strings``, where ``np.unique``'s inverse
+    would be eight bytes a row (80 MB a table at 10^7 kernels)."""
+    distinct = np.unique(name_ids)
     classes = [classify(strings[int(i)]) for i in distinct]
-    return classes, inverse.reshape(-1)
+    position = narrowest(np.arange(len(distinct)))
+    by_name = np.zeros(len(strings), dtype=position.dtype)
+    by_name[distinct] = position
+    return classes, by_name[name_ids]

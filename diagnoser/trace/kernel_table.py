@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from diagnoser.models.hardware import match_hardware
 from diagnoser.models.precision import DType
 from diagnoser.trace.classes import classify_names
-from diagnoser.trace.model import RankTrace
+from diagnoser.trace.model import RankTrace, narrowest
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
 from diagnoser.trace.roofline import roofline
 from diagnoser.trace.steps import Step
@@ -102,14 +102,20 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
         return []
     k = trace.kernels
     kernel_rows = ops.row[rows]  # the other columns are read per class: a copy of all of them is 35 bytes a kernel
-    names = k["name"][kernel_rows]
     matmul = ops.matmul[rows]
-    duration = (k["end"][kernel_rows] - k["start"][kernel_rows]).astype(np.float64) / 1000.0
+    del rows  # a table of all steps holds every kernel: each array a kernel long is 10 MB a byte at 10^7
+    names = k["name"][kernel_rows]
+    ns = k["end"][kernel_rows]
+    ns -= k["start"][kernel_rows]
+    duration = ns.astype(np.float64)
+    del ns
+    duration /= 1000.0
     classes, index = classify_names(trace.strings, names)
     # each kernel's label as a number into the sorted label texts: the texts per kernel would be ~100 bytes each
     texts, of_class = np.unique(np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes]),
                                 return_inverse=True)
-    labels = of_class.reshape(-1)[index]
+    labels = narrowest(of_class.reshape(-1))[index]
+    del index
     grand_total = float(duration.sum()) or 1.0
     owners = _matmul_owners(matmul, duration, labels)
     table = []

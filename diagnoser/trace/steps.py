@@ -179,7 +179,7 @@ def _pattern_windows(trace: RankTrace, ops: DeviceOps, last_end: int) -> tuple[s
 def _ops_by_window(slot: np.ndarray, inside: np.ndarray, windows: int) -> list[np.ndarray]:
     """The op indices of each window, ascending: one sort for all windows, where a mask per window
     would cost steps x ops (a 1 GB trace has 10^4 steps and 10^6 ops)."""
-    rows = np.flatnonzero(inside)
+    rows = np.flatnonzero(inside).astype(np.int32)  # int32 as DeviceOps.row: the steps hold nearly every op between them
     rows = rows[np.argsort(slot[rows], kind="stable")]
     bounds = np.searchsorted(slot[rows], np.arange(windows + 1), side="left")
     return [rows[bounds[i] : bounds[i + 1]] for i in range(windows)]
