@@ -28,6 +28,8 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import SIZED, UNITS, ablation, ablation_finding, beyond_the_size, larger
+from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
+from diagnoser.rules.launch import on_cpu
 from diagnoser.rules.rates import stream_rates
 
 SPECS = load_specs(__file__)
@@ -61,6 +63,8 @@ ENGINE_GAP = 2.0
 # by tens of per cent, graph capture, a kernel family or a weight format by a few times; twenty is another processor
 # doing the work (a CPU path, a runtime the driver cannot run), not a slower path on this one.
 OFF_DEVICE_GAP = 20.0
+# Run figures that are one stream's time per token (UNITS' ms per token, not the aggregate's or a job's).
+PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 # References taken on this device: another release, setting or engine, or a published row for it.
 SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
 
@@ -385,11 +389,39 @@ class MachineRules(RuleSet):
             detail=f"One stream runs {gap:.3g}x slower than this device's own figure with the weights on the device.",
         )
 
+    @rule(
+        SPECS["build-mismatch"],
+        AS.m << Metrics(per_token_ms=MATCH.per_token),
+        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS))),
+        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and m.get("concurrency", 1) == 1),
+    )
+    def slower_than_a_sweep_of_the_device(self, m, per_token, api):
+        """One stream's token takes longer than the device needs to read every byte it holds, so the step is not
+        reading them there: no figure of the device's own to compare is needed. Where the case names the work off
+        the device (bytes in host memory: layers left off, an offload, a spill, weights that do not fit; a grammar's
+        mask built on the host) that is the reading, cpu-offload's or structured output's, and a run of the same case under the sweep says this build does reach the device (the slower run
+        lost something else: its memory paged out, a setting); otherwise the likeliest path is a build or a code
+        path that runs the model on the CPU. Indicated: the engine's startup log and the GPU's utilisation while
+        decoding tell which."""
+        if self.names_off_device_work():
+            return None
+        return Finding(
+            evidence=[ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api),
+                      *([ev("metrics.concurrency", 1)] if "concurrency" in m else [])],
+            missing=["platform.fallback_logged"],
+            detail=f"One stream takes {per_token / 1e3:.3g} s a token, beyond the {DEVICE_STEP_CEILING_MS / 1e3:.3g} s in which an "
+            "accelerator reads every byte of its memory once.",
+        )
+
     @rule(SPECS["build-mismatch"], *ablation("build"))
     def slower_build(self, d):
         """Two builds of the same engine, everything else equal: the slower binary does not run the fast path the
         other does (its arch list, its SIMD or GPU backend, its debug checks)."""
         return ablation_finding(d)
+
+    def names_off_device_work(self) -> bool:
+        return any(off_device_work(f) for f in self.facts.values())
 
     @rule(
         SPECS["cpu-oversubscribed"],
@@ -430,6 +462,18 @@ class MachineRules(RuleSet):
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")
         return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
+
+
+def off_device_work(f) -> bool:
+    """The case names work done off the device: some of the model's bytes in host memory (offloaded, spilled, layers
+    left off the device, weights that do not fit it), or a grammar's mask computed on the host each step."""
+    if isinstance(f, Server):
+        return (f.get("cpu_offload_gb") or 0) > 0 or f.get("structured_output") is True
+    if not isinstance(f, Memory):
+        return False
+    placed, total = f.get("layers_on_device"), f.get("layers_total")
+    return (f.get("weights_fit_without_offload") is False or (f.get("weights_on_host_fraction") or 0) > 0
+            or (f.get("spilled_to_host_gb") or 0) > 0 or (None not in (placed, total) and placed < total))
 
 
 def h2d_finding(b, exposed: float, evidence: list) -> Finding:
