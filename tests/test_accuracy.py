@@ -62,6 +62,7 @@ LATER_CORPORA = (
     ("corpus12", 11, 8, 8),
     ("corpus13", 12, 10, 10),
     ("corpus14", 12, 12, 12),
+    ("corpus15", 12, 10, 10),
 )
 
 
