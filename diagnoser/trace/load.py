@@ -57,12 +57,10 @@ def _folder_traces(directory: Path) -> list[Path]:
 def load_traces(paths: list[str | Path], workers: int | None = None, memory: int | None = None) -> list[RankTrace]:
     """All ranks from all inputs, sorted by rank; each rank must appear once. ``memory``: the bytes
     Kineto ranks read at once may hold together (``memory_budget``; default 2 GiB)."""
-    from diagnoser.trace.heap import map_large_blocks
     from diagnoser.trace.kineto import read_kineto_many
 
     if not paths:
         raise InputError("no trace given")
-    map_large_blocks()  # before any rank is read: its freed arrays would stay in the process
     kineto: list[Path] = []
     exports: list[Path] = []
     traces: list[RankTrace] = []
