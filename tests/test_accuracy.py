@@ -51,7 +51,7 @@ def test_the_second_and_third_corpora_stay_above_their_floors():
 LATER_CORPORA = (
     ("corpus2", 28, 24, 24),
     ("corpus3", 20, 19, 20),
-    ("corpus4", 20, 19, 20),
+    ("corpus4", 20, 20, 20),
     ("corpus5", 20, 19, 20),
     ("corpus6", 20, 19, 19),
     ("corpus7", 20, 18, 18),

@@ -36,6 +36,9 @@ class Fixture(BaseModel):
     grades: dict[str, Grade] = Field(default_factory=dict, description="rule id -> the grade its hypothesis must carry")
     unbounded: list[str] = Field(default_factory=list, description="rule ids that must fire with 'not bounded yet'")
     first_question: str | None = Field(default=None, description="the input the diagnosis must ask for first")
+    leads: dict[str, bool] = Field(
+        default_factory=dict, description="rule id -> whether it must open the report, ahead of the causes (a guard voiding the comparison)"
+    )
 
 
 class FixtureFile(BaseModel):
@@ -81,6 +84,7 @@ def resolved(fixture: Fixture, rulebook: Rulebook) -> Fixture:
         "grades": {r(i): v for i, v in fixture.grades.items()},
         "unbounded": [r(i) for i in fixture.unbounded],
         "rule_errors": [r(i) for i in fixture.rule_errors],
+        "leads": {r(i): v for i, v in fixture.leads.items()},
     })
 
 
@@ -144,6 +148,12 @@ def problems_of(fixture: Fixture, d: Diagnosis) -> list[str]:
         asked = d.questions[0].input if d.questions else None
         if asked != fixture.first_question:
             problems.append(f"expected the first question to ask for {fixture.first_question}, got {asked}")
+    for rule_id, leading in sorted(fixture.leads.items()):
+        found = [h.leads for h in d.hypotheses if h.rule == rule_id]
+        if not found:
+            problems.append(f"expected {rule_id} to fire")
+        elif found[0] is not leading:
+            problems.append(f"{rule_id} {'ranks after the causes' if leading else 'leads'}, expected it {'to lead' if leading else 'after the causes'}")
     errored = {e.rule for e in d.rule_errors}
     problems += [f"expected {r} to raise" for r in fixture.rule_errors if r not in errored]
     problems += [f"rule error {e.rule}: {e.error}" for e in d.rule_errors if e.rule not in fixture.rule_errors]

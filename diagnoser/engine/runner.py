@@ -46,6 +46,12 @@ from diagnoser.models.hypothesis import (
 from diagnoser.whatif import bounded_gain
 
 
+# What a measurement guard can void: a figure the observation is held against (an expected or quoted one, the
+# bound's floor) or other runs of it. A flag that the rate counts prefill, with none of these, voids nothing: the
+# figure is still the symptom, and the causes that explain it come first.
+COMPARISONS = frozenset({"expected", "bound", "bound_inputs", "runs", "context_sweep"})
+
+
 class DiagnosisEngine(KnowledgeEngine):
     """Base of the composed engine: collects hypotheses and rule errors as rules fire."""
 
@@ -64,6 +70,7 @@ class DiagnosisEngine(KnowledgeEngine):
         self.floor_ms = floor_ms
         self.unevaluable = set(unevaluable)
         self.present = set(present)
+        self.compared = bool(self.present & COMPARISONS)
         self.found: list[Hypothesis] = []
         self.errors: list[RuleError] = []
         self.fired: set[str] = set()  # rules whose patterns matched, whatever their body made of it
@@ -80,7 +87,7 @@ class DiagnosisEngine(KnowledgeEngine):
                 finding = body(self, **{name: bindings.get(name) for name in wanted})
             if finding is None:
                 return
-            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec, finding), self.floor_ms)
+            hypothesis = build_hypothesis(spec, finding, step, cap, self.bounded_by(spec, finding), self.floor_ms, self.compared)
         except (Exception, RuleTimeout, SystemExit) as err:  # noqa: BLE001 - one broken rule must not sink the diagnosis
             self.errors.append(RuleError(rule=spec.id, error=f"{type(err).__name__}: {err}"))
             return
@@ -148,6 +155,7 @@ def build_hypothesis(
     cap_ms: float | None,
     bounded_by: list[str] = (),
     floor_ms: float | None = None,
+    compared: bool = True,
 ) -> Hypothesis:
     on_top = finding.on_top and reference_ms is not None and finding.removable_ms is not None
     step = reference_ms + finding.removable_ms if on_top else finding.step_ms or reference_ms
@@ -181,7 +189,7 @@ def build_hypothesis(
         claimed_ms=finding.removable_ms if kind is Kind.cause else None,
         at_least=finding.at_least and kind is Kind.cause and gain is not None,
         bounded_by=list(bounded_by) if kind is Kind.cause and gain is None else [],
-        leads=spec.leads,
+        leads=spec.leads and (compared or spec.compares_itself),
         locates=spec.locates,
         id=f"{spec.id}:{finding.key}" if finding.key else spec.id,
         rule=spec.id,

@@ -71,7 +71,16 @@ class RuleSpec(BaseModel):
     bounded_by: tuple[str, ...] = Field(
         default=(), description="inputs that would bound it when it fires without a measured time (default: its parent's requires)"
     )
-    leads: bool = Field(default=False, description="a guard that invalidates the comparison: ranks before every cause")
+    leads: bool = Field(
+        default=False,
+        description="a guard that invalidates the comparison: ranks before every cause when the case compares the figure with "
+        "something (an expected figure, a bound, runs); with nothing to void, it ranks as an ordinary guard after the causes",
+    )
+    compares_itself: bool = Field(
+        default=False,
+        description="a leading guard whose finding holds both sides of the comparison it voids (chunk gaps against token "
+        "times, the client's figures against the server's): it leads whatever else the case compares",
+    )
     aliases: tuple[str, ...] = Field(
         default=(), description="ids this rule had before a rename: sessions, packs and notes that name them still find it"
     )
