@@ -213,9 +213,15 @@ class CollectiveRules(RuleSet):
         whatever a budget says of the exposed communication."""
         return ablation_finding(d, ev("server.custom_allreduce", False))
 
-    @rule(SPECS["custom-allreduce-off"], Server(custom_allreduce=False), NOT(Layout(tp=1)))
+    @rule(SPECS["custom-allreduce-off"], Server(custom_allreduce=False), NOT(Layout(tp=1)), NOT(Probe(peer_access=False)))
     def custom_allreduce_off(self, parent_cap_ms):
         return Finding(evidence=[ev("server.custom_allreduce", False)], removable_ms=parent_cap_ms)
+
+    @rule(SPECS["custom-allreduce-off"], Server(custom_allreduce=False), NOT(Layout(tp=1)), Probe(peer_access=False))
+    def custom_allreduce_without_peers(self, parent_cap_ms):
+        """The kernel cannot run where the GPUs have no peer access: it is off because of the link."""
+        evidence = [ev("server.custom_allreduce", False), ev("probe.peer_access", False)]
+        return Finding(evidence=evidence, removable_ms=parent_cap_ms, consequence=True)
 
     @rule(SPECS["pcie-topology"], Server(interconnect="pcie"), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_setting(self, parent_cap_ms):
@@ -224,3 +230,8 @@ class CollectiveRules(RuleSet):
     @rule(SPECS["pcie-topology"], Probe(nvlink_active_links=0), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_probe(self, parent_cap_ms):
         return Finding(evidence=[ev("probe.nvlink_active_links", 0)], removable_ms=parent_cap_ms)
+
+    @rule(SPECS["pcie-topology"], Probe(peer_access=False), NOT(Layout(tp=1, ep=1, pp=1)))
+    def no_peer_access(self, parent_cap_ms):
+        """Without peer access every transfer between the GPUs stages through host memory, whatever the link."""
+        return Finding(evidence=[ev("probe.peer_access", False)], removable_ms=parent_cap_ms)

@@ -50,7 +50,7 @@ def test_the_second_and_third_corpora_stay_above_their_floors():
 # before any rule changed for it (README's table); the floors guard what they taught since.
 LATER_CORPORA = (
     ("corpus2", 28, 24, 24),
-    ("corpus3", 20, 19, 20),
+    ("corpus3", 20, 20, 20),
     ("corpus4", 20, 20, 20),
     ("corpus5", 20, 19, 20),
     ("corpus6", 20, 19, 19),

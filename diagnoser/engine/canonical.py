@@ -319,6 +319,17 @@ POWER_SAVING = re.compile(r"\blow[ -]power mode\b|\bbattery saver\b|\bpower[ -]?
                           re.IGNORECASE)
 
 
+# How people and logs say the GPUs have no peer access: NCCL's switch, or peer-to-peer named as disabled or missing.
+NO_PEER_ACCESS = re.compile(
+    r"\bNCCL_P2P_DISABLE\s*=\s*1\b|\bno\s+(?:p2p|peer[- ]to[- ]peer)\b"
+    r"|\b(?:p2p|peer[- ]to[- ]peer)(?:\s+access)?\s+(?:is\s+)?(?:disabled|off|unavailable|unsupported|not supported)\b",
+    re.IGNORECASE)
+
+
+def _no_peer_access(data: dict) -> Any:
+    return False if NO_PEER_ACCESS.search(_at("observations.server.interconnect")(data) or "") else None
+
+
 def _power_saving(data: dict) -> Any:
     return True if POWER_SAVING.search(_at("observations.platform.os")(data) or "") else None
 
@@ -428,6 +439,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.server.custom_allreduce", "the engine's custom all-reduce kernel in use (false: NCCL's)", (
         Alternative("observations.platform.feature_gated_off", _gated_off("custom_allreduce"),
                     "the feature the build or platform gated off is the custom all-reduce"),
+    )),
+    Equivalence("observations.probe.peer_access", "the GPUs read each other's memory directly (false: through host memory)", (
+        Alternative("observations.server.interconnect", _no_peer_access,
+                    "the interconnect names peer-to-peer as disabled or missing (P2P disabled, no P2P, NCCL_P2P_DISABLE=1)"),
     )),
     Equivalence("observations.probe.default_power_limit_w", "the board's default power limit", (
         Alternative("observations.probe.gpu_name", _board_power,

@@ -295,10 +295,11 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
             )
         if parent is not None and parent.kind is not Kind.cause:
             raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: parent {spec.parent} is a {parent.kind.value}, not a cause")
-        for broader in spec.refines:
-            found = book.specs.get(broader)
-            if found is None or found.kind is not Kind.cause or broader == spec.id:
-                raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: refines {broader}, which is not another loaded cause")
+        for relation, others in (("refines", spec.refines), ("follows_from", spec.follows_from)):
+            for other in others:
+                found = book.specs.get(other)
+                if found is None or found.kind is not Kind.cause or other == spec.id:
+                    raise InputError(f"{book.origin[spec.id]}: rule {spec.id}: {relation} {other}, which is not another loaded cause")
     _refuse_parent_cycles(book)
     return book
 

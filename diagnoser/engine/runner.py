@@ -203,6 +203,7 @@ def build_hypothesis(
         undo=list(spec.undo),
         parent=spec.parent,
         refines=list(spec.refines),
+        follows_from=list(spec.follows_from) if finding.consequence else [],
         missing=finding.missing,
     )
 
@@ -319,7 +320,8 @@ def common_to_runs(hypotheses: list[Hypothesis], shared: dict[str, str]) -> froz
 
 def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
-    before refinements (unless a measured refinement explains its parent), evidence; then the
+    before refinements (unless a measured refinement explains its parent), a consequence behind the
+    upstream cause it follows from, evidence; then the
     other kinds. One entry per id. ``shared``: the settings a one-setting sweep of runs holds constant."""
     streams = stream_steps(hypotheses)
     common = common_to_runs(hypotheses, shared or {})
@@ -332,9 +334,10 @@ def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> 
         own = keys[id(h)]
         broader = [best.get(r) for r in (h.parent, *h.refines) if r]
         explained = [keys[id(b)] for b in broader if leads_parent(h, b)]
-        if not explained:
-            return own
-        return (*min(explained)[:STANDING], -1, *own[STANDING:])
+        placed = (*min(explained)[:STANDING], -1, *own[STANDING:]) if explained else own
+        upstream = [best.get(r) for r in h.follows_from]
+        behind = [(*keys[id(u)][:STANDING], 2, *own[STANDING:]) for u in upstream if u is not None and u.kind is Kind.cause]
+        return max((placed, *behind))
 
     seen: set[str] = set()
     ranked = []

@@ -62,6 +62,11 @@ class RuleSpec(BaseModel):
         description="other broader causes whose time this one can locate (no matching, no cap): measured and accounting for "
         "at least half of one's measured time, it ranks just ahead of it, as a refinement does of its parent",
     )
+    follows_from: tuple[str, ...] = Field(
+        default=(),
+        description="upstream causes that can bring this one about (GPUs without peer access get no custom all-reduce): a "
+        "finding that says it is their consequence never ranks ahead of one that concluded, since removing that cause removes it",
+    )
     requires: tuple[str, ...] = Field(default=(), description="inputs (see engine.facts.INPUTS) it cannot evaluate without")
     report_missing: bool = Field(default=True, description="list a required input among the next questions when absent")
     grade: Grade = Field(
@@ -119,6 +124,9 @@ class Finding:
     # The measured time is a floor: the mechanism also costs inside the figure it was measured against (a step timed
     # with it on), so its share of a broader cause's time may be larger than measured.
     at_least: bool = False
+    # This firing is what the spec's ``follows_from`` causes bring about (the custom all-reduce off because the GPUs
+    # have no peer access), not a choice of its own: it ranks behind whichever of them concluded.
+    consequence: bool = False
 
 
 def load_specs(module_file: str | Path) -> dict[str, RuleSpec]:

@@ -98,6 +98,7 @@ class Hypothesis(_Out):
     undo: list[UndoCriterion] = Field(default_factory=list)
     parent: str | None = None
     refines: list[str] = Field(default_factory=list, description="other broader causes whose time this one can locate")
+    follows_from: list[str] = Field(default_factory=list, description="upstream causes that bring this one about where they hold")
     missing: list[str] = Field(default_factory=list, description="inputs that would let more rules evaluate")
     grade: Grade | None = Field(default=None, description="causes only: measured, indicated or possible")
     claimed_ms: float | None = Field(

@@ -226,6 +226,11 @@ class ProbeFacts(_Obs):
     default_power_limit_w: float | None = Field(default=None, ge=0, description="the board's default power limit (nvidia-smi's Default Power Limit)")
     temperature_c: float | None = Field(default=None, description="GPU temperature")
     nvlink_active_links: int | None = Field(default=None, ge=0, description="active NVLink links")
+    peer_access: bool | None = Field(
+        default=None,
+        description="the GPUs read and write each other's memory directly (CUDA peer-to-peer); false: disabled (NCCL_P2P_DISABLE) "
+        "or unsupported, so what passes between them stages through host memory",
+    )
     pcie_generation: int | None = Field(default=None, ge=0, description="current PCIe link generation")
 
 
