@@ -380,8 +380,8 @@ def scale_acceptance(scratch: Path, kernels: float = 10e6) -> None:
     for what, write, target, parse_code in sets:
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            kernels = write()
-            _acceptance_row(f"{what}{f' ({kernels:,})' if kernels else ''}", target, parse_code)
+            written = write()  # not ``kernels``: the writers read it when they run
+            _acceptance_row(f"{what}{f' ({written:,})' if written else ''}", target, parse_code)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -12,6 +12,7 @@ from diagnoser.errors import InputError
 from diagnoser.trace.model import CopyKind, RuntimeKind
 from diagnoser.trace.analysis import analyze_traces
 from diagnoser.trace.kineto import runtime_kind
+from diagnoser.trace import nsys_sqlite
 from diagnoser.trace.nsys_sqlite import read_nsys_exports, read_nsys_sqlite
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -347,3 +348,23 @@ def test_one_export_per_rank_is_numbered_in_natural_name_order(tmp_path):
     assert [Path(r.source.split(" (")[0]).name for r in ranks] == ["run_2.sqlite"] * 2 + ["run_10.sqlite"] * 2
     # Each report keeps its own clock offset (its session start on UTC), so the ranks align.
     assert [r.clock_offset_ns for r in ranks] == [7000000000 - 1000] * 2 + [5000000000 - 1000] * 2
+
+
+def test_columns_read_a_row_at_a_time_equal_columns_read_whole(tmp_path, monkeypatch):
+    """Fields grow narrow as fetched and widen when a later piece needs it: a correlation id past a
+    byte, a name index past a byte once an NVTX text is interned after 300 registered strings."""
+    registered = ", ".join(f"({i}, 's{i}')" for i in range(100, 400))
+    extra = f"""
+        INSERT INTO StringIds VALUES {registered};
+        UPDATE NVTX_EVENTS SET textId = 2 WHERE text = 'decode_step';
+        INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (950, 960, 0, {11 * GLOBAL + 4}, 100000, 3);
+    """
+    path = build(tmp_path / "wide.sqlite", extra=extra)
+    whole = read_nsys_sqlite(path)
+    monkeypatch.setattr(nsys_sqlite, "FETCH_ROWS", 1)
+    for a, b in zip(whole, read_nsys_sqlite(path), strict=True):
+        for table in ("kernels", "copies", "runtime", "ranges"):
+            for key, column in getattr(a, table).columns.items():
+                assert column.dtype == getattr(b, table)[key].dtype and column.tolist() == getattr(b, table)[key].tolist()
+    assert names(whole[0], "ranges") == ["decode_step"] and whole[0].ranges["name"].dtype == np.int16
+    assert whole[1].runtime["correlation"].tolist() == [7, 8, 100000] and whole[1].runtime["correlation"].dtype == np.int32

@@ -95,6 +95,9 @@ def _roofline_fields(trace: RankTrace, op_ids: np.ndarray, op_time_us: np.ndarra
     return fields
 
 
+DURATION_ROWS = 1 << 20  # kernels whose durations are taken at a time
+
+
 def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[KernelClassRow]:
     rows = np.concatenate([s.ops for s in steps]) if steps else np.zeros(0, np.int64)
     rows = rows[ops.source[rows] == IS_KERNEL]
@@ -104,24 +107,24 @@ def kernel_table(trace: RankTrace, ops: DeviceOps, steps: list[Step]) -> list[Ke
     kernel_rows = ops.row[rows]  # the other columns are read per class: a copy of all of them is 35 bytes a kernel
     matmul = ops.matmul[rows]
     del rows  # a table of all steps holds every kernel: each array a kernel long is 10 MB a byte at 10^7
-    names = k["name"][kernel_rows]
-    ns = k["end"][kernel_rows]
-    ns -= k["start"][kernel_rows]
-    duration = ns.astype(np.float64)
-    del ns
-    duration /= 1000.0
-    classes, index = classify_names(trace.strings, names)
+    classes, index = classify_names(trace.strings, k["name"][kernel_rows])  # names again per class, not held whole
     # each kernel's label as a number into the sorted label texts: the texts per kernel would be ~100 bytes each
     texts, of_class = np.unique(np.array([f"{c.name}/{c.implementation}" if c.implementation else c.name for c in classes]),
                                 return_inverse=True)
     labels = narrowest(of_class.reshape(-1))[index]
     del index
+    duration = np.empty(len(kernel_rows), dtype=np.float64)
+    for lo in range(0, len(kernel_rows), DURATION_ROWS):  # ends, starts and their difference are 8 bytes a kernel each
+        piece = kernel_rows[lo : lo + DURATION_ROWS]
+        duration[lo : lo + len(piece)] = k["end"][piece] - k["start"][piece]
+    duration /= 1000.0
     grand_total = float(duration.sum()) or 1.0
     owners = _matmul_owners(matmul, duration, labels)
     table = []
     for code, label in enumerate(texts):
         mine = labels == code
-        d, my_names, my_rows = duration[mine], names[mine], kernel_rows[mine]
+        d, my_rows = duration[mine], kernel_rows[mine]
+        my_names = k["name"][my_rows]
         by_time = {int(n): float(d[my_names == n].sum()) for n in np.unique(my_names)}
         grid = _median_known(k["grid"][my_rows]) if "grid" in k else None
         sm = trace.device_sm_count

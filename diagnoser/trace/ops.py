@@ -33,7 +33,7 @@ class DeviceOps:
     launch_row: np.ndarray  # row in trace.runtime, -1 when no launching call was recorded
     launch_start: np.ndarray  # -1 when unknown
     by_graph: np.ndarray  # launched by a graph launch
-    matmul: np.ndarray  # row in trace.shapes of the host matmul op that launched it, -1 if none
+    matmul: np.ndarray  # row in trace.shapes of the host matmul op that launched it, -1 if none; narrowest type
     runtime_end: np.ndarray  # trace.runtime's ends themselves, not a copy: see launch_end
 
     def __len__(self) -> int:
@@ -118,6 +118,6 @@ def device_ops(trace: RankTrace) -> DeviceOps:
         launch_row=lrow,
         launch_start=np.where(known, rt["start"][safe] if len(rt) else -1, -1),
         by_graph=known & ((rt["kind"][safe] == RuntimeKind.graph_launch) if len(rt) else False),
-        matmul=matmul_rows(trace, lrow),
+        matmul=narrowest(matmul_rows(trace, lrow)),  # a byte an op where no shapes were recorded, as usual
         runtime_end=rt["end"] if len(rt) else np.zeros(0, np.int64),
     )
