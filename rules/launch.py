@@ -16,7 +16,11 @@ from diagnoser.engine import (
     Graph,
     Grade,
     Host,
+    Layout,
+    Memory,
+    Metrics,
     Platform,
+    Probe,
     Reference,
     RuleSet,
     Server,
@@ -33,6 +37,12 @@ SPECS = load_specs(__file__)
 # A part worth a hypothesis: at least 8 % of the step and 0.1 ms (below that, timer noise).
 MIN_PART_SHARE = 0.08
 MIN_PART_MS = 0.1
+
+
+# One stream decoding back to back keeps a device whose step is its kernels busy all the time (nvidia-smi counts a
+# sample busy when any kernel ran in it); at 80 % or less, a fifth of every step or more is the device waiting on
+# the host for its next kernel, beyond a sampling counter's few per cent of jitter.
+MAX_BUSY = 0.8
 
 
 # GPU idle between decode steps that is worth naming with no step to hold it against: a millisecond is dozens of
@@ -67,6 +77,32 @@ def within_capture(g) -> bool:
     """The live batch (in the capture list's unit) is one the capture list covers, or either is unknown."""
     live, largest = g.get("live_units"), g.get("max_captured_batch")
     return live is None or largest is None or live <= largest
+
+
+def off_device_work(f) -> bool:
+    """The case names work done off the device: some of the model's bytes in host memory (offloaded, spilled, layers
+    left off the device, weights that do not fit it), or a grammar's mask computed on the host each step."""
+    if isinstance(f, Server):
+        return (f.get("cpu_offload_gb") or 0) > 0 or f.get("structured_output") is True
+    if not isinstance(f, Memory):
+        return False
+    placed, total = f.get("layers_on_device"), f.get("layers_total")
+    return (f.get("weights_fit_without_offload") is False or (f.get("weights_on_host_fraction") or 0) > 0
+            or (f.get("spilled_to_host_gb") or 0) > 0 or (None not in (placed, total) and placed < total))
+
+
+def names_off_device_work(facts) -> bool:
+    return any(off_device_work(f) for f in facts.values())
+
+
+def idle_device_finding(busy: float, one_stream) -> Finding:
+    """A single stream leaves no other work to fill the device's idle time: whatever it does not run is a gap
+    between that stream's own kernels, which replaying or fusing them removes. With many streams the device can
+    also idle for want of work (admission, prefill, a client that waits), so the figure alone names nothing there."""
+    return Finding(
+        evidence=[ev("probe.device_utilization", busy), one_stream],
+        detail=f"The device ran kernels {busy:.0%} of the time while one stream decoded; the rest of each step it waited.",
+    )
 
 
 def share_finding(part: str, share: float) -> Finding:
@@ -222,6 +258,19 @@ class LaunchRules(RuleSet):
         if parent_cap_ms is not None:
             return None
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)
+
+    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Layout(batch=1), TEST(lambda busy: busy <= MAX_BUSY))
+    def idle_device_batch_of_one(self, busy):
+        return self.idle_device(busy, ev("workload.batch", 1))
+
+    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Metrics(concurrency=1), TEST(lambda busy: busy <= MAX_BUSY))
+    def idle_device_one_request(self, busy):
+        return self.idle_device(busy, ev("metrics.concurrency", 1))
+
+    def idle_device(self, busy: float, one_stream) -> Finding | None:
+        """Work the case puts off the device (layers or weights in host memory, a grammar's mask) idles it while
+        the host computes its part: that wait is those causes', not a gap between kernels."""
+        return None if names_off_device_work(self.facts) else idle_device_finding(busy, one_stream)
 
     @rule(SPECS["launch-gaps"], Shares(launch=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
     def launch_share(self, share):

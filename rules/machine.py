@@ -29,7 +29,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import SIZED, UNITS, ablation, ablation_finding, beyond_the_size, larger
 from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
-from diagnoser.rules.launch import on_cpu
+from diagnoser.rules.launch import names_off_device_work, on_cpu
 from diagnoser.rules.rates import stream_rates
 
 SPECS = load_specs(__file__)
@@ -404,7 +404,7 @@ class MachineRules(RuleSet):
         lost something else: its memory paged out, a setting); otherwise the likeliest path is a build or a code
         path that runs the model on the CPU. Indicated: the engine's startup log and the GPU's utilisation while
         decoding tell which."""
-        if self.names_off_device_work():
+        if names_off_device_work(self.facts):
             return None
         return Finding(
             evidence=[ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api),
@@ -419,9 +419,6 @@ class MachineRules(RuleSet):
         """Two builds of the same engine, everything else equal: the slower binary does not run the fast path the
         other does (its arch list, its SIMD or GPU backend, its debug checks)."""
         return ablation_finding(d)
-
-    def names_off_device_work(self) -> bool:
-        return any(off_device_work(f) for f in self.facts.values())
 
     @rule(
         SPECS["cpu-oversubscribed"],
@@ -462,18 +459,6 @@ class MachineRules(RuleSet):
     def cpu_oversubscribed(self, p):
         names = ("cpu_threads", "cpu_cores_available", "cpu_physical_cores", "cpu_throttled_fraction")
         return Finding(evidence=[ev(f"platform.{n}", p[n]) for n in names if n in p])
-
-
-def off_device_work(f) -> bool:
-    """The case names work done off the device: some of the model's bytes in host memory (offloaded, spilled, layers
-    left off the device, weights that do not fit it), or a grammar's mask computed on the host each step."""
-    if isinstance(f, Server):
-        return (f.get("cpu_offload_gb") or 0) > 0 or f.get("structured_output") is True
-    if not isinstance(f, Memory):
-        return False
-    placed, total = f.get("layers_on_device"), f.get("layers_total")
-    return (f.get("weights_fit_without_offload") is False or (f.get("weights_on_host_fraction") or 0) > 0
-            or (f.get("spilled_to_host_gb") or 0) > 0 or (None not in (placed, total) and placed < total))
 
 
 def h2d_finding(b, exposed: float, evidence: list) -> Finding:

@@ -51,6 +51,7 @@ def test_query_h100_under_load():
     assert facts["observations.probe.temperature_c"] == 59
     assert facts["observations.probe.pcie_generation"] == 5
     assert facts["observations.probe.throttle_reasons"] == []
+    assert facts["observations.probe.device_utilization"] == 1.0  # gpu-burn keeps a kernel running: 100 %, as a fraction
 
 
 def test_query_l40s():
@@ -85,6 +86,7 @@ def test_csv_with_units_and_without():
         "observations.probe.mem_clock_mhz": 715,
         "observations.probe.power_w": 28.16,
         "observations.probe.temperature_c": 37,
+        "observations.probe.device_utilization": 0.0,  # an idle card: nvidia-smi's 0 %
     }
 
 

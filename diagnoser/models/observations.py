@@ -232,6 +232,13 @@ class ProbeFacts(_Obs):
         "or unsupported, so what passes between them stages through host memory",
     )
     pcie_generation: int | None = Field(default=None, ge=0, description="current PCIe link generation")
+    device_utilization: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="share of the time the device ran a kernel while tokens were generated, its mean over the decode "
+        "(nvidia-smi's utilization.gpu, tegrastats' GR3D_FREQ percent, as a fraction)",
+    )
 
 
 class SpeculationObs(_Obs):

@@ -52,6 +52,15 @@ def _number(raw: str, where: str, what: str) -> float | None:
     return float(match.group(1))
 
 
+def _as_fact(field: str, figure: float | None) -> float | int | None:
+    """The figure in the case's terms: a link generation is a whole number, nvidia-smi's percent a fraction."""
+    if figure is None:
+        return None
+    if field == "pcie_generation":
+        return int(figure)
+    return figure / 100 if field == "device_utilization" else figure
+
+
 def _reasons(facts: SourcedFacts, active: dict[str, str]) -> None:
     """Active reasons (name -> source) other than idle; [] is a reading too: none held the clocks down."""
     slowed = {name: source for name, source in active.items() if name != _IDLE}
@@ -75,6 +84,7 @@ _Q_FIELDS = (  # (fact, unit check, candidate label paths in order of preference
     ("default_power_limit_w", "W", (("GPU Power Readings", "Default Power Limit"), ("Power Readings", "Default Power Limit"))),
     ("temperature_c", "C", (("Temperature", "GPU Current Temp"),)),
     ("pcie_generation", None, (("PCI", "GPU Link Info", "PCIe Generation", "Current"),)),
+    ("device_utilization", "%", (("Utilization", "Gpu"), ("Utilization", "GPU"))),
 )
 _REASON_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")
 
@@ -128,8 +138,7 @@ def read_query(artifact: Artifact) -> SourcedFacts:
             continue
         if unit is not None and entry.value not in _NOT_KNOWN and not entry.value.endswith(unit):
             raise InputError(f'{where}: {" ".join(path)} is "{entry.value}", not a figure in {unit}')
-        figure = _number(entry.value, where, " ".join(path))
-        facts.add(f"{PROBE}.{field}", int(figure) if field == "pcie_generation" and figure is not None else figure, where)
+        facts.add(f"{PROBE}.{field}", _as_fact(field, _number(entry.value, where, " ".join(path))), where)
     active: dict[str, str] = {}
     seen = False
     for gpu in gpus:
@@ -164,6 +173,7 @@ _CSV_FIELDS = {  # fact -> query names, the preferred first
     "default_power_limit_w": ("power.default_limit",),
     "temperature_c": ("temperature.gpu",),
     "pcie_generation": ("pcie.link.gen.current", "pcie.link.gen.gpucurrent"),
+    "device_utilization": ("utilization.gpu",),
 }
 _KNOWN = {name for names in _CSV_FIELDS.values() for name in names}
 _REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
@@ -205,8 +215,7 @@ def read_csv(artifact: Artifact) -> SourcedFacts:
         if field == "gpu_name":
             facts.add(f"{PROBE}.{field}", values[name].strip() or None, where)
             continue
-        figure = _number(values[name], where, name)
-        facts.add(f"{PROBE}.{field}", int(figure) if field == "pcie_generation" and figure is not None else figure, where)
+        facts.add(f"{PROBE}.{field}", _as_fact(field, _number(values[name], where, name)), where)
     active: dict[str, str] = {}
     seen = False
     for number, row in rows:
