@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 from conftest import run_cli
@@ -17,7 +18,8 @@ from diagnoser.models.probe_results import ClientFacts
 from diagnoser.probes import client
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
-from diagnoser.probes.sse_client import Chunk, StreamedResponse, api_url, request_body
+from diagnoser.http import Client
+from diagnoser.probes.sse_client import Chunk, StreamedResponse, api_url, request_body, stream
 
 
 def probe(url: str, **options) -> ClientFacts:
@@ -147,6 +149,22 @@ def test_chat_stream_with_coalesced_tokens():
     assert facts.itl_ms.n == 2 * 10
     assert facts.tpot_ms.p50 == pytest.approx(step, rel=0.15)
     assert facts.itl_ms.p50 == pytest.approx(3 * step, rel=0.2)
+
+
+def test_on_chunk_counts_generated_chunks_as_they_arrive():
+    """A caller can act at a point in the stream (the lab sends its long prompt at the eighth token):
+    the hook sees each generated chunk once, in order, before the stream ends, and not the role
+    announcement or the final usage event."""
+    seen: list[tuple[int, float]] = []
+    config = DecodeConfig(step_ms=20, prefill_ms=5, stream_interval=3)
+    with StreamingServer(config) as url, Client(url) as http:
+        body = request_body("chat", "toy-decoder", "hi", 12, {})
+        response = stream(http, api_url(url, "chat"), body, 60, on_chunk=lambda n: seen.append((n, time.perf_counter())))
+    content = [c for c in response.chunks if c.text]
+    assert len(content) == 4  # 12 tokens in chunks of 3
+    assert [n for n, _ in seen] == list(range(1, len(response.chunks) + 1))
+    assert all(at >= chunk.received_s for (_, at), chunk in zip(seen, response.chunks))
+    assert seen[0][1] < content[-1].received_s  # called as the stream went, 3 steps (60 ms) before its end
 
 
 def test_tokens_per_chunk_falls_back_to_final_usage():

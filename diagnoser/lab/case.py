@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +47,12 @@ SWEEP = {"context_lengths": [128, 1024, 2048], "sweep_output_tokens": 32, "sweep
 # unprofiled ones the probe timed run at nearly the same contexts and differ by the profiler.
 PROFILED_TOKENS = 64
 # A long prompt arrives while a stream decodes: the stream's worst gap says whether the prefill
-# waits its turn in chunks beside the decodes or stalls them.
+# waits its turn in chunks beside the decodes or stalls them. It is sent once the stream has its
+# eighth token, not after a fixed delay: under two CPU burners a prompt sent 0.15 s in arrived after
+# the 64-token stream had ended, and the prefill-stall fault showed no stall.
 INTERFERENCE_TOKENS = 64
 LONG_PROMPT = 2048
-LONG_PROMPT_AFTER_S = 0.15
+LONG_PROMPT_AFTER_CHUNKS = 8
 # A measured gain under 15 % of the step is within the lab's run-to-run noise on a shared 2-core
 # box: eleven healthy servers, measured afresh, claimed 0-12 % of the step for host overhead (the
 # eager loop's per-op Python dispatch, less the profiler's cost, both measured); every fault's
@@ -102,9 +103,14 @@ def prefill_interference(url: str, http: Client) -> StreamObs:
     endpoint = f"{url}/v1/completions"
 
     failed: list[Exception] = []
+    decoding = threading.Event()
+
+    def count(chunks: int) -> None:
+        if chunks >= LONG_PROMPT_AFTER_CHUNKS:
+            decoding.set()
 
     def long_prompt() -> None:
-        time.sleep(LONG_PROMPT_AFTER_S)
+        decoding.wait(timeout=300)
         try:
             with Client(url) as other:
                 stream(other, endpoint, request_body("completions", model, prompt_ids(LONG_PROMPT, 0), 1, {}), 300)
@@ -114,8 +120,10 @@ def prefill_interference(url: str, http: Client) -> StreamObs:
     arrival = threading.Thread(target=long_prompt, name="long-prompt")
     arrival.start()
     try:
-        response = stream(http, endpoint, request_body("completions", model, "Keep decoding.", INTERFERENCE_TOKENS, {}), 300)
+        body = request_body("completions", model, "Keep decoding.", INTERFERENCE_TOKENS, {})
+        response = stream(http, endpoint, body, 300, on_chunk=count)
     finally:
+        decoding.set()  # a stream that failed early must not leave the prompt's thread waiting
         arrival.join()
     if failed:
         raise failed[0]
