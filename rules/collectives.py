@@ -79,11 +79,21 @@ class CollectiveRules(RuleSet):
 
     @rule(
         SPECS["exposed-comm"],
-        Budget(exposed_comm_ms=MATCH.comm, step_ms=MATCH.step),
+        AS.b << Budget(most_exposed_comm_ms=MATCH.comm, step_ms=MATCH.step),
         TEST(lambda comm, step: comm >= COMM_SHARE * step and comm >= MIN_COMM_MS),
     )
-    def exposed_comm(self, comm, step):
-        return Finding(evidence=[ev("budget.exposed_comm_ms", comm, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=comm)
+    def exposed_comm(self, b, comm, step):
+        """The step's exposed communication on the rank that spent the most in it: where one rank is late, the
+        others wait out its lateness at the collective, and their wait is the step's (every rank's step ends at
+        the same collective)."""
+        if comm == b.get("exposed_comm_ms"):
+            return Finding(evidence=[ev("budget.exposed_comm_ms", comm, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=comm)
+        rank = b.get("most_exposed_rank")
+        return Finding(
+            evidence=[ev("budget.most_exposed_comm_ms", comm, "ms"), ev("budget.most_exposed_rank", rank), ev("budget.step_ms", step, "ms")],
+            removable_ms=comm,
+            detail=f"Rank {rank} spends it; the budgeted (critical) rank computes meanwhile.",
+        )
 
     @rule(
         SPECS["exposed-comm"],

@@ -140,6 +140,8 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
     budget = _model_fields(StepBudget) | _derived(
         parts_ms=("ms", "sum of the budget's parts"),
         unattributed_ms=("ms", "step time no part accounts for"),
+        most_exposed_comm_ms=("ms", "the most exposed communication any rank spent in the step (the critical rank's own, or a waiting rank's)"),
+        most_exposed_rank=("", "the rank that spent it"),
     )
     return {
         f.Reference: _derived(step_ms=("ms", "the measured step every gain is a share of")),

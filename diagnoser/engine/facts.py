@@ -217,6 +217,17 @@ def _fields(model: BaseModel | None, **extra: Any) -> dict[str, Any]:
     return data
 
 
+def _most_exposed(critical: StepBudget, ranks: list[StepBudget]) -> dict[str, Any]:
+    """The rank of the budgeted step that spent the most of it in exposed communication. The critical rank
+    computes while the others wait at its collectives, so a straggler's cost is exposed on the ranks that
+    wait, not in the critical rank's own budget."""
+    comms = [(r.exposed_comm_ms, r.rank) for r in (critical, *ranks) if r.exposed_comm_ms is not None]
+    if not comms:
+        return {}
+    comm, rank = max(comms, key=lambda c: c[0])
+    return {"most_exposed_comm_ms": comm, "most_exposed_rank": rank}
+
+
 def _boundaries(b: BoundaryTimings) -> Boundaries:
     per_chunk = b.tokens_per_chunk or 1.0
     return Boundaries(**_fields(
@@ -515,7 +526,8 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         facts.append(Reference(step_ms=step))
     if obs.budget is not None:
         b = obs.budget
-        facts.append(Budget(**_fields(b, parts_ms=b.parts_ms, unattributed_ms=max(0.0, b.step_ms - b.parts_ms))))
+        facts.append(Budget(**_fields(b, parts_ms=b.parts_ms, unattributed_ms=max(0.0, b.step_ms - b.parts_ms),
+                                      **_most_exposed(b, obs.rank_budgets))))
     facts += [RankBudget(**_fields(r, parts_ms=r.parts_ms)) for r in obs.rank_budgets]
     facts += [_kernel_class(k, obs.budget, bound, obs.gemm_sweep) for k in obs.kernel_classes]
     if obs.graph is not None:
