@@ -33,7 +33,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding, larger
 from diagnoser.rules.context import sweep_evidence
-from diagnoser.rules.rates import beyond_batching, stream_rates
+from diagnoser.rules.rates import beyond_batching, expected_rate, per_stream_rate, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -108,6 +108,12 @@ HISTORY_GROWTH = frozenset({"output_length", "context"})
 # A stall with nothing said of how prefill is scheduled, and tokens not held on the way (bursts: made on time,
 # held after): the patterns of the lone-stall rules.
 UNEXPLAINED_STALL = (NOT(Host(prefill_interleaved=W())), NOT(Server(prefill_priority=W())), NOT(StepMix()), NOT(Stream(bursty=True)))
+
+
+def steady_step_ms(e) -> float | None:
+    """One stream's time per token at the reference's rate."""
+    rate = per_stream_rate(e, expected_rate(e))
+    return 1e3 / rate if rate else None
 
 
 def penalties_on(s) -> bool:
@@ -529,6 +535,28 @@ class OutputPathRules(RuleSet):
             detail=f"A stream stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost). Whether a "
             "prompt was being prefilled then (server log lines, /metrics prompt tokens over the stall, or a trace's step "
             "split) would settle it and bound the gain.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        AS.e << Expectation(),
+        NOT(Host(itl_spike_ratio=W())),
+        *UNEXPLAINED_STALL,
+        TEST(lambda e, stall, step: stall < LONE_STALL_RATIO * step and stall >= LONE_STALL_RATIO * (steady_step_ms(e) or step)),
+    )
+    def long_stall_against_the_steady_step(self, e, stall, step):
+        """A rate read while the stream stalled averages the stalls in, so its step says little of a step's work;
+        the same stream's rate without them (the reference) does: a stall of fifty such steps is other work
+        between two of them, as with a lone long stall."""
+        steady = steady_step_ms(e)
+        return Finding(
+            evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("expected.per_stream_tokens_per_s", 1e3 / steady),
+                      ev("reference.step_ms", step, "ms")],
+            grade=Grade.possible,
+            detail=f"A stream stopped for {stall / steady:.0f} of the steps it takes without the stall. Whether a prompt was "
+            "being prefilled then would settle it and bound the gain.",
         )
 
     @rule(
