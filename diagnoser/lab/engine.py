@@ -215,12 +215,16 @@ class Engine:
                     counts = (history.unsqueeze(1) == vocab).sum(0, dtype=torch.int16)
                     logits[row] -= FREQUENCY_PENALTY * counts + PRESENCE_PENALTY * (counts > 0)
         if "sort-sampler" in self.faults:
+            # every row of the batch padded to max_seqs is sorted, live or not, as a sampler captured at a
+            # fixed batch size runs; one sort, so the fault's cost is the sort's and not the host's between ops
+            padded = logits.new_zeros((self.cfg.max_seqs, logits.shape[-1]))
+            padded[: len(requests)] = logits
+            probs, order = torch.sort(torch.softmax(padded, dim=-1), dim=-1, descending=True)
             picked = []
             for row in range(len(requests)):
-                probs, order = torch.sort(torch.softmax(logits[row], dim=-1), descending=True)
                 # the nucleus, read back to the host; a greedy request takes its head, sorted all the same
-                keep = int((probs.cumsum(0) <= TOP_P).sum().item()) + 1
-                picked.append(int(order[:keep][0].item()))
+                keep = int((probs[row].cumsum(0) <= TOP_P).sum().item()) + 1
+                picked.append(int(order[row, :keep][0].item()))
             return picked
         return (logits.argmax(dim=-1) if greedy is None else greedy).tolist()
 

@@ -52,8 +52,9 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault(
             "sort-sampler", "sort-sampling",
-            "the deployment's default top-p (0.9, top-k off) runs as a full sort of the vocabulary per sequence, "
-            "greedy requests included, each result read back with a synchronising .item()",
+            "the deployment's default top-p (0.9, top-k off) runs as a full sort of the vocabulary for every row "
+            "of the batch padded to max_num_seqs (as a sampler captured at a fixed batch size runs), greedy "
+            "requests included, each result read back with a synchronising .item()",
         ),
         Fault(
             "penalty-history", "penalty-over-history",
