@@ -49,7 +49,7 @@ def test_the_second_and_third_corpora_stay_above_their_floors():
 # The later blind corpora: (folder, cases, top-1 and top-3 counts reached so far). Each was scored once
 # before any rule changed for it (README's table); the floors guard what they taught since.
 LATER_CORPORA = (
-    ("corpus2", 28, 24, 24),
+    ("corpus2", 28, 25, 25),
     ("corpus3", 20, 20, 20),
     ("corpus4", 20, 20, 20),
     ("corpus5", 20, 19, 20),
@@ -63,6 +63,7 @@ LATER_CORPORA = (
     ("corpus13", 12, 10, 10),
     ("corpus14", 12, 12, 12),
     ("corpus15", 12, 10, 10),
+    ("corpus16", 11, 11, 11),
 )
 
 
