@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from diagnoser.models.observations import Observations
+if TYPE_CHECKING:  # only an annotation here: the models are built when the facts are made, not on import
+    from diagnoser.models.observations import Observations
 
 STAGES = 3
 Say = Callable[[int, int, str], None]

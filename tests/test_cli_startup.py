@@ -33,3 +33,21 @@ def test_every_listed_command_loads_and_has_help():
 def test_version():
     out = run_cli("--version")
     assert out.returncode == 0 and "diagnoser" in out.stdout
+
+
+def test_analyze_imports_only_what_its_report_needs(shared_dir):
+    """A plain ``analyze`` builds no case or workload models and imports no diagnosis renderer: on a
+    small trace the start is most of the time (issue #28 measures it against HTA)."""
+    shared = shared_dir / "data" / "hta" / "trace_file_list"
+    unwanted = ["diagnoser.models.case", "diagnoser.models.workload", "diagnoser.report.diagnosis", "diagnoser.report.html"]
+    for extra in ([], ["--json"]):
+        code = (
+            "import io, sys, contextlib\n"
+            "from diagnoser.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    rc = main(['analyze', *{extra!r}, {str(shared)!r}])\n"
+            f"print(sorted(m for m in {unwanted!r} if m in sys.modules)); sys.exit(rc)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "[]", extra

@@ -178,13 +178,16 @@ def _memory_bytes(text: str) -> int:
 
 def _base_case(case_in: Path | None, case_out: Path | None):
     """The case the facts are added to: CASE as it is, or a new one (read before any trace, so a
-    broken case fails fast)."""
+    broken case fails fast). The case models are imported only when a case is named: a plain
+    ``analyze`` would build them for nothing on every start."""
+    named = case_in or case_out
+    if named is None:
+        return None
     from diagnoser.models.case import Case, load_case
 
     if case_in is not None and case_in.exists():
         return load_case(case_in)
-    named = case_in or case_out
-    return Case(title=f"analyze {named.stem}") if named is not None else None
+    return Case(title=f"analyze {named.stem}")
 
 
 def _case_text(case, path: Path, observations) -> str:

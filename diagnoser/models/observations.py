@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from diagnoser.models.runtime import HostCost, MemoryObs, PlatformObs, RoutingObs, StreamObs
 from diagnoser.models.serving import Expected, Run, ServingMetrics
 from diagnoser.models.units import BandwidthGBs, Positive
-from diagnoser.models.workload import Boundary
+from diagnoser.models.boundary import Boundary
 
 
 class _Obs(BaseModel):

@@ -7,26 +7,18 @@ Pinning these first is what makes every later number comparable.
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, field_validator, model_validator
 
+from diagnoser.models.boundary import Boundary
 from diagnoser.models.precision import DType
 from diagnoser.models.units import BandwidthGBs, Positive, TokenRate
 
 
 MAX_RANKS = 2**20
 MAX_STAGES = 4096
-
-
-class Boundary(str, Enum):
-    """Where an observed time was measured; each later boundary adds work the bound ignores."""
-
-    device_step = "device_step"  # GPU time of one decode step (profiler, CUDA events)
-    server_emission = "server_emission"  # interval between tokens leaving the server
-    client_receipt = "client_receipt"  # interval between chunks arriving at the client
 
 
 class Precision(BaseModel):
