@@ -2,7 +2,7 @@
 
 Each renderer is imported on first use of its name: ``analyze`` needs ``report.console`` and
 ``report.untrusted`` only, and importing every renderer with the package made its text report pay for
-the diagnosis and HTML renderers and all they import, about a quarter of its start on a small trace.
+the diagnosis and HTML renderers and all they import (about a tenth of its start on a small trace).
 """
 
 from __future__ import annotations
