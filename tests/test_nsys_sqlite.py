@@ -28,7 +28,8 @@ def real(name: str) -> Path:
 
 
 def names(trace, table: str) -> list[str]:
-    return [trace.strings[i] for i in getattr(trace, table)["name"]]
+    rows = trace.all_ranges() if table == "ranges" else getattr(trace, table)  # the reader keeps step marks only
+    return [trace.strings[i] for i in rows["name"]]
 
 
 def launch_rows(trace) -> np.ndarray:
@@ -80,7 +81,7 @@ def test_nccl_kernels_and_registered_nvtx_names_are_read_on_both_gpus():
         # NCCL's NVTX ranges use registered strings (textId, text NULL) in domain 1.
         range_names = set(names(r, "ranges"))
         assert {"ncclSend", "ncclRecv", "ncclGroupStart"} <= range_names
-        assert set(r.ranges["domain"].tolist()) == {0, 1}
+        assert set(r.all_ranges()["domain"].tolist()) == {0, 1}
     assert total == 66  # 66 ncclDevKernel_SendRecv rows in KERNEL
 
 
@@ -195,7 +196,7 @@ def test_correlation_ids_are_joined_per_process(tmp_path):
 def test_nvtx_text_and_text_id_ranges_marks_and_open_ranges(tmp_path):
     r0, r1 = read_nsys_sqlite(build(tmp_path / "old.sqlite"))
     assert names(r0, "ranges") == ["decode_step"] and names(r1, "ranges") == ["ncclAllReduce"]
-    assert r1.ranges["domain"].tolist() == [1]
+    assert r1.all_ranges()["domain"].tolist() == [1]
     assert any("1 NVTX ranges were still open" in n for n in r0.notes)
 
 
@@ -363,8 +364,48 @@ def test_columns_read_a_row_at_a_time_equal_columns_read_whole(tmp_path, monkeyp
     whole = read_nsys_sqlite(path)
     monkeypatch.setattr(nsys_sqlite, "FETCH_ROWS", 1)
     for a, b in zip(whole, read_nsys_sqlite(path), strict=True):
-        for table in ("kernels", "copies", "runtime", "ranges"):
-            for key, column in getattr(a, table).columns.items():
-                assert column.dtype == getattr(b, table)[key].dtype and column.tolist() == getattr(b, table)[key].tolist()
-    assert names(whole[0], "ranges") == ["decode_step"] and whole[0].ranges["name"].dtype == np.int16
+        for table in ("kernels", "copies", "runtime", "ranges", "all_ranges"):
+            x, y = (a.all_ranges(), b.all_ranges()) if table == "all_ranges" else (getattr(a, table), getattr(b, table))
+            for key, column in x.columns.items():
+                assert column.dtype == y[key].dtype and column.tolist() == y[key].tolist()
+    assert names(whole[0], "ranges") == ["decode_step"] and whole[0].all_ranges()["name"].dtype == np.int16
     assert whole[1].runtime["correlation"].tolist() == [7, 8, 100000] and whole[1].runtime["correlation"].dtype == np.int32
+
+
+# --- ranges no step rule reads unasked are left out as they are fetched -------------------------
+
+STEP_MARKS = f"""
+    INSERT INTO NVTX_EVENTS VALUES (35, 220, 59, 'ProfilerStep#1', {10 * GLOBAL + 3}, NULL, 0),
+        (220, 1000, 59, 'ProfilerStep#2', {10 * GLOBAL + 3}, NULL, 0),
+        (60, 90, 59, 'aten::mm', {10 * GLOBAL + 3}, NULL, 0), (120, 130, 60, 'aten::mm', {10 * GLOBAL + 3}, NULL, 0);
+"""
+LEFT_OUT = "\"end\" IS NOT NULL AND eventType IN (59, 60) AND COALESCE(text, '') NOT LIKE 'ProfilerStep#%'"
+
+
+def test_ranges_no_step_rule_reads_are_left_out_and_change_no_analysis(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    full = read_nsys_sqlite(build(tmp_path / "a" / "x.sqlite", extra=STEP_MARKS))
+    bare = read_nsys_sqlite(build(tmp_path / "b" / "x.sqlite", extra=STEP_MARKS + f"DELETE FROM NVTX_EVENTS WHERE {LEFT_OUT};"))
+    r0 = full[0]
+    assert [r0.strings[i] for i in r0.ranges["name"]] == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert names(r0, "ranges") == ["ProfilerStep#1", "decode_step", "aten::mm", "aten::mm", "ProfilerStep#2"]
+    assert r0.all_ranges()["start"].tolist() == [35, 40, 60, 120, 220] and len(full[1].all_ranges()) == 1
+    assert bare[0].more_ranges is None and not len(bare[1].ranges)
+    one, other = (analyze_traces(t).model_dump(exclude={"sources"}) for t in (full, bare))
+    assert one["method"] == "profiler_step/whole_trace" and one == other  # rank 1 has no step marks
+    # a named range may be one the reader left out: it is read again
+    named = analyze_traces(read_nsys_sqlite(tmp_path / "a" / "x.sqlite")[:1], step_range="decode_step")
+    assert named.method == "range" and [s.step_ms * 1e6 for s in named.steps] == pytest.approx([100])  # its kernel
+
+
+def test_left_out_ranges_still_count_as_duplicates_and_are_checked(tmp_path):
+    copy = "INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS WHERE text = 'decode_step';"
+    r0, _ = read_nsys_sqlite(build(tmp_path / "dup.sqlite", extra=STEP_MARKS + copy))
+    assert "rows identical to an earlier row were dropped: 1 in NVTX_EVENTS" in r0.notes
+    assert names(r0, "ranges").count("decode_step") == 1
+    negative = build(tmp_path / "neg.sqlite", extra="UPDATE NVTX_EVENTS SET \"end\" = 10 WHERE text = 'decode_step';")
+    with pytest.raises(InputError, match=r"1 rows of NVTX_EVENTS end before they start"):
+        read_nsys_sqlite(negative)
+    long = build(tmp_path / "long.sqlite", extra="UPDATE NVTX_EVENTS SET \"end\" = 172800000000000 WHERE text = 'decode_step';")
+    with pytest.raises(InputError, match=r"NVTX_EVENTS has an event ending .* longer than a day"):
+        read_nsys_sqlite(long)

@@ -43,7 +43,7 @@ def _show(exports: list[Path], as_json: bool, step_range: str | None, steps_from
         ranks.append({
             "rank": trace.rank, "source": trace.source, "device": trace.device_name,
             "kernels": len(trace.kernels), "copies": len(trace.copies),
-            "runtime_calls": len(trace.runtime), "ranges": len(trace.ranges),
+            "runtime_calls": len(trace.runtime), "ranges": len(trace.all_ranges()),
             "step": row.key if row else None, "window_ms": row.window_ns / 1e6 if row else None,
             "parts_ms": {k: v / 1e6 for k, v in row.parts_ns.items()} if row else {},
         })

@@ -16,6 +16,7 @@ a time plus an offset still fits. Values past them are refused with the file's n
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -165,3 +166,10 @@ class RankTrace:
     python_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # host CPU ops (start, end, name, tid), kept only for traces with no GPU activity: see cpu_steps
     cpu_ops: Table = field(default_factory=Table)
+    # Where a reader kept only the ranges the step finder reads unasked (step marks, ``steps.is_step_mark``),
+    # this reads every range of the rank again; ``--step-range`` may name any (``all_ranges``).
+    more_ranges: Callable[[], Table] | None = None
+
+    def all_ranges(self) -> Table:
+        """Every range of the rank, whatever the reader left out of ``ranges``."""
+        return self.ranges if self.more_ranges is None else self.more_ranges()

@@ -34,8 +34,10 @@ from __future__ import annotations
 import re
 import sqlite3
 from array import array
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +47,7 @@ from diagnoser.trace.kineto import runtime_kind
 from diagnoser.trace.model import (
     MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, append_narrow, as_numpy, narrowest,
 )
+from diagnoser.trace.steps import is_step_mark
 from diagnoser.trace.trace_file import regular_file
 
 MAX_EXPORT_BYTES = 16 * 2**30  # hours of a busy 8-GPU node; a decode diagnosis needs seconds of it
@@ -195,10 +198,10 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
         raise InputError(f"{path}: {KERNEL} has no rows")
 
     runtime = _read_runtime(db, schema, strings, path, notes)
-    ranges = _read_ranges(db, schema, strings, path, notes)
+    ranges, left_out = _read_ranges(db, schema, strings, path, notes, keep=is_step_mark)
     tables = {KERNEL: kernels, GRAPH_TRACE: graphs, "memory copies and sets": copies, RUNTIME: runtime, NVTX: ranges}
-    _check_capture(path, tables)
-    kernels, graphs, copies, runtime, ranges = _without_duplicates(tables, notes)
+    _check_capture(path, tables | {NVTX: left_out.bounds})  # the bounds of every range, left out or not
+    kernels, graphs, copies, runtime, ranges = _without_duplicates(tables, notes, {NVTX: left_out.copies})
     offset = _clock_offset(db, schema, notes)
     devices = _device_info(db, schema)
     notes.extend(_graph_notes(db, schema, kernels, graphs, runtime))
@@ -217,6 +220,7 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
         _ranges_per_rank(ranges, [pid for _, pid, _ in rank_keys]),
     )
     del kernels, graphs, copies, runtime, ranges  # each lives on in its ranks' slices only
+    every_range = _EveryRange(path, [pid for _, pid, _ in rank_keys], strings.ids) if left_out.rows else None
     traces = []
     for rank, ((gpu, pid, device), (rank_kernels, rank_graphs, rank_copies, rank_runtime, rank_ranges)) in enumerate(
         zip(rank_keys, per_rank)
@@ -241,6 +245,8 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankTrace]:
                 notes=rank_notes,
             )
         )
+        if every_range is not None:
+            traces[-1].more_ranges = partial(every_range.of_rank, rank, traces[-1].strings)
     return traces
 
 
@@ -363,12 +369,14 @@ def _check_capture(path: Path, tables: dict[str, Table | None]) -> None:
         )
 
 
-def _without_duplicates(tables: dict[str, Table | None], notes: list[str]) -> list[Table | None]:
-    """Each table less rows that repeat an earlier row exactly (an export merged twice), counted in a note."""
+def _without_duplicates(tables: dict[str, Table | None], notes: list[str], left_out: dict[str, int] | None = None) -> list[Table | None]:
+    """Each table less rows that repeat an earlier row exactly (an export merged twice), counted in a note
+    with ``left_out``'s copies (among rows a table was read without)."""
     out, dropped = [], []
     for name, table in tables.items():
         if table is not None:
             table, n = table.without_duplicates()
+            n += (left_out or {}).get(name, 0)
             if n:
                 dropped.append(f"{n} in {name}")
         out.append(table)
@@ -630,36 +638,146 @@ def _note_unlaunched(table: Table, runtime: Table, what: str, notes: list[str]) 
         notes.append(f"{missing} of {len(table)} {what} have no launch call in the export (launched before its window)")
 
 
-def _read_ranges(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, notes: list[str]) -> Table:
+@dataclass
+class _LeftOut:
+    """What ``_read_ranges`` knows of the ranges it did not keep: how many, how many repeat an earlier
+    left-out row exactly, and the earliest start and latest end of all ranges (for ``_check_capture``)."""
+
+    rows: int = 0
+    copies: int = 0
+    bounds: Table = field(default_factory=lambda: Table({"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)}))
+
+
+def _read_ranges(
+    db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, notes: list[str],
+    keep: Callable[[str], bool] | None = None,
+) -> tuple[Table, _LeftOut]:
+    """NVTX push/pop and start/end ranges; with ``keep``, only those whose name it accepts.
+
+    The step finder reads only step marks unless a range is named (``steps.is_step_mark``), and a
+    5 M-kernel export holds 24 M ranges (23 bytes each held, 550 MB): the others are dropped as each
+    piece is fetched, their texts still interned (names and their indices are as if all were kept),
+    and ``RankTrace.more_ranges`` reads them again when asked. The checks see every range: durations
+    here, the capture's bounds and the duplicate count through ``_LeftOut``."""
+    left_out = _LeftOut()
     if not schema.has(NVTX):
-        return _empty_ranges()
-    types = ", ".join(map(str, _NVTX_RANGE_TYPES))
-    where = f"eventType IN ({types})" if schema.has(NVTX, "eventType") else "1"
+        return _empty_ranges(), left_out
+    where = _range_where(schema)
     open_ended = db.execute(f'SELECT COUNT(*) FROM {NVTX} WHERE {where} AND "end" IS NULL').fetchone()[0]
     if open_ended:
         notes.append(f"{open_ended} NVTX ranges were still open at the end of the export and were left out")
     where += ' AND "end" IS NOT NULL'
+    columns = {name: array("q" if name in TIMES else "b") for name in _RANGE_FIELDS}
+    wanted = array("b")  # keep's answer per string index, grown as names are interned
+    starts, negative, first, last = array("q"), 0, None, None  # the left-out starts; all ranges' bounds
+    for piece in _range_pieces(db, schema, strings, path, where):
+        negative += int(np.count_nonzero(piece["end"] < piece["start"]))
+        lo, hi = int(piece["start"].min()), int(piece["end"].max())
+        first, last = lo if first is None else min(first, lo), hi if last is None else max(last, hi)
+        if keep is not None:
+            wanted.extend(keep(v) for v in strings.values[len(wanted):])
+            mask = as_numpy(wanted)[piece["name"]].astype(bool)
+            if not mask.all():
+                starts.frombytes(memoryview(np.ascontiguousarray(piece["start"][~mask])).cast("B"))
+                piece = {name: column[mask] for name, column in piece.items()}
+        for name, values in columns.items():
+            if name in TIMES:
+                values.frombytes(memoryview(np.ascontiguousarray(piece[name])).cast("B"))
+            else:
+                columns[name] = append_narrow(values, piece[name])
+    if negative:
+        raise InputError(f"{path}: {negative} rows of {NVTX} end before they start (negative duration)")
+    if first is not None:
+        left_out.bounds = Table({"start": np.array([first], np.int64), "end": np.array([last], np.int64)})
+    if len(starts):
+        left_out.rows = len(starts)
+        left_out.copies = _left_out_copies(db, schema, strings, path, where, as_numpy(wanted).astype(bool), as_numpy(starts))
+    del starts
+    cols = {name: as_numpy(values) for name, values in columns.items()}
+    if not len(cols["start"]):
+        return _empty_ranges(), left_out
+    return _sorted_table(cols), left_out
+
+
+_RANGE_FIELDS = ("start", "end", "domain", "pid", "tid", "name")
+
+
+def _range_where(schema: _Schema) -> str:
+    types = ", ".join(map(str, _NVTX_RANGE_TYPES))
+    return f"eventType IN ({types})" if schema.has(NVTX, "eventType") else "1"
+
+
+def _range_pieces(db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, where: str) -> Iterator[dict[str, np.ndarray]]:
+    """``FETCH_ROWS`` ranges at a time as int64 columns, ``name`` the index of the range's string: its
+    inline text where it has one (interned), else its registered string. Two scans, integers and
+    texts, in rowid order so their pieces line up (a fetch of all rows holds ~100 bytes a range)."""
     known = "CASE WHEN globalTid >= 0 THEN {} ELSE -1 END"  # NULL or negative: no process or thread
     fields = {"start": "start", "end": '"end"', "domain": _opt(schema, NVTX, "domainId", 0),
               "pid": known.format(_PID_SQL.format(col="globalTid")), "tid": known.format(_TID_SQL.format(col="globalTid")),
               # Registered strings live in textId with text NULL (NCCL's ranges are all like that).
               "name": _opt(schema, NVTX, "textId")}
-    # One scan for the integers, one for the inline texts, both in rowid order so they line up.
-    cols = _int_columns(db, path, NVTX, fields, f"WHERE {where} ORDER BY rowid", strings)
-    if not len(cols["start"]):
-        return _empty_ranges()
-    _check_durations(cols, NVTX, path)
-    if schema.has(NVTX, "text"):  # a piece at a time: a fetch of all rows holds ~100 bytes a range
-        names, cursor, done = cols["name"], db.execute(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid"), 0
-        while rows := cursor.fetchmany(FETCH_ROWS):
-            has_text = np.array([r[0] is not None for r in rows], dtype=bool)
+    ints = db.execute(f"SELECT {', '.join(fields.values())} FROM {NVTX} WHERE {where} ORDER BY rowid")
+    texts = db.execute(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid") if schema.has(NVTX, "text") else None
+    while rows := ints.fetchmany(FETCH_ROWS):
+        try:
+            block = np.array(rows, dtype=np.int64).reshape(len(rows), len(fields))
+        except (TypeError, ValueError, OverflowError) as err:
+            raise InputError(f"{path}: {NVTX} has empty or non-integer values where times and ids belong") from err
+        piece = {name: block[:, i] for i, name in enumerate(fields)}
+        piece["name"] = strings.by_id(piece["name"])
+        if texts is not None:
+            inline = texts.fetchmany(len(rows))
+            has_text = np.array([r[0] is not None for r in inline], dtype=bool)
             if has_text.any():
-                texts = narrowest(strings.intern([str(r[0]) for r in rows if r[0] is not None]))
-                if texts.dtype.itemsize > names.dtype.itemsize:  # names read narrow; a new text's index may not fit
-                    names = cols["name"] = names.astype(texts.dtype)
-                names[done : done + len(rows)][has_text] = texts
-            done += len(rows)
-    return _sorted_table(cols)
+                piece["name"][has_text] = strings.intern([str(r[0]) for r in inline if r[0] is not None])
+        yield piece
+
+
+def _left_out_copies(
+    db: sqlite3.Connection, schema: _Schema, strings: _Strings, path: Path, where: str, wanted: np.ndarray, starts: np.ndarray
+) -> int:
+    """How many left-out ranges repeat an earlier one exactly. Only rows that share a start can, and
+    they are few: their starts are found from the left-out starts alone (sorted in place), and only
+    when there are any are those rows fetched again and compared whole."""
+    starts.sort()
+    shared = np.unique(starts[1:][starts[1:] == starts[:-1]])
+    if not len(shared):
+        return 0
+    seen: set[tuple] = set()
+    copies = 0
+    for piece in _range_pieces(db, schema, strings, path, where):
+        rows = np.flatnonzero(~wanted[piece["name"]] & np.isin(piece["start"], shared))
+        for row in zip(*(piece[name][rows].tolist() for name in _RANGE_FIELDS)):
+            if row in seen:
+                copies += 1
+            else:
+                seen.add(row)
+    return copies
+
+
+class _EveryRange:
+    """Every NVTX range of an export's ranks, read again when one asks (``RankTrace.more_ranges``):
+    as the reader would without leaving any out, less duplicates, split by rank. One read serves each
+    rank once; each rank's table is let go as it is handed over."""
+
+    def __init__(self, path: Path, pids: list[int], string_ids: np.ndarray) -> None:
+        self.path, self.pids, self.string_ids = path, pids, string_ids
+        self.tables: list[Table | None] = []
+
+    def of_rank(self, rank: int, strings: list[str]) -> Table:
+        if rank >= len(self.tables) or self.tables[rank] is None:
+            self.tables = self._read(strings)
+        table, self.tables[rank] = self.tables[rank], None
+        return table
+
+    def _read(self, strings: list[str]) -> list[Table | None]:
+        # the rank's own strings: every name was interned when the export was first read, so every
+        # index found again is the one the first read gave
+        with closing(_connect(self.path)) as db:
+            schema = _read_schema(db)
+            ranges, _ = _read_ranges(db, schema, _Strings(strings, self.string_ids), self.path, [])
+        ranges, _ = ranges.without_duplicates()
+        return list(_ranges_per_rank(ranges, self.pids))
 
 
 def _empty_ranges() -> Table:

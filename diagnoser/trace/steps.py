@@ -101,7 +101,9 @@ def _host_windows(
 ) -> tuple[str, list[tuple[str, int, int]], list[str]]:
     """(method, windows, notes about how they were found). ``steps_from`` other than auto uses
     one source of steps only, to check an inferred cut against the marked one."""
-    ranges = trace.ranges
+    # Unasked, only step marks are read (``is_step_mark``): a reader may keep no other range. A named
+    # range may be any: every range, read again where the reader left some out.
+    ranges = trace.all_ranges() if step_range else trace.ranges
     names = [trace.strings[i] for i in ranges["name"]] if len(ranges) else []
     if step_range:
         picked = [i for i, n in enumerate(names) if step_range in n]
