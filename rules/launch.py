@@ -95,16 +95,6 @@ def names_off_device_work(facts) -> bool:
     return any(off_device_work(f) for f in facts.values())
 
 
-def idle_device_finding(busy: float, one_stream) -> Finding:
-    """A single stream leaves no other work to fill the device's idle time: whatever it does not run is a gap
-    between that stream's own kernels, which replaying or fusing them removes. With many streams the device can
-    also idle for want of work (admission, prefill, a client that waits), so the figure alone names nothing there."""
-    return Finding(
-        evidence=[ev("probe.device_utilization", busy), one_stream],
-        detail=f"The device ran kernels {busy:.0%} of the time while one stream decoded; the rest of each step it waited.",
-    )
-
-
 def share_finding(part: str, share: float) -> Finding:
     """A budget part known only as a share of a step whose length nobody gave: measured as a share,
     so the most it can buy is known as a ratio, but there are no milliseconds to claim yet."""
@@ -268,9 +258,17 @@ class LaunchRules(RuleSet):
         return self.idle_device(busy, ev("metrics.concurrency", 1))
 
     def idle_device(self, busy: float, one_stream) -> Finding | None:
-        """Work the case puts off the device (layers or weights in host memory, a grammar's mask) idles it while
-        the host computes its part: that wait is those causes', not a gap between kernels."""
-        return None if names_off_device_work(self.facts) else idle_device_finding(busy, one_stream)
+        """A single stream leaves no other work to fill the device's idle time: whatever it does not run is a gap
+        between that stream's own kernels, which replaying or fusing them removes. With many streams the device can
+        also idle for want of work (admission, prefill, a client that waits), so the figure alone names nothing there.
+        Work the case puts off the device (layers or weights in host memory, a grammar's mask) idles it while the
+        host computes its part: that wait is those causes', not a gap between kernels."""
+        if names_off_device_work(self.facts):
+            return None
+        return Finding(
+            evidence=[ev("probe.device_utilization", busy), one_stream],
+            detail=f"The device ran kernels {busy:.0%} of the time while one stream decoded; the rest of each step it waited.",
+        )
 
     @rule(SPECS["launch-gaps"], Shares(launch=MATCH.share), TEST(lambda share: share >= MIN_PART_SHARE))
     def launch_share(self, share):

@@ -544,13 +544,15 @@ class OutputPathRules(RuleSet):
         AS.e << Expectation(),
         NOT(Host(itl_spike_ratio=W())),
         *UNEXPLAINED_STALL,
-        TEST(lambda e, stall, step: stall < LONE_STALL_RATIO * step and stall >= LONE_STALL_RATIO * (steady_step_ms(e) or step)),
+        TEST(lambda stall, step: stall < LONE_STALL_RATIO * step),
     )
     def long_stall_against_the_steady_step(self, e, stall, step):
         """A rate read while the stream stalled averages the stalls in, so its step says little of a step's work;
         the same stream's rate without them (the reference) does: a stall of fifty such steps is other work
         between two of them, as with a lone long stall."""
-        steady = steady_step_ms(e)
+        steady = steady_step_ms(e) or step
+        if stall < LONE_STALL_RATIO * steady:
+            return None
         return Finding(
             evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("expected.per_stream_tokens_per_s", 1e3 / steady),
                       ev("reference.step_ms", step, "ms")],

@@ -51,3 +51,15 @@ def test_analyze_imports_only_what_its_report_needs(shared_dir):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().splitlines()[-1] == "[]", extra
+
+
+def test_every_lazy_renderer_resolves():
+    """The report package imports its renderers on first use through a name table: a name in the table
+    whose module moved or was renamed would fail only when a user asked for that report."""
+    code = (
+        "import inspect, diagnoser.report as r\n"
+        "print(all(inspect.isfunction(getattr(r, n)) and getattr(r, n).__name__ == n for n in r.__all__), len(r.__all__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "7"]

@@ -25,7 +25,7 @@ _HOME = {
     "render_html": "html",
 }
 
-__all__ = ["render_amdahl", "render_batch", "render_html", "render_json", "render_markdown", "render_speculation", "render_text"]
+__all__ = sorted(_HOME)
 
 
 def __getattr__(name: str):
