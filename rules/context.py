@@ -17,6 +17,7 @@ from diagnoser.engine import (
     P,
     W,
     RuleSet,
+    Traffic,
     ev,
     load_specs,
     rule,
@@ -34,6 +35,9 @@ BEYOND_BOUND = 1.1
 MIN_GROWTH = 1.1
 # Attention below half of peak bandwidth at long context is a backend question.
 ATTENTION_BW = 0.5
+# Attention's share of the step's time against the KV read's share of its bytes, and the least share worth it.
+TIME_OVER_BYTES = 2.5
+MIN_ATTENTION_SHARE = 0.15
 
 
 def grows_too_much(s, growth: float) -> bool:
@@ -122,6 +126,24 @@ class ContextRules(RuleSet):
             evidence=[ev("kernel_classes[attention].backend", backend), ev("kernel_classes[attention].achieved_bw_fraction", frac)],
             removable_ms=parent_cap_ms,
         )
+
+    @rule(
+        SPECS["slow-attention-backend"],
+        KernelClass(kernel_class="attention", share_of_step=MATCH.share),
+        Traffic(kv_read_share=MATCH.kv),
+        NOT(KernelClass(kernel_class="attention", achieved_bw_fraction=W())),
+        TEST(lambda share, kv: share >= MIN_ATTENTION_SHARE and share >= TIME_OVER_BYTES * kv),
+    )
+    def attention_time_over_its_bytes(self, share, kv):
+        """No peak bandwidth to hold attention against, but the step's own GEMMs: a memory-bound step's kernels
+        read at about one bandwidth, so attention's share of the time should be near the KV read's share of the
+        bytes. The excess share is what a backend reading KV as fast as the GEMMs read weights would save."""
+        step = self.reference_step_ms
+        evidence = [ev("kernel_classes[attention].share_of_step", share), ev("traffic.kv_read_share", kv)]
+        detail = f"Attention takes {share:.0%} of the step but the KV read is {kv:.0%} of the bytes: it reads {share / kv:.3g}x slower per byte than the rest."
+        if step is None:
+            return Finding(evidence=evidence, detail=detail + f" At most {1 / (1 - share + kv):.3g}x; a step time makes it a gain.")
+        return Finding(evidence=evidence + [ev("reference.step_ms", step, "ms")], removable_ms=(share - kv) * step, detail=detail)
 
     @rule(SPECS["attention-split-kv-off"], AS.k << KernelClass(kernel_class="attention", split_kv=False))
     def attention_split_kv_off(self, k, parent_cap_ms):

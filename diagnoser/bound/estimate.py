@@ -421,21 +421,31 @@ def _sanity(workload: Workload, hw: Hardware, floor: float, compute_floor: float
     return lines
 
 
-def bytes_growth(workload: Workload, context_lo: float, context_hi: float) -> float:
-    """How much the busiest rank's bytes per step grow between two contexts, as the bound counts them.
-
-    Bytes do not depend on the GPU, so any preset stands in when the case names none; only the
-    ratio is returned. A step that grows much faster than this with context spends the extra
-    time on something other than reading the longer KV cache.
-    """
+def _critical_rank_bytes(workload: Workload) -> RankEstimate:
+    """The busiest rank's bytes per step, as the bound counts them. Bytes do not depend on the GPU, so any
+    preset stands in when the case names none; only byte figures of the result are meaningful then."""
     from diagnoser.models.hardware import hardware_presets
 
     hw = None
     if workload.hardware is None or workload.hardware.lower() not in hardware_presets():
         hw = next(iter(hardware_presets().values()))
-    totals = []
-    for context in (context_lo, context_hi):
-        pinned = workload.model_copy(update={"context": Context(mean=context), "observed": None})
-        report = compute_bound(pinned, hw)
-        totals.append(next(r for r in report.per_rank if r.rank == report.critical_rank).bytes_total)
-    return totals[1] / totals[0]
+    report = compute_bound(workload.model_copy(update={"observed": None}), hw)
+    return next(r for r in report.per_rank if r.rank == report.critical_rank)
+
+
+def bytes_growth(workload: Workload, context_lo: float, context_hi: float) -> float:
+    """How much the busiest rank's bytes per step grow between two contexts, as the bound counts them.
+
+    A step that grows much faster than this with context spends the extra time on something other
+    than reading the longer KV cache.
+    """
+    lo, hi = (_critical_rank_bytes(workload.model_copy(update={"context": Context(mean=c)})) for c in (context_lo, context_hi))
+    return hi.bytes_total / lo.bytes_total
+
+
+def kv_read_share(workload: Workload) -> float:
+    """The KV cache read's share of the busiest rank's bytes per step. A decode step is memory-bound, so its
+    kernels read at about one bandwidth and attention's share of the step's time should be near this share
+    of its bytes; a share of the time several times larger is attention reading slower than the GEMMs do."""
+    rank = _critical_rank_bytes(workload)
+    return rank.components["kv_cache_read"] / rank.bytes_total

@@ -37,6 +37,7 @@ from diagnoser.engine.facts import (
     Speculation,
     StepMix,
     Stream,
+    Traffic,
 )
 from diagnoser.engine.loader import Rulebook, load_rulebook
 from diagnoser.engine.runner import diagnose
@@ -58,7 +59,7 @@ __all__ = [
     "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ConfoundedChange", "ContextSweep",
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation", "Expectation", "HostCostFact", "Memory", "Metrics", "ObservedStep", "Platform", "Routing",
-    "RunDiff", "Shares", "StepMix", "Stream",
+    "RunDiff", "Shares", "StepMix", "Stream", "Traffic",
     "Check", "Finding", "Grade", "Kind", "RemedySpec", "RuleSet", "RuleSpec", "Rulebook",
     "diagnose", "ev", "load_rulebook", "load_specs", "rule", "undo",
 ]

@@ -81,6 +81,10 @@ class Bound(Fact):
     """The recomputed bound against the reference step."""
 
 
+class Traffic(Fact):
+    """How the pinned workload's bytes per step divide (``kv_read_share``), known without the GPU."""
+
+
 class QuotedBound(Fact):
     """How a bound someone already quoted was built (``bound_inputs``)."""
 
@@ -412,6 +416,21 @@ def _bound_growth(case: Case, lo: int, hi: int) -> float | None:
         return None
 
 
+def _traffic(case: Case) -> Traffic | None:
+    """The KV read's share of the bytes, when the model and the context it reads are both pinned: without a
+    context the bound counts no KV read, and a share of zero would make any attention time look slow."""
+    from diagnoser.bound.estimate import kv_read_share
+    from diagnoser.errors import InputError
+
+    workload = case.workload
+    if workload is None or workload.model is None or not workload.context_given:
+        return None
+    try:
+        return Traffic(kv_read_share=kv_read_share(workload))
+    except InputError:
+        return None
+
+
 def _speculation(case: Case) -> Speculation | None:
     from diagnoser.whatif import speculation
 
@@ -536,6 +555,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     if obs.boundaries is not None:
         facts.append(_boundaries(obs.boundaries))
     facts.append(_context_sweep(case))
+    facts.append(_traffic(case))
     facts.append(_probe(case))
     facts.append(_speculation(case))
     if obs.server is not None:
