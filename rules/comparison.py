@@ -7,6 +7,8 @@ so it ranks after a mechanism with equal evidence. When several settings differ 
 cannot be pinned on any one of them.
 """
 
+import re
+
 from diagnoser.engine import AS, MATCH, OR, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
@@ -91,6 +93,17 @@ def split_by_tensor(slower: str, faster: str) -> bool:
     return slower in TENSOR_SPLIT and faster not in TENSOR_SPLIT
 
 
+# The bits per element a format's name states: its first number (q8_0, fp8, bf16, turbo4, int4, iq3_xxs).
+FORMAT_BITS = re.compile(r"\d+")
+
+
+def narrower(slower: str, faster: str) -> bool:
+    """The slower run stores fewer bits per element: a format that moves fewer bytes yet runs slower is paid in its
+    kernels. A name with no number (auto: the model's own dtype) says nothing of its width."""
+    a, b = (FORMAT_BITS.search(v) for v in (slower, faster))
+    return a is not None and b is not None and int(a.group()) < int(b.group())
+
+
 def fewer(slower: str, faster: str) -> bool:
     """The slower run has the smaller numeric value (fewer layers on the device)."""
     return larger(faster, slower)
@@ -113,6 +126,7 @@ ABLATIONS = {
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)
     "draft_length": larger,  # speculation-slowdown: the extra drafts of a longer draft cost more than they are accepted
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
+    "kv_cache_dtype": narrower,  # slow-kernel-path: attention's kernels for the narrower KV format (dequantising, a fallback)
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
     "devices": larger,  # exposed-comm: as tp, however the model is split: what passes between the devices grew

@@ -214,6 +214,12 @@ class KernelRules(RuleSet):
         """Another weight format at the same workload is slower: its kernels, not its bytes, set the step."""
         return ablation_finding(d, key=d["slower"])
 
+    @rule(SPECS["slow-kernel-path"], *ablation("kv_cache_dtype"))
+    def kv_format_measured(self, d):
+        """A KV cache stored in fewer bits reads fewer bytes, yet the step grew: attention's kernels for that format
+        (dequantising it, a generic or host-side path) cost more than the bytes it saves."""
+        return ablation_finding(d, key=d["slower"])
+
     @rule(
         SPECS["small-expert-kernels"],
         AS.k << KernelClass(kernel_class="moe", share_of_step=MATCH.share),

@@ -12,6 +12,7 @@ from diagnoser.engine import (
     TEST,
     W,
     Budget,
+    Expectation,
     Finding,
     Graph,
     Grade,
@@ -31,6 +32,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.rates import beyond_batching, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -152,6 +154,30 @@ class LaunchRules(RuleSet):
                 ev("graph.live_units", live),
             ]
         return Finding(evidence=[*evidence, ev("graph.max_captured_batch", largest)], removable_ms=parent_cap_ms)
+
+    @rule(
+        SPECS["graph-not-replaying"],
+        Server(cuda_graphs=True),
+        AS.e << Expectation(concurrency=MATCH.theirs),
+        AS.m << Metrics(concurrency=MATCH.mine),
+        NOT(Graph()),
+        TEST(lambda e, m, mine, theirs: mine < theirs and beyond_batching(e, m)),
+    )
+    def fewer_streams_slower_with_graphs(self, e, m, mine, theirs):
+        """Fewer streams never get less each: a step of fewer sequences reads the same weights and less KV. With
+        graphs on, a lower load slower per stream than a higher one pays something per step the higher load did
+        not: the small batch run eager (not captured, or a path that skips the graph), or a per-step wait that more
+        work would have hidden (idle ranks stepping in lockstep with the busy one). Indicated: a trace at the lower
+        load shows whether its steps replay."""
+        r_m, r_e = stream_rates(m, e)
+        if not r_m < r_e:
+            return None
+        return Finding(
+            evidence=[ev("server.cuda_graphs", True), ev("metrics.concurrency", mine), ev("metrics.per_stream_tokens_per_s", r_m),
+                      ev("expected.concurrency", theirs), ev("expected.per_stream_tokens_per_s", r_e)],
+            grade=Grade.indicated,
+            detail=f"At {mine} stream(s) each gets {r_m:.4g} tokens/s, at {theirs} each gets {r_e:.4g}: {r_e / r_m:.3g}x more with more load.",
+        )
 
     @rule(
         SPECS["graph-not-replaying"],

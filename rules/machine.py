@@ -344,8 +344,15 @@ class MachineRules(RuleSet):
 
     @rule(SPECS["build-mismatch"], AS.p << Platform(), TEST(lambda p: bool(build_issues(p))))
     def build_mismatch(self, p):
+        """A logged fallback line alone, where the case also puts weights off the device, may be that placement
+        reported (a backend resolving to offload, a cache of experts): the stated placement is the firmer evidence,
+        so the line names the build only as a possibility behind it."""
         found = build_issues(p)
-        return Finding(evidence=found, detail=f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}.")
+        detail = f"Named by {', '.join(e.name.removeprefix('platform.') for e in found)}."
+        if all(e.name == "platform.fallback_logged" for e in found) and names_off_device_work(self.facts):
+            return Finding(evidence=found, grade=Grade.possible,
+                           detail=detail + " The case also puts weights off the device, which the line may only report.")
+        return Finding(evidence=found, detail=detail)
 
     @rule(
         SPECS["build-mismatch"],

@@ -19,6 +19,7 @@ from diagnoser.engine import (
     ContextSweep,
     Expectation,
     Finding,
+    Layout,
     Metrics,
     ObservedStep,
     P,
@@ -137,11 +138,14 @@ def rate_below_tpot(m) -> bool:
 
 
 def per_stream_rate(side, rate_kind: str) -> float | None:
-    """One stream's tokens/s on a side stated per stream, or as an aggregate over a known concurrency."""
+    """One stream's tokens/s on a side stated per stream, or as an aggregate over a known concurrency, else from
+    a time per token (TPOT, ITL): a time between one stream's tokens is a per-stream figure whatever the load."""
     if rate_kind == "per_user" and "per_user_tokens_per_s" in side:
         return side["per_user_tokens_per_s"]
     if rate_kind == "aggregate" and "output_tokens_per_s" in side and side.get("concurrency"):
         return side["output_tokens_per_s"] / side["concurrency"]
+    if side.get("per_token_ms"):
+        return 1e3 / side["per_token_ms"]
     return None
 
 
@@ -297,6 +301,28 @@ class RateGuards(RuleSet):
                       ev("output_time_beyond_expected_ms", gap, "ms")],
             detail=f"At the observed rate the output takes {gap:.4g} ms longer than at the expected one; the first token "
             f"alone took {ttft:.4g} ms.",
+        )
+
+    @rule(
+        SPECS["rate-includes-prefill"],
+        Stream(worst_stall_ms=MATCH.stall),
+        Metrics(input_tokens=MATCH.prompt),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        Server(chunked_prefill=True, max_num_batched_tokens=MATCH.chunk),
+        TEST(lambda prompt, chunk: prompt > chunk),
+    )
+    def own_prompt_in_the_first_gap(self, stall, prompt, chunk):
+        """One request alone has no other prompt to wait for. A prompt longer than a step's token budget is
+        prefilled over several steps, and an engine that streams a first chunk (a role, an empty delta) after the
+        first of them puts the rest of that prefill into the first gap between tokens: the stall is the request's
+        own prefill, counted as decode."""
+        steps = -(-prompt // chunk)
+        return Finding(
+            evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("streams", 1), ev("metrics.input_tokens", prompt),
+                      ev("server.max_num_batched_tokens", chunk)],
+            detail=f"The {prompt}-token prompt takes {steps} prefill steps of at most {chunk} tokens; with no other request, "
+            f"the {stall:.4g} ms stall is the last {steps - 1} of them after a first chunk was streamed.",
         )
 
     def rate_flags_finding(self) -> Finding:
