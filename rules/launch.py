@@ -81,11 +81,19 @@ def within_capture(g) -> bool:
     return live is None or largest is None or live <= largest
 
 
+# A decode loop that launches kernels keeps one core busy, two with a detokenizer or a scheduler beside it; this
+# many busy cores while an accelerator decodes are computing, not launching.
+COMPUTING_CORES = 4
+
+
 def off_device_work(f) -> bool:
     """The case names work done off the device: some of the model's bytes in host memory (offloaded, spilled, layers
-    left off the device, weights that do not fit it), or a grammar's mask computed on the host each step."""
+    left off the device, weights that do not fit it), a grammar's mask computed on the host each step, or many host
+    cores busy beside an accelerator (part of the model computed on them)."""
     if isinstance(f, Server):
         return (f.get("cpu_offload_gb") or 0) > 0 or f.get("structured_output") is True
+    if isinstance(f, Platform):
+        return (f.get("cpu_cores_busy") or 0) >= COMPUTING_CORES and not on_cpu(f.get("device_api"))
     if not isinstance(f, Memory):
         return False
     placed, total = f.get("layers_on_device"), f.get("layers_total")
