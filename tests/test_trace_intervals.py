@@ -63,3 +63,27 @@ def test_covered_between_by_hand():
     # [0,100): 10+10+5; [5,22): 5+2; [12,18): 0; [25,42): 5+2; [50,60): 0; empty window: 0
     assert iv.covered_between(merged, lo, hi).tolist() == [25, 7, 0, 7, 0, 0]
     assert iv.covered_between(iv.EMPTY, lo, hi).tolist() == [0] * 6
+
+
+def test_union_by_group_is_each_groups_merge_alone():
+    rng = np.random.default_rng(7)
+    for base, spread in ((0, 50), (1_700_000_000_000_000_000, 10**6), (0, 2**61)):  # the last needs several lifts
+        group = np.sort(rng.integers(0, 6, 200)).astype(np.int32)
+        starts = base + rng.integers(0, spread, 200)
+        ends = starts + rng.integers(0, max(spread // 10, 2), 200)
+        order = np.lexsort((starts, group))
+        group, starts, ends = group[order], starts[order], ends[order]
+        expected = [iv.total(iv.merge(starts[group == g], ends[group == g])) for g in range(8)]  # 6 and 7 empty
+        assert iv.union_by_group(group, starts, ends, 8).tolist() == expected
+        reach = iv.running_max_by_group(group, ends)
+        assert reach.tolist() == [int(ends[(group == g) & (np.arange(200) <= k)].max()) for k, g in enumerate(group)]
+        assert iv.group_sums(group, ends - starts, 8).tolist() == [int((ends - starts)[group == g].sum()) for g in range(8)]
+        first = iv.group_edge(group, starts, 8).tolist()
+        assert first == [int(starts[group == g][0]) if (group == g).any() else 0 for g in range(8)]
+
+
+def test_running_max_before_starts_each_group_at_its_initial_value():
+    group = np.array([0, 0, 0, 2, 2], np.int32)
+    values = np.array([5, 3, 9, 1, 4], np.int64)
+    assert iv.running_max_before(group, values, np.array([4, 0, 2])).tolist() == [4, 5, 5, 2, 2]
+    assert iv.union_by_group(group[:0], values[:0], values[:0], 3).tolist() == [0, 0, 0]

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from diagnoser.errors import InputError
 from diagnoser.trace import intervals as iv
-from diagnoser.trace.breakdown import temporal_breakdown
+from diagnoser.trace.breakdown import temporal_breakdowns
 from diagnoser.trace.budget import (
     PARTS,
     HostToDevice,
@@ -36,12 +36,12 @@ from diagnoser.trace.budget import (
 )
 from diagnoser.trace.cpu_steps import cpu_run, host_parts, is_cpu_run
 from diagnoser.trace.collectives import Arrival, match_collectives, rank_collectives
-from diagnoser.trace.graphs import LaunchStarts, graph_replay, launch_starts
+from diagnoser.trace.graphs import graph_replays, launch_starts
 from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps, device_ops
 from diagnoser.trace.ranks import align_on_first_collective
-from diagnoser.trace.steps import Segmentation, StepKind, segment_steps
+from diagnoser.trace.steps import Segmentation, StepKind, ops_of, segment_steps
 
 
 class HtaView(BaseModel):
@@ -278,52 +278,81 @@ def _budgets(
     return out
 
 
-def _rank_step(
+# Steps whose rows are built together: the numpy calls are per batch, and a batch holds at most
+# this many ops (a step bigger than that alone), so its transient arrays stay a few MB.
+BATCH_OPS = 1 << 18
+
+
+def _step_batches(sizes: list[int]) -> list[range]:
+    """Runs of consecutive steps of at most ``BUDGET_BATCH`` steps and ``BATCH_OPS`` ops (``sizes``: each step's ops)."""
+    batches, first, held = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > first and (i - first == BUDGET_BATCH or held + size > BATCH_OPS):
+            batches.append(range(first, i))
+            first, held = i, 0
+        held += size
+    return [*batches, range(first, len(sizes))] if sizes else batches
+
+
+def _rank_steps(
     trace: RankTrace,
     ops: DeviceOps,
     seg: Segmentation,
-    i: int,
-    key: str,
-    window: np.ndarray,
+    worked: list[int],
+    keys: list[str],
+    windows: np.ndarray,
     budgets: _Budgets,
-    w: int,
     h2d: HostToDevice,
-    launches: LaunchStarts,
-) -> RankStep:
-    """Step ``i``, whose window is number ``w`` of the budgets."""
-    step = seg.steps[i]
-    lo, hi, _ = window.tolist()
-    has_next = i + 1 < len(seg.steps) and len(seg.steps[i + 1].ops) > 0
-    hta = temporal_breakdown(ops, step.ops)
-    replay = graph_replay(launches, ops, step)
-    return RankStep(
-        rank=trace.rank,
-        step=step.name,
-        key=key,
-        window_start_ns=lo + trace.clock_offset_ns,
-        window_ns=hi - lo,
-        parts_ns=dict(zip(PARTS, budgets.parts_ns[w].tolist())),
-        between_steps_ns=int(budgets.between_ns[w]) if has_next else None,
-        segments=budgets.segments[w],
-        kernels=int((ops.source[step.ops] == IS_KERNEL).sum()),
-        h2d_ns=int(h2d.copy_ns[w]),
-        h2d_exposed_ns=int(h2d.exposed_ns[w]),
-        h2d_bytes=int(h2d.bytes[w]),
-        python_calls=int(np.searchsorted(trace.python_calls, hi) - np.searchsorted(trace.python_calls, lo)),
-        graph_status=replay.status.value,
-        graph_launches=replay.graph_launches,
-        kernel_launches=replay.kernel_launches,
-        graph_ops=replay.graph_ops,
-        kind=step.kind,
-        prefill_tokens=step.prefill_tokens,
-        hta=HtaView(
-            span_us=hta.span_ns / 1000,
-            idle_us=hta.idle_ns / 1000,
-            compute_us=hta.compute_ns / 1000,
-            non_compute_us=hta.non_compute_ns / 1000,
-            comm_comp_overlap=hta.comm_comp_overlap,
-        ),
-    )
+    compute: iv.IntervalSet,
+) -> tuple[list[RankStep], list[list[Arrival]]]:
+    """The rows and collectives of the steps that did device work (``worked``; step ``worked[w]``'s
+    window is number ``w`` of ``windows`` and of the budgets), a batch of steps at a time."""
+    launches = launch_starts(trace)
+    lo, hi, _ = windows.T
+    python_calls = (np.searchsorted(trace.python_calls, hi) - np.searchsorted(trace.python_calls, lo)).tolist()
+    rank_steps, arrivals = [], []
+    for batch in _step_batches([len(seg.steps[i].ops) for i in worked]):
+        steps = [seg.steps[worked[w]] for w in batch]
+        rows, group = ops_of(steps)
+        hta = temporal_breakdowns(ops, rows, group, len(steps))
+        host = np.array([(s.host_start, s.host_end) for s in steps], np.int64)
+        replays = graph_replays(launches, ops, rows, group, host[:, 0], host[:, 1])
+        kernels = iv.group_sums(group, ops.source[rows] == IS_KERNEL, len(steps)).tolist()
+        arrivals += rank_collectives(trace, ops, rows, group, len(steps), compute)
+        for j, (w, step, replay) in enumerate(zip(batch, steps, replays)):
+            i = worked[w]
+            has_next = i + 1 < len(seg.steps) and len(seg.steps[i + 1].ops) > 0
+            rank_steps.append(
+                RankStep(
+                    rank=trace.rank,
+                    step=step.name,
+                    key=keys[i],
+                    window_start_ns=int(lo[w]) + trace.clock_offset_ns,
+                    window_ns=int(hi[w] - lo[w]),
+                    parts_ns=dict(zip(PARTS, budgets.parts_ns[w].tolist())),
+                    between_steps_ns=int(budgets.between_ns[w]) if has_next else None,
+                    segments=budgets.segments[w],
+                    kernels=kernels[j],
+                    h2d_ns=int(h2d.copy_ns[w]),
+                    h2d_exposed_ns=int(h2d.exposed_ns[w]),
+                    h2d_bytes=int(h2d.bytes[w]),
+                    python_calls=python_calls[w],
+                    graph_status=replay.status.value,
+                    graph_launches=replay.graph_launches,
+                    kernel_launches=replay.kernel_launches,
+                    graph_ops=replay.graph_ops,
+                    kind=step.kind,
+                    prefill_tokens=step.prefill_tokens,
+                    hta=HtaView(
+                        span_us=hta.span_ns[j] / 1000,
+                        idle_us=hta.idle_ns[j] / 1000,
+                        compute_us=hta.compute_ns[j] / 1000,
+                        non_compute_us=hta.non_compute_ns[j] / 1000,
+                        comm_comp_overlap=hta.comm_comp_overlap[j],
+                    ),
+                )
+            )
+    return rank_steps, arrivals
 
 
 def _segmented(traces: list[RankTrace], step_range: str | None, align: str, steps_from: str):
@@ -346,17 +375,13 @@ def rank_summary(trace: RankTrace, ops: DeviceOps, seg: Segmentation, keep_segme
     a hundred bytes per interval, so per event, where the rest of a summary is per step."""
     keys = _keys(seg)
     sets = rank_sets(ops)
-    launches = launch_starts(trace)
     following = [*seg.steps[1:], None]
     found = [step_window(ops, step, after, on_host=is_cpu_run(trace)) for step, after in zip(seg.steps, following)]
     worked = [i for i, window in enumerate(found) if window is not None]
     windows = np.array([found[i] for i in worked], dtype=np.int64).reshape(-1, 3)
     budgets = _budgets(trace, ops, sets, host_blocking(trace), windows, keep_segments)
     h2d = host_to_device(ops, sets, windows[:, 0], windows[:, 1])
-    rank_steps, arrivals = [], []
-    for w, i in enumerate(worked):
-        rank_steps.append(_rank_step(trace, ops, seg, i, keys[i], windows[w], budgets, w, h2d, launches))
-        arrivals.append(rank_collectives(trace, ops, seg.steps[i], sets.compute))
+    rank_steps, arrivals = _rank_steps(trace, ops, seg, worked, keys, windows, budgets, h2d, sets.compute)
     empty = [key for key, window in zip(keys, found) if window is None]
     return RankSummary(
         source=trace.source,

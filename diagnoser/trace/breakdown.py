@@ -1,6 +1,7 @@
-"""HTA-compatible temporal breakdown and communication/computation overlap of one step.
+"""HTA-compatible temporal breakdown and communication/computation overlap of each step.
 
-    temporal_breakdown(ops, rows) -> TemporalBreakdown   (with the communication/computation overlap)
+    temporal_breakdowns(ops, rows, group, groups) -> TemporalBreakdowns   (many steps at once, with the
+                                                                           communication/computation overlap)
 
 These reproduce the definitions of Meta's Holistic Trace Analysis (see shared/notes/hta.md
 §3.3 and §3.6) so a user can check our parser against a tool they already trust: span = first
@@ -27,27 +28,39 @@ from diagnoser.trace.ops import IS_COPY, DeviceOps
 
 
 @dataclass(frozen=True)
-class TemporalBreakdown:
-    span_ns: int
-    idle_ns: int
-    compute_ns: int
-    non_compute_ns: int
-    comm_comp_overlap: float | None  # fraction (0..1) of communication time that compute overlaps; None without any
+class TemporalBreakdowns:
+    """Per step, in ns; the overlap is of communication time that compute overlaps, None without any."""
+
+    span_ns: list[int]
+    idle_ns: list[int]
+    compute_ns: list[int]
+    non_compute_ns: list[int]
+    comm_comp_overlap: list[float | None]
 
 
-def temporal_breakdown(ops: DeviceOps, rows: np.ndarray) -> TemporalBreakdown:
-    """Both of HTA's per-step figures from one set of merges (each costs a few numpy calls per step)."""
-    if len(rows) == 0:
-        return TemporalBreakdown(0, 0, 0, 0, None)
+def temporal_breakdowns(ops: DeviceOps, rows: np.ndarray, group: np.ndarray, groups: int) -> TemporalBreakdowns:
+    """HTA's per-step figures of ``groups`` steps at once: ``rows`` are the steps' ops end to end (each
+    step's ascending, so start-sorted), ``group`` each one's step. Each union is one pass over all the
+    steps' ops (``intervals.union_by_group``), where merging a step at a time cost a dozen numpy calls
+    per step. The overlap's intersection is |comm| + |compute| - |comm or compute|: exact in integers."""
     start, end = ops.start[rows], ops.end[rows]
     is_comm = ops.is_comm[rows]
-    compute_rows = ~is_comm & (ops.source[rows] != IS_COPY)
-    busy = iv.merge(start, end)
-    compute = iv.merge(start[compute_rows], end[compute_rows])
-    comm = iv.merge(start[is_comm], end[is_comm])
-    span = int(busy[1][-1] - busy[0][0])
-    idle = span - iv.total(busy)
-    compute_ns = iv.total(compute)
-    comm_total = iv.total(comm)
-    overlap = iv.total(iv.intersect(comm, compute)) / comm_total if comm_total else None
-    return TemporalBreakdown(span, idle, compute_ns, span - idle - compute_ns, overlap)
+    is_copy = ops.source[rows] == IS_COPY
+    compute_rows = ~is_comm & ~is_copy
+
+    def union(mask: np.ndarray) -> list[int]:
+        return iv.union_by_group(group[mask], start[mask], end[mask], groups).tolist()
+
+    busy = iv.union_by_group(group, start, end, groups).tolist()
+    compute, comm, either = union(compute_rows), union(is_comm), union(~is_copy)
+    # a step's first op starts first; its last end is its running end's last
+    reach = iv.running_max_by_group(group, end)
+    span = (iv.group_edge(group, reach, groups, last=True) - iv.group_edge(group, start, groups)).tolist()
+    idle = [s - b for s, b in zip(span, busy)]
+    return TemporalBreakdowns(
+        span_ns=span,
+        idle_ns=idle,
+        compute_ns=compute,
+        non_compute_ns=[s - i - c for s, i, c in zip(span, idle, compute)],
+        comm_comp_overlap=[(m + c - e) / m if m else None for m, c, e in zip(comm, compute, either)],
+    )

@@ -1,6 +1,6 @@
 """Collectives across ranks: who arrived when, how long the others waited, what the transfer cost.
 
-    rank_collectives(trace, ops, step) -> list[Arrival]
+    rank_collectives(trace, ops, rows, group, groups, compute) -> list[list[Arrival]]   many steps at once
     match_collectives(per_rank) -> list[Collective]
 
 A collective kernel starts on each rank when that rank gets there and ends when the data has
@@ -30,7 +30,6 @@ from diagnoser.trace.classes import classify
 from diagnoser.trace.intervals import covered_between
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
-from diagnoser.trace.steps import Step
 
 
 @dataclass(frozen=True)
@@ -78,40 +77,36 @@ class Collective:
         return self.message_bytes / self.transfer_ns
 
 
-def rank_collectives(trace: RankTrace, ops: DeviceOps, step: Step, compute: iv.IntervalSet) -> list[Arrival]:
-    """This rank's collectives in the step; ``compute`` is the rank's merged compute time."""
-    rows = step.ops[ops.is_comm[step.ops] & (ops.source[step.ops] == IS_KERNEL)]
-    rows = rows[np.argsort(ops.start[rows], kind="stable")]
+def rank_collectives(
+    trace: RankTrace, ops: DeviceOps, rows: np.ndarray, group: np.ndarray, groups: int, compute: iv.IntervalSet
+) -> list[list[Arrival]]:
+    """This rank's collectives in each of ``groups`` steps at once: ``rows`` are the steps' ops end to end
+    (each step's ascending, so start-sorted and its first op its earliest), ``group`` each one's step;
+    ``compute`` is the rank's merged compute time. The compute before each collective is one prefix-sum
+    pass over the stretch of ``compute`` the steps span, where a step at a time cost a pass per step."""
+    step_start = iv.group_edge(group, ops.start[rows], groups)
+    picked = ops.is_comm[rows] & (ops.source[rows] == IS_KERNEL)
+    mine, rows = group[picked], rows[picked]
     kernel_rows = ops.row[rows]
-    # a step holds a collective or two: each name's class is looked up (remembered), no np.unique per step
-    classes = [classify(trace.strings[n]) for n in trace.kernels["name"][kernel_rows].tolist()]
     starts, ends = ops.start[rows], ops.end[rows]
     sizes = trace.kernels["msg_bytes"][kernel_rows] if "msg_bytes" in trace.kernels else np.zeros(len(rows), np.int64)
-    step_start = int(ops.start[step.ops].min()) if len(step.ops) else 0
-    # compute since this rank's previous collective ended (or since the step began)
-    if len(rows):
-        since = np.maximum.accumulate(np.concatenate([[step_start], ends[:-1]]))
-        # the step's stretch of the rank's compute alone: prefix sums over all of it would cost a pass per step
-        compute_before = covered_between(iv.clip(compute, step_start, int(starts.max())), since, starts)
-    else:
-        compute_before = starts
-    ordinals: Counter[tuple[str, str]] = Counter()
-    out = []
-    for j, c in enumerate(classes):
+    out: list[list[Arrival]] = [[] for _ in range(groups)]
+    if not len(rows):
+        return out
+    # compute since this rank's previous collective in the step ended (or since the step began)
+    since = iv.running_max_before(mine, ends, step_start)
+    compute_before = covered_between(iv.clip(compute, int(step_start[mine].min()), int(starts.max())), since, starts)
+    names = [trace.strings[n] for n in trace.kernels["name"][kernel_rows].tolist()]
+    ordinals: Counter[tuple[str, str, int]] = Counter()
+    offset = trace.clock_offset_ns
+    # a step holds a collective or two: each name's class is looked up (remembered), no np.unique
+    for g, name, start, end, before, size in zip(
+        mine.tolist(), names, starts.tolist(), ends.tolist(), compute_before.tolist(), sizes.tolist()
+    ):
+        c = classify(name)
         key = (c.op or "other", c.implementation or "unknown")
-        out.append(
-            Arrival(
-                trace.rank,
-                key[0],
-                key[1],
-                ordinals[key],
-                int(starts[j]) + trace.clock_offset_ns,
-                int(ends[j]) + trace.clock_offset_ns,
-                int(compute_before[j]),
-                int(sizes[j]),
-            )
-        )
-        ordinals[key] += 1
+        out[g].append(Arrival(trace.rank, *key, ordinals[(*key, g)], start + offset, end + offset, before, size))
+        ordinals[(*key, g)] += 1
     return out
 
 

@@ -1,7 +1,7 @@
 """CUDA-graph replay status of a step, from graph launches versus eager kernel launches.
 
     launch_starts(trace) -> LaunchStarts      once per rank
-    graph_replay(launches, ops, step) -> GraphReplay
+    graph_replays(launches, ops, rows, group, host_start, host_end) -> [GraphReplay]   many steps at once
 
 Decode at small batch is launch-bound unless the step replays a captured graph, and engines
 fall back to eager mode silently (a batch size that was not captured, a feature that breaks
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnoser.models.observations import GraphStatus
+from diagnoser.trace import intervals as iv
 from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import DeviceOps
-from diagnoser.trace.steps import Step
 
 
 @dataclass(frozen=True)
@@ -48,18 +48,22 @@ def launch_starts(trace: RankTrace) -> LaunchStarts:
     )
 
 
-def _launched_in(starts: np.ndarray, lo: int, hi: int) -> int:
-    return max(0, int(np.searchsorted(starts, hi) - np.searchsorted(starts, lo)))
+def _launched_in(starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[int]:
+    return np.maximum(0, np.searchsorted(starts, hi) - np.searchsorted(starts, lo)).tolist()
 
 
-def graph_replay(launches: LaunchStarts, ops: DeviceOps, step: Step) -> GraphReplay:
-    graphs = _launched_in(launches.graph, step.host_start, step.host_end)
-    eager = _launched_in(launches.eager, step.host_start, step.host_end)
-    graph_ops = int(ops.by_graph[step.ops].sum())
+def graph_replays(
+    launches: LaunchStarts, ops: DeviceOps, rows: np.ndarray, group: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
+) -> list[GraphReplay]:
+    """Each of many steps' replay status at once (``rows`` the steps' ops end to end, ``group`` each
+    one's step, the host windows per step): two binary searches and a prefix sum for all of them."""
+    graphs = _launched_in(launches.graph, host_start, host_end)
+    eager = _launched_in(launches.eager, host_start, host_end)
+    graph_ops = iv.group_sums(group, ops.by_graph[rows], len(host_start)).tolist()
+    return [GraphReplay(_status(g, e), g, e, n) for g, e, n in zip(graphs, eager, graph_ops)]
+
+
+def _status(graphs: int, eager: int) -> GraphStatus:
     if graphs == 0:
-        status = GraphStatus.none
-    elif eager == 0:
-        status = GraphStatus.full
-    else:
-        status = GraphStatus.partial
-    return GraphReplay(status, graphs, eager, graph_ops)
+        return GraphStatus.none
+    return GraphStatus.full if eager == 0 else GraphStatus.partial

@@ -107,3 +107,68 @@ def covered_between(interval_set: IntervalSet, lo: np.ndarray, hi: np.ndarray) -
         return np.where(i >= 0, prefix[safe] + np.minimum(t, ends[safe]) - starts[safe], 0)
 
     return np.where(hi > lo, before(hi) - before(lo), 0)
+
+
+def group_bounds(group: np.ndarray, groups: int) -> np.ndarray:
+    """Where each of ``groups`` groups begins in ``group`` (ascending ids), and where the last ends:
+    ``groups + 1`` positions, so an empty group is two equal ones."""
+    return np.searchsorted(group, np.arange(groups + 1, dtype=group.dtype), side="left")
+
+
+def group_edge(group: np.ndarray, values: np.ndarray, groups: int, last: bool = False) -> np.ndarray:
+    """Each group's first value (or last), 0 for an empty group: of start-sorted steps' ops, the
+    first start, or (of running ends) the last end."""
+    bounds = group_bounds(group, groups)
+    worked = np.flatnonzero(bounds[1:] > bounds[:-1])
+    out = np.zeros(groups, np.int64)
+    out[worked] = values[bounds[1:][worked] - 1] if last else values[bounds[:-1][worked]]
+    return out
+
+
+def group_sums(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Each group's sum of ``values``, exact in int64 (``np.bincount``'s weights are float64), by prefix
+    sums: one pass for any number of groups, where a sum per step is a numpy call per step."""
+    prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    bounds = group_bounds(group, groups)
+    return prefix[bounds[1:]] - prefix[bounds[:-1]]
+
+
+def running_max_by_group(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate`` of ``values`` restarted at each group (ascending ids): the running end
+    of many steps' intervals in one pass. Each group's values are lifted above every earlier group's
+    (its id times the values' width), so no maximum carries into the next group; as many groups go
+    in one pass as int64 holds lifted (all of them unless the values span years)."""
+    if not len(values):
+        return np.zeros(0, np.int64)
+    low = int(values.min())
+    width = int(values.max()) - low + 1
+    per = max(1, 2**62 // width)
+    out = np.empty(len(values), np.int64)
+    first, last = int(group[0]), int(group[-1])
+    for at in range(first, last + 1, per):
+        lo, hi = np.searchsorted(group, [at, at + per], side="left")
+        lifted = (group[lo:hi].astype(np.int64) - at) * width + (values[lo:hi] - low)
+        out[lo:hi] = np.maximum.accumulate(lifted) - (group[lo:hi].astype(np.int64) - at) * width + low
+    return out
+
+
+def running_max_before(group: np.ndarray, values: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """For each element, the largest of its group's ``initial`` and the group's earlier ``values``
+    (ascending group ids): where each of many steps' intervals could start adding new time."""
+    reach = running_max_by_group(group, values)
+    earlier = np.empty(len(values), np.int64)
+    earlier[1:] = reach[:-1]
+    opens = np.ones(len(values), dtype=bool)
+    opens[1:] = group[1:] != group[:-1]
+    return np.where(opens, initial[group], np.maximum(earlier, initial[group]))
+
+
+def union_by_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: int) -> np.ndarray:
+    """Length of the union of each group's intervals, as ``total(merge(...))`` of each group alone,
+    for intervals sorted by group and then start: each interval adds what it reaches past the ends
+    of its group's earlier ones."""
+    if not len(starts):
+        return np.zeros(groups, np.int64)
+    reach = running_max_before(group, ends, np.full(groups, np.iinfo(np.int64).min))
+    added = np.maximum(0, ends - np.maximum(starts, reach))
+    return group_sums(group, added, groups)

@@ -79,6 +79,13 @@ class Step:
     prefill_tokens: int | None = None  # prompt tokens the step prefilled, where the annotation says
 
 
+def ops_of(steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
+    """The ops of many steps end to end, and each one's step (its place in ``steps``): what the
+    analyses of many steps at once take, so that their numpy calls are per batch of steps, not per step."""
+    rows = np.concatenate([s.ops for s in steps]) if steps else np.zeros(0, np.int32)
+    return rows, np.repeat(np.arange(len(steps), dtype=np.int32), [len(s.ops) for s in steps])
+
+
 @dataclass
 class Segmentation:
     method: str  # profiler_step | range | engine_step | graph_launch | kernel_pattern | whole_trace
