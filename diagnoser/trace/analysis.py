@@ -32,7 +32,7 @@ from diagnoser.trace.budget import (
     host_blocking,
     host_to_device,
     rank_sets,
-    step_window,
+    step_windows,
 )
 from diagnoser.trace.cpu_steps import cpu_run, host_parts, is_cpu_run
 from diagnoser.trace.collectives import Arrival, match_collectives, rank_collectives
@@ -41,7 +41,7 @@ from diagnoser.trace.kernel_table import KernelClassRow, kernel_table
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps, device_ops
 from diagnoser.trace.ranks import align_on_first_collective
-from diagnoser.trace.steps import Segmentation, StepKind, ops_of, segment_steps
+from diagnoser.trace.steps import Segmentation, StepKind, ops_of, segment_steps, step_batches
 
 
 class HtaView(BaseModel):
@@ -278,22 +278,6 @@ def _budgets(
     return out
 
 
-# Steps whose rows are built together: the numpy calls are per batch, and a batch holds at most
-# this many ops (a step bigger than that alone), so its transient arrays stay a few MB.
-BATCH_OPS = 1 << 18
-
-
-def _step_batches(sizes: list[int]) -> list[range]:
-    """Runs of consecutive steps of at most ``BUDGET_BATCH`` steps and ``BATCH_OPS`` ops (``sizes``: each step's ops)."""
-    batches, first, held = [], 0, 0
-    for i, size in enumerate(sizes):
-        if i > first and (i - first == BUDGET_BATCH or held + size > BATCH_OPS):
-            batches.append(range(first, i))
-            first, held = i, 0
-        held += size
-    return [*batches, range(first, len(sizes))] if sizes else batches
-
-
 def _rank_steps(
     trace: RankTrace,
     ops: DeviceOps,
@@ -311,7 +295,7 @@ def _rank_steps(
     lo, hi, _ = windows.T
     python_calls = (np.searchsorted(trace.python_calls, hi) - np.searchsorted(trace.python_calls, lo)).tolist()
     rank_steps, arrivals = [], []
-    for batch in _step_batches([len(seg.steps[i].ops) for i in worked]):
+    for batch in step_batches([len(seg.steps[i].ops) for i in worked], BUDGET_BATCH):
         steps = [seg.steps[worked[w]] for w in batch]
         rows, group = ops_of(steps)
         hta = temporal_breakdowns(ops, rows, group, len(steps))
@@ -375,8 +359,7 @@ def rank_summary(trace: RankTrace, ops: DeviceOps, seg: Segmentation, keep_segme
     a hundred bytes per interval, so per event, where the rest of a summary is per step."""
     keys = _keys(seg)
     sets = rank_sets(ops)
-    following = [*seg.steps[1:], None]
-    found = [step_window(ops, step, after, on_host=is_cpu_run(trace)) for step, after in zip(seg.steps, following)]
+    found = step_windows(ops, seg.steps, BUDGET_BATCH, on_host=is_cpu_run(trace))
     worked = [i for i, window in enumerate(found) if window is not None]
     windows = np.array([found[i] for i in worked], dtype=np.int64).reshape(-1, 3)
     budgets = _budgets(trace, ops, sets, host_blocking(trace), windows, keep_segments)

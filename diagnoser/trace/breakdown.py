@@ -25,6 +25,7 @@ import numpy as np
 
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.ops import IS_COPY, DeviceOps
+from diagnoser.trace.steps import op_bounds
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,8 @@ def temporal_breakdowns(ops: DeviceOps, rows: np.ndarray, group: np.ndarray, gro
 
     busy = iv.union_by_group(group, start, end, groups).tolist()
     compute, comm, either = union(compute_rows), union(is_comm), union(~is_copy)
-    # a step's first op starts first; its last end is its running end's last
-    reach = iv.running_max_by_group(group, end)
-    span = (iv.group_edge(group, reach, groups, last=True) - iv.group_edge(group, start, groups)).tolist()
+    first, last = op_bounds(ops, rows, group, groups)
+    span = (last - first).tolist()
     idle = [s - b for s, b in zip(span, busy)]
     return TemporalBreakdowns(
         span_ns=span,

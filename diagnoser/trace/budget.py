@@ -1,7 +1,7 @@
 """The critical-path budget of one step on one rank: elapsed time split into parts that do not overlap.
 
     host_blocking(trace) -> IntervalSet
-    step_window(ops, step, next_step, on_host=False) -> (lo, hi, tail_from) | None
+    step_windows(ops, steps, most, on_host=False) -> [(lo, hi, tail_from) | None]            every step at once
     rank_sets(ops) -> RankSets
     budget_sets(ops, sets, host_block, lo, hi, tail_from) -> dict[part, IntervalSet]   many windows at once
     host_to_device(ops, sets, lo, hi) -> HostToDevice                                  per window
@@ -38,7 +38,7 @@ import numpy as np
 from diagnoser.trace import intervals as iv
 from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
-from diagnoser.trace.steps import Step
+from diagnoser.trace.steps import Step, op_bounds, ops_of, step_batches
 
 PARTS = ("device", "exposed_comm", "launch", "queue", "host")
 
@@ -53,27 +53,36 @@ def host_blocking(trace: RankTrace) -> iv.IntervalSet:
     return iv.merge(rt["start"][blocking], rt["end"][blocking])
 
 
-def step_window(ops: DeviceOps, step: Step, next_step: Step | None, on_host: bool = False) -> tuple[int, int, int] | None:
-    if not len(step.ops):
-        return None
-    last_end = int(ops.end[step.ops].max())
-    if on_host:
-        hi = next_step.host_start if next_step is not None else max(step.host_end, last_end)
-        return step.host_start, hi, min(last_end, hi)
-    lo = int(ops.start[step.ops].min())
-    hi = last_end
-    following = _following_start(ops, step, next_step)
-    if following is not None and following > lo:
-        hi = following
-    return lo, hi, min(last_end, hi)
+def step_windows(ops: DeviceOps, steps: list[Step], most: int, on_host: bool = False) -> list[tuple[int, int, int] | None]:
+    """Each step's (lo, hi, tail_from), None for a step that launched no device work. Its first start
+    and last end come a batch of steps (``step_batches``, of ``most`` steps) at a time, where a step at
+    a time cost two numpy calls per step; the rest is a few integer comparisons per step."""
+    first: list[int] = []
+    last: list[int] = []
+    for batch in step_batches([len(s.ops) for s in steps], most):
+        rows, group = ops_of([steps[i] for i in batch])
+        starts, ends = op_bounds(ops, rows, group, len(batch))
+        first += starts.tolist()
+        last += ends.tolist()
+    out: list[tuple[int, int, int] | None] = []
+    for i, step in enumerate(steps):
+        after = steps[i + 1] if i + 1 < len(steps) else None
+        if not len(step.ops):
+            out.append(None)
+        elif on_host:
+            hi = after.host_start if after is not None else max(step.host_end, last[i])
+            out.append((step.host_start, hi, min(last[i], hi)))
+        else:
+            following = (first[i + 1] if len(after.ops) else None) if after is not None else _first_launched_after(ops, step)
+            hi = following if following is not None and following > first[i] else last[i]
+            out.append((first[i], hi, min(last[i], hi)))
+    return out
 
 
-def _following_start(ops: DeviceOps, step: Step, next_step: Step | None) -> int | None:
-    """Where the next step's device work begins. After the last step of a segmentation that is the
-    first op launched after its window (a step the trace ends inside, left out): without it, the
-    last step of a deeply queued trace would run on to the end of the queue's drain."""
-    if next_step is not None:
-        return int(ops.start[next_step.ops].min()) if len(next_step.ops) else None
+def _first_launched_after(ops: DeviceOps, step: Step) -> int | None:
+    """Where the device work after the last step of a segmentation begins: the first op launched after
+    its window (a step the trace ends inside, left out). Without it, the last step of a deeply queued
+    trace would run on to the end of the queue's drain."""
     later = ops.start[ops.launch_start >= step.host_end]
     return int(later.min()) if len(later) else None
 

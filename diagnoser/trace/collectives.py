@@ -30,6 +30,7 @@ from diagnoser.trace.classes import classify
 from diagnoser.trace.intervals import covered_between
 from diagnoser.trace.model import RankTrace
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
+from diagnoser.trace.steps import op_bounds
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def rank_collectives(
     (each step's ascending, so start-sorted and its first op its earliest), ``group`` each one's step;
     ``compute`` is the rank's merged compute time. The compute before each collective is one prefix-sum
     pass over the stretch of ``compute`` the steps span, where a step at a time cost a pass per step."""
-    step_start = iv.group_edge(group, ops.start[rows], groups)
+    step_start, _ = op_bounds(ops, rows, group, groups)
     picked = ops.is_comm[rows] & (ops.source[rows] == IS_KERNEL)
     mine, rows = group[picked], rows[picked]
     kernel_rows = ops.row[rows]

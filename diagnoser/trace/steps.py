@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from diagnoser.errors import InputError
+from diagnoser.trace import intervals as iv
 from diagnoser.trace.graph_steps import graph_launches_per_step, replay_signature
 from diagnoser.trace.model import RankTrace, RuntimeKind
 from diagnoser.trace.ops import IS_KERNEL, DeviceOps
@@ -84,6 +85,29 @@ def ops_of(steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
     analyses of many steps at once take, so that their numpy calls are per batch of steps, not per step."""
     rows = np.concatenate([s.ops for s in steps]) if steps else np.zeros(0, np.int32)
     return rows, np.repeat(np.arange(len(steps), dtype=np.int32), [len(s.ops) for s in steps])
+
+
+# A batch of steps analysed together holds at most this many ops (a step bigger than that alone), so
+# the arrays of a batch stay a few MB however large the steps.
+BATCH_OPS = 1 << 18
+
+
+def step_batches(sizes: list[int], most: int) -> list[range]:
+    """Runs of consecutive steps, of at most ``most`` steps and ``BATCH_OPS`` ops (``sizes``: each step's ops)."""
+    batches, first, held = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > first and (i - first == most or held + size > BATCH_OPS):
+            batches.append(range(first, i))
+            first, held = i, 0
+        held += size
+    return [*batches, range(first, len(sizes))] if sizes else batches
+
+
+def op_bounds(ops: DeviceOps, rows: np.ndarray, group: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's first op start and last op end, 0 for a step without ops (``rows`` and ``group`` as
+    ``ops_of`` gives them): a step's ops are ascending rows of start-sorted ops, so its first starts first."""
+    last = iv.group_edge(group, iv.running_max_by_group(group, ops.end[rows]), groups, last=True)
+    return iv.group_edge(group, ops.start[rows], groups), last
 
 
 @dataclass
