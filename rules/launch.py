@@ -11,6 +11,7 @@ from diagnoser.engine import (
     NOT,
     TEST,
     W,
+    Bound,
     Budget,
     Expectation,
     Finding,
@@ -50,6 +51,13 @@ MAX_BUSY = 0.8
 # GPU idle between decode steps that is worth naming with no step to hold it against: a millisecond is dozens of
 # kernel launches' worth of host work (5-20 us each), more than any engine's per-step bookkeeping should take.
 IDLE_GAP_MS = 1.0
+
+
+# What a decode step costs whatever it reads: an eager step launches a few hundred kernels at a few microseconds
+# each, and an engine's per-step host work takes a few hundred microseconds more. A step three times a floor under
+# that is paced by these costs more likely than by memory.
+FIXED_STEP_MS = 1.0
+FIXED_COST_RATIO = 3.0
 
 
 def notable(part_ms: float, step_ms: float) -> bool:
@@ -257,6 +265,24 @@ class LaunchRules(RuleSet):
         worth of host work on the critical path, whatever the step; its share needs the step."""
         return Finding(evidence=[ev("host.gap_between_steps_ms", gap, "ms")], grade=Grade.indicated,
                        detail=f"The GPU idles {gap:.3g} ms between steps; the per-token time would bound the share.")
+
+    @rule(
+        SPECS["host-overhead"],
+        Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
+        NOT(Budget()),
+        TEST(lambda floor, observed: floor <= FIXED_STEP_MS and observed >= FIXED_COST_RATIO * floor),
+    )
+    def floor_under_the_fixed_costs(self, floor, observed):
+        """The bytes of a step take less time than a step's fixed costs: an eager step launches a few hundred
+        kernels at a few microseconds each, and the engine's own per-step work (scheduling, inputs, outputs) takes
+        a few hundred microseconds more. A step several times such a floor is paced by those costs, not by memory,
+        most likely: possible, as the gap alone proves nothing; a timeline of the steps tells host from device."""
+        return Finding(
+            evidence=[ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms")],
+            grade=Grade.possible,
+            detail=f"The floor is {floor:.3g} ms, under the {FIXED_STEP_MS:g} ms a step's launches and host work take; "
+            f"the step is {observed / floor:.3g}x the floor.",
+        )
 
     @rule(SPECS["host-overhead"], Platform(host_bound_reported=True), NOT(Budget()))
     def host_bound_reported(self):
