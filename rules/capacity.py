@@ -15,6 +15,7 @@ from diagnoser.engine import (
     P,
     TEST,
     W,
+    Bound,
     Boundaries,
     Budget,
     Finding,
@@ -36,6 +37,10 @@ from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number, larg
 from diagnoser.rules.rates import decode_timed
 
 SPECS = load_specs(__file__)
+
+# The share of a device's memory an engine leaves to weights and KV cache (the rest: activations, graph pools,
+# the allocator's reserve).
+USABLE_SHARE = 0.9
 
 # The busiest EP rank carrying 25 % more tokens than the mean is beyond routing noise at decode batch sizes.
 IMBALANCE = 1.25
@@ -172,6 +177,24 @@ class CapacityRules(RuleSet):
         return Finding(
             evidence=[ev("routing.imbalance", imbalance), ev("routing.ranks", ranks)],
             detail=f"The busiest of {ranks} EP ranks carries {imbalance:.2f}x the mean load.",
+        )
+
+    @rule(
+        SPECS["kv-cache-pressure"],
+        Bound(resident_share=MATCH.needed, weights_share=MATCH.weights),
+        Layout(batch=MATCH.batch),
+        Metrics(),
+        TEST(lambda needed, weights, batch: batch > 1 and weights < USABLE_SHARE <= needed),
+    )
+    def kv_beyond_the_device(self, needed, weights, batch):
+        """A run of the pinned work whose KV cache at its context does not fit beside the weights in what an engine
+        leaves for it: the sequences cannot all stay resident, so the scheduler preempts and redoes (or queues) some
+        while the others decode. With one sequence an engine refuses the request instead. Indicated: the server's
+        preemptions and cache usage over the run measure it."""
+        return Finding(
+            evidence=[ev("bound.resident_share", needed), ev("bound.weights_share", weights), ev("workload.batch", batch)],
+            detail=f"Weights and the KV cache of {batch} sequences need {needed:.0%} of the device, the weights alone "
+            f"{weights:.0%}: more than the {USABLE_SHARE:.0%} an engine leaves them.",
         )
 
     @rule(SPECS["kv-cache-pressure"], Memory(preemptions=MATCH.n), TEST(lambda n: n > 0))

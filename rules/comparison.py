@@ -19,6 +19,9 @@ SLOWER = 1.05
 # Where the runs state how far their own repeats moved, a difference twice the wider spread lies outside both runs'
 # bands (each run's repeats span at most the spread): a change, however small against SLOWER.
 BEYOND_REPEATS = 2.0
+# A mean per-token time over a benchmark repeats within about two per cent on one machine: a few per cent slower,
+# below SLOWER and with no repeats stated, is the runs' only lead but no measurement yet.
+SLIGHTLY_SLOWER = 1.025
 
 
 def slower_beyond_noise(d, ratio: float) -> bool:
@@ -179,6 +182,29 @@ class ComparisonRules(RuleSet):
             key=setting,
             detail=f"Only {setting} differs ({before} -> {after}) and the run is {ratio:.2f}x slower on {d['figure']}; "
             "gains are shares of the slower run's time per unit of work.",
+        )
+
+    @rule(
+        SPECS["regression-located"],
+        AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after),
+        TEST(
+            lambda d, setting, ratio, before, after: setting != "several"
+            and setting not in WORKLOAD_SETTINGS
+            and SLIGHTLY_SLOWER <= ratio < SLOWER
+            and "repeat_spread" not in d
+            and not interpreted(setting, after, before)
+        ),
+    )
+    def regression_within_noise(self, d, setting, ratio, before, after):
+        """A change of a few per cent, inside what serving benchmarks are taken to repeat within: the only lead the
+        runs give, possible until repeats of both sides show a spread tighter than the delta (then it is measured)."""
+        return Finding(
+            evidence=[ev("runs.changed", setting), ev("runs.before", before), ev("runs.after", after), *_delta_evidence(d)],
+            key=setting,
+            grade=Grade.possible,
+            missing=["runs.repeat_spread"],
+            detail=f"Only {setting} differs ({before} -> {after}) and the run is {ratio:.3f}x slower on {d['figure']}, "
+            f"under the {SLOWER:g}x benchmarks repeat within: repeats of both sides would tell a change from noise.",
         )
 
     @rule(

@@ -422,6 +422,8 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
             bandwidth_gbs=report.bandwidth_gbs,
             expert_bytes=report.expert_union.expert_bytes_busiest_rank if report.expert_union else None,
             rows_per_touched_expert=report.expert_union.rows_per_touched_expert if report.expert_union else None,
+            resident_share=report.memory.needed_bytes / report.memory.capacity_bytes,
+            weights_share=report.memory.weights_bytes / report.memory.capacity_bytes,
             lacks=report.lacks,
             notes=report.notes,
         )

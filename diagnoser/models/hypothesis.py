@@ -148,6 +148,10 @@ class BoundSummary(_Out):
     bandwidth_gbs: float | None = Field(default=None, description="bandwidth the bound used (datasheet or measured)")
     expert_bytes: float | None = Field(default=None, description="routed + shared expert bytes the busiest rank reads per step")
     rows_per_touched_expert: float | None = Field(default=None, description="mean tokens per expert GEMM in the pinned batch")
+    resident_share: float | None = Field(
+        default=None, description="weights and KV cache the fullest rank holds at the pinned batch and context, over one device's memory"
+    )
+    weights_share: float | None = Field(default=None, description="the fullest rank's weights alone, over one device's memory")
     sanity: list[str] = Field(default_factory=list)
     lacks: list[str] = Field(default_factory=list, description="inputs the pin did not give and the floor did without")
     notes: list[str] = Field(
