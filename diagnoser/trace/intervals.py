@@ -147,8 +147,16 @@ def running_max_by_group(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     first, last = int(group[0]), int(group[-1])
     for at in range(first, last + 1, per):
         lo, hi = np.searchsorted(group, [at, at + per], side="left")
-        lifted = (group[lo:hi].astype(np.int64) - at) * width + (values[lo:hi] - low)
-        out[lo:hi] = np.maximum.accumulate(lifted) - (group[lo:hi].astype(np.int64) - at) * width + low
+        lift = group[lo:hi].astype(np.int64)
+        lift -= at
+        lift *= width
+        running = values[lo:hi].astype(np.int64)  # in place from here: a whole-trace step is 10^7 values
+        running -= low
+        running += lift
+        np.maximum.accumulate(running, out=running)
+        running -= lift
+        running += low
+        out[lo:hi] = running
     return out
 
 
