@@ -53,6 +53,9 @@ CONCURRENCY_RATIO = 2.0
 # At 80 % of the memory-only ceiling little is left to recover: kernels rarely sustain more than
 # ~90 % of peak bandwidth over a whole step.
 NEAR_BOUND = 0.8
+# An expected stream 10 % faster than one token per floor step is beyond the bound's own optimism (datasheet
+# bandwidth, bytes counted once), not a rounding of it.
+BEYOND_CEILING = 1.1
 # When a fifth of a stream's chunk gaps are too short to be a step, chunks are read together after
 # stalls: the median gap mixes near-zero gaps with stalls. A stream read as it is made, one token a
 # step, has almost none (a few per cent from scheduling jitter).
@@ -147,6 +150,11 @@ def per_stream_rate(side, rate_kind: str) -> float | None:
     if side.get("per_token_ms"):
         return 1e3 / side["per_token_ms"]
     return None
+
+
+def stream_ceiling(floor_ms: float) -> float:
+    """Tokens/s of one stream at one token per floor step."""
+    return 1e3 / floor_ms
 
 
 def stream_rates(m, e) -> tuple[float | None, float | None]:
@@ -358,6 +366,25 @@ class RateGuards(RuleSet):
         return Finding(
             evidence=[ev("bound.fraction_of_ceiling", fraction), ev("bound.ceiling_tokens_per_s", ceiling), ev("expected.kind", kind)],
             detail=f"The observation already reaches {fraction:.0%} of the memory-only ceiling ({ceiling:.4g} tokens/s).",
+        )
+
+    @rule(
+        SPECS["expectation-beyond-bound"],
+        AS.e << Expectation(kind=P(lambda k: k != "other_hardware")),
+        Bound(floor_ms=MATCH.floor),
+        NOT(Server(speculative=W())),
+        TEST(lambda e, floor: (per_stream_rate(e, expected_rate(e)) or 0) >= BEYOND_CEILING * stream_ceiling(floor)),
+    )
+    def expected_stream_beyond_the_floor(self, e, floor):
+        """A decode step gives each stream one token, and no step of this work is shorter than its floor, so no
+        stream of it runs faster than one token per floor: an expected stream faster than that measured other work
+        (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth)."""
+        rate = per_stream_rate(e, expected_rate(e))
+        return Finding(
+            evidence=[ev("expected.per_stream_tokens_per_s", rate), ev("bound.floor_ms", floor, "ms"),
+                      ev("bound.stream_ceiling_tokens_per_s", stream_ceiling(floor)), ev("expected.kind", e["kind"])],
+            detail=f"The expected {rate:.4g} tokens/s a stream is {rate / stream_ceiling(floor):.2f}x the one token per "
+            f"{floor:.4g} ms floor this work allows a stream.",
         )
 
     @rule(
