@@ -107,6 +107,15 @@ def narrower(slower: str, faster: str) -> bool:
     return a is not None and b is not None and int(a.group()) < int(b.group())
 
 
+# How a run without a tuned config is written.
+UNTUNED = frozenset({"none", "default", "unset", "false", "off", "no", "0"})
+
+
+def untuned(slower: str, faster: str) -> bool:
+    """The slower run had no tuned config (the engine's default), the faster one a tuned one."""
+    return slower in UNTUNED and faster not in UNTUNED
+
+
 def fewer(slower: str, faster: str) -> bool:
     """The slower run has the smaller numeric value (fewer layers on the device)."""
     return larger(faster, slower)
@@ -129,6 +138,7 @@ ABLATIONS = {
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)
     "draft_length": larger,  # speculation-slowdown: the extra drafts of a longer draft cost more than they are accepted
     "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
+    "moe_config": untuned,  # moe-untuned-config: the fused-MoE kernel's default tiles for this GPU and shape
     "kv_cache_dtype": narrower,  # slow-kernel-path: attention's kernels for the narrower KV format (dequantising, a fallback)
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more

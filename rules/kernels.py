@@ -214,6 +214,11 @@ class KernelRules(RuleSet):
         """Another weight format at the same workload is slower: its kernels, not its bytes, set the step."""
         return ablation_finding(d, key=d["slower"])
 
+    @rule(SPECS["moe-untuned-config"], *ablation("moe_config"))
+    def moe_config_measured(self, d):
+        """The same MoE work with and without a tuned config for this GPU: the default tiles are the delta."""
+        return ablation_finding(d)
+
     @rule(SPECS["slow-kernel-path"], *ablation("kv_cache_dtype"))
     def kv_format_measured(self, d):
         """A KV cache stored in fewer bits reads fewer bytes, yet the step grew: attention's kernels for that format

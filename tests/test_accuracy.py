@@ -67,7 +67,7 @@ LATER_CORPORA = (
     ("corpus17", 12, 10, 10),
     ("corpus18", 10, 10, 10),
     ("corpus19", 12, 7, 7),
-    ("corpus20", 10, 7, 8),
+    ("corpus20", 10, 8, 8),
     ("corpus21", 11, 8, 8),
 )
 
