@@ -167,7 +167,9 @@ def budget_sets(
     # the windows' own blocking calls: the whole rank's would make each step cost the trace's length
     host_idle = iv.union(iv.intersect(not_issued, iv.intersect(iv.clip(host_block, *span), windows)), iv.intersect(not_issued, tails))
     return {
-        "device": sets.compute,  # clipped per window as it is, zero-length kernels and all
+        # clipped per window as it is, zero-length kernels and all; to the windows' span first, as every
+        # part is: each window's length is then a pass over the span, not over the rank (10^7 intervals)
+        "device": iv.clip(sets.compute, *span),
         "exposed_comm": comm,
         "launch": iv.subtract(not_issued, host_idle),
         "queue": waiting,
