@@ -12,6 +12,7 @@ from diagnoser.engine import (
     NOT,
     TEST,
     W,
+    Expectation,
     Finding,
     Grade,
     HostCostFact,
@@ -28,7 +29,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import ablation, ablation_finding
 from diagnoser.rules.launch import on_cpu
 from diagnoser.rules.output_path import HISTORY_GROWTH
-from diagnoser.rules.rates import typical_ms
+from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, typical_ms
 
 SPECS = load_specs(__file__)
 
@@ -107,6 +108,25 @@ class HostCostRules(RuleSet):
     @rule(SPECS["structured-output-overhead"], *ablation("structured_output"))
     def structured_output_measured(self, d):
         return ablation_finding(d)
+
+    @rule(
+        SPECS["structured-output-overhead"],
+        Server(structured_output=True),
+        AS.e << Expectation(kind="other_engine"),
+        AS.m << Metrics(),
+        TEST(lambda m, e: (engine_gap(m, e) or 0) >= ENGINE_GAP),
+    )
+    def constrained_job_faster_elsewhere(self, m, e):
+        """The same constrained job at least twice as fast under another engine: both pay for the grammar, so what
+        differs is how this one applies it, and a mask built on the host for every token is the usual difference.
+        Indicated by the configuration and the gap; the job without the grammar on this engine measures it."""
+        gap = engine_gap(m, e)
+        return Finding(
+            evidence=[ev("server.structured_output", True), ev("expected.kind", "other_engine"), *gap_evidence(m, e),
+                      ev("engine_gap", gap, "x")],
+            grade=Grade.indicated,
+            detail=f"Another engine runs the same constrained job {gap:.3g}x faster.",
+        )
 
     @rule(
         SPECS["structured-output-overhead"],

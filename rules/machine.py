@@ -30,7 +30,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import SIZED, UNITS, ablation, ablation_finding, beyond_the_size, larger
 from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
 from diagnoser.rules.launch import names_off_device_work, on_cpu
-from diagnoser.rules.rates import stream_rates
+from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -56,9 +56,6 @@ CPU_THROTTLED = 0.05
 # Nine tenths of the cores the process may use, measured busy while decoding: top and a cgroup's usage are averages
 # over a second or more, so a loop that waits for a core now and then reads a little under its whole allocation.
 CORES_SATURATED = 0.9
-# Another engine at least twice as fast per stream on the same work and device: engines tuned for a device differ by
-# tens of per cent; twice is a fast path (native kernels, graph capture, a fused attention) one of them lacks there.
-ENGINE_GAP = 2.0
 # Twenty times slower than the same device's own figure for the same work: one engine's settings move a stream's rate
 # by tens of per cent, graph capture, a kernel family or a weight format by a few times; twenty is another processor
 # doing the work (a CPU path, a runtime the driver cannot run), not a slower path on this one.
@@ -87,14 +84,6 @@ def build_issues(p) -> list:
     if p.get("feature_gated_off"):
         found.append(ev("platform.feature_gated_off", p["feature_gated_off"]))
     return found
-
-
-def engine_gap(m, e) -> float | None:
-    """How many times faster the other engine ran one stream, at the same concurrency (or with one side's unstated)."""
-    if None not in (m.get("concurrency"), e.get("concurrency")) and m["concurrency"] != e["concurrency"]:
-        return None
-    mine, theirs = stream_rates(m, e)
-    return theirs / mine if mine and theirs else None
 
 
 def oversubscribed(p) -> bool:
@@ -365,12 +354,10 @@ class MachineRules(RuleSet):
         this engine's build does not reach. Possible, and behind any mechanism the case names: which path (kernels for
         this architecture, graph capture, a fused attention) a trace of both tells, and that trace bounds it."""
         gap = engine_gap(m, e)
-        mine, theirs = stream_rates(m, e)
         return Finding(
-            evidence=[ev("expected.kind", "other_engine"), ev("metrics.per_stream_tokens_per_s", mine),
-                      ev("expected.per_stream_tokens_per_s", theirs), ev("engine_gap", gap, "x")],
+            evidence=[ev("expected.kind", "other_engine"), *gap_evidence(m, e), ev("engine_gap", gap, "x")],
             grade=Grade.possible,
-            detail=f"Another engine runs the same work {gap:.3g}x faster per stream on this device.",
+            detail=f"Another engine runs the same work {gap:.3g}x faster on this device.",
         )
 
     @rule(
@@ -387,10 +374,8 @@ class MachineRules(RuleSet):
         (a runtime newer than the driver supports, a CPU build or fallback). Indicated: the engine's startup log and the
         GPU's utilisation while decoding tell which."""
         gap = engine_gap(m, e)
-        mine, theirs = stream_rates(m, e)
         return Finding(
-            evidence=[ev("expected.kind", e["kind"]), ev("metrics.per_stream_tokens_per_s", mine),
-                      ev("expected.per_stream_tokens_per_s", theirs), ev("memory.weights_fit_without_offload", True),
+            evidence=[ev("expected.kind", e["kind"]), *gap_evidence(m, e), ev("memory.weights_fit_without_offload", True),
                       ev("device_gap", gap, "x")],
             missing=["platform.fallback_logged"],
             detail=f"One stream runs {gap:.3g}x slower than this device's own figure with the weights on the device.",

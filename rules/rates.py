@@ -53,6 +53,9 @@ CONCURRENCY_RATIO = 2.0
 # At 80 % of the memory-only ceiling little is left to recover: kernels rarely sustain more than
 # ~90 % of peak bandwidth over a whole step.
 NEAR_BOUND = 0.8
+# Another engine at least twice as fast per stream on the same work and device: engines tuned for a device differ by
+# tens of per cent; twice is a fast path (native kernels, graph capture, a fused attention) one of them lacks there.
+ENGINE_GAP = 2.0
 # An expected stream 10 % faster than one token per floor step is beyond the bound's own optimism (datasheet
 # bandwidth, bytes counted once), not a rounding of it.
 BEYOND_CEILING = 1.1
@@ -150,6 +153,27 @@ def per_stream_rate(side, rate_kind: str) -> float | None:
     if side.get("per_token_ms"):
         return 1e3 / side["per_token_ms"]
     return None
+
+
+def engine_gap(m, e) -> float | None:
+    """How many times faster the other side ran one stream, or the same fixed job, at the same concurrency (or with
+    one side's unstated)."""
+    if None not in (m.get("concurrency"), e.get("concurrency")) and m["concurrency"] != e["concurrency"]:
+        return None
+    mine, theirs = stream_rates(m, e)
+    if mine and theirs:
+        return theirs / mine
+    if m.get("duration_s") and e.get("duration_s"):
+        return m["duration_s"] / e["duration_s"]
+    return None
+
+
+def gap_evidence(m, e) -> list:
+    """The two figures the gap is read from: each side's stream rate, else the wall time of the same job."""
+    mine, theirs = stream_rates(m, e)
+    if mine and theirs:
+        return [ev("metrics.per_stream_tokens_per_s", mine), ev("expected.per_stream_tokens_per_s", theirs)]
+    return [ev("metrics.duration_s", m["duration_s"], "s"), ev("expected.duration_s", e["duration_s"], "s")]
 
 
 def stream_ceiling(floor_ms: float) -> float:
