@@ -87,3 +87,13 @@ def test_running_max_before_starts_each_group_at_its_initial_value():
     values = np.array([5, 3, 9, 1, 4], np.int64)
     assert iv.running_max_before(group, values, np.array([4, 0, 2])).tolist() == [4, 5, 5, 2, 2]
     assert iv.union_by_group(group[:0], values[:0], values[:0], 3).tolist() == [0, 0, 0]
+
+
+def test_step_batches_cut_at_the_step_count_or_the_op_count_and_keep_a_big_step_alone():
+    from diagnoser.trace.steps import BATCH_OPS, step_batches
+
+    assert step_batches([], 3) == []
+    assert [list(b) for b in step_batches([1] * 7, 3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    big = BATCH_OPS + 1
+    assert [list(b) for b in step_batches([5, big, 5, 5], 1024)] == [[0], [1], [2, 3]]
+    assert [list(b) for b in step_batches([BATCH_OPS // 2] * 3, 1024)] == [[0, 1], [2]]
