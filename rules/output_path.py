@@ -84,6 +84,16 @@ def shortest_prefilling_ms(x) -> float:
 
 # Prompts this long fill at least a whole prefill chunk at common token budgets per step.
 LONG_PROMPT_TOKENS = 1000
+# Prompt tokens arriving per step at which prefill is a step's main work: a prefill token costs a decode token's
+# FLOPs, and this many beside the decodes make the step compute-bound on them.
+ARRIVING_PREFILL_TOKENS = 512
+# A served time per token this many times the device's decode step is the step doing other work, not jitter.
+PREFILL_SLOWDOWN = 2.0
+
+
+def arriving_prompt_tokens(rps: float, prompt: float, per_token_ms: float) -> float:
+    """Prompt tokens that arrive, on average, during one step: each must be prefilled in some step."""
+    return rps * prompt * per_token_ms / 1e3
 # A tail gap within a factor of two of the steps that prefilled (from a chunk beside the decodes to the longest
 # prefill) is those steps': other stalls (a late wake-up, a collector pause) have no reason to come out the length
 # of a prefill. The real vLLM's 2000-token prompts: a p99 of 24 ms between 9.7 ms chunks and a 203 ms prefill.
@@ -391,6 +401,28 @@ class OutputPathRules(RuleSet):
             step_ms=step * ratio,
             on_top=True,
             detail="The gain is on the spiking (p99) interval, not on the median step.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Metrics(requests_per_s=MATCH.rps, input_tokens=MATCH.prompt, per_token_ms=MATCH.per_token),
+        AS.e << Expectation(boundary="device_step"),
+        TEST(lambda e, rps, prompt, per_token: arriving_prompt_tokens(rps, prompt, per_token) >= ARRIVING_PREFILL_TOKENS
+             and per_token >= PREFILL_SLOWDOWN * (steady_step_ms(e) or per_token)),
+    )
+    def prompts_arriving_every_step(self, e, rps, prompt, per_token):
+        """A served load whose prompts arrive faster than decode can hide them: every step has its share of them to
+        prefill (chunked beside the decodes, or in steps of their own), so the time per token is the decode step plus
+        that prefill. Against the device's decode-only step the excess is the prefill's; indicated, as queueing for a
+        batch slot also lengthens the served time, and a trace's step split measures it."""
+        step = steady_step_ms(e)
+        arriving = arriving_prompt_tokens(rps, prompt, per_token)
+        return Finding(
+            evidence=[ev("metrics.requests_per_s", rps), ev("metrics.input_tokens", prompt), ev("metrics.per_token_ms", per_token, "ms"),
+                      ev("expected.per_token_ms", step, "ms"), ev("prompt_tokens_per_step", arriving)],
+            grade=Grade.indicated,
+            detail=f"About {arriving:.0f} prompt tokens arrive during each {per_token:.4g} ms token, {per_token / step:.3g}x "
+            f"the {step:.4g} ms decode step.",
         )
 
     @rule(
