@@ -69,7 +69,7 @@ LATER_CORPORA = (
     ("corpus19", 12, 7, 7),
     ("corpus20", 10, 8, 8),
     ("corpus21", 11, 8, 8),
-    ("corpus22", 10, 7, 7),
+    ("corpus22", 10, 8, 8),
     ("corpus23", 10, 7, 7),
 )
 
