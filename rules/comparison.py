@@ -171,16 +171,20 @@ def _delta_evidence(d) -> list:
     ]
 
 
+# Two runs that differ in one named setting (binds d, setting, ratio, before, after).
+ONE_SETTING_CHANGED = AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after)
+
+
+def left_to_locate(setting: str, before: str, after: str) -> bool:
+    """A single setting of how the work is served, whose delta no mechanism rule reads as its own measurement."""
+    return setting != "several" and setting not in WORKLOAD_SETTINGS and not interpreted(setting, after, before)
+
+
 class ComparisonRules(RuleSet):
     @rule(
         SPECS["regression-located"],
-        AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after),
-        TEST(
-            lambda d, setting, ratio, before, after: setting != "several"
-            and setting not in WORKLOAD_SETTINGS
-            and slower_beyond_noise(d, ratio)
-            and not interpreted(setting, after, before)
-        ),
+        ONE_SETTING_CHANGED,
+        TEST(lambda d, setting, ratio, before, after: left_to_locate(setting, before, after) and slower_beyond_noise(d, ratio)),
     )
     def regression_located(self, d, setting, ratio, before, after):
         """Several runs changing the same setting give one hypothesis per setting: the largest delta ranks first."""
@@ -196,14 +200,9 @@ class ComparisonRules(RuleSet):
 
     @rule(
         SPECS["regression-located"],
-        AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after),
-        TEST(
-            lambda d, setting, ratio, before, after: setting != "several"
-            and setting not in WORKLOAD_SETTINGS
-            and SLIGHTLY_SLOWER <= ratio < SLOWER
-            and "repeat_spread" not in d
-            and not interpreted(setting, after, before)
-        ),
+        ONE_SETTING_CHANGED,
+        TEST(lambda d, setting, ratio, before, after: left_to_locate(setting, before, after)
+             and SLIGHTLY_SLOWER <= ratio < SLOWER and "repeat_spread" not in d),
     )
     def regression_within_noise(self, d, setting, ratio, before, after):
         """A change of a few per cent, inside what serving benchmarks are taken to repeat within: the only lead the
