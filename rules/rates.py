@@ -397,12 +397,14 @@ class RateGuards(RuleSet):
         AS.e << Expectation(kind=P(lambda k: k != "other_hardware")),
         Bound(floor_ms=MATCH.floor),
         NOT(Server(speculative=W())),
+        NOT(Layout(batch=P(lambda b: b > 1))),
         TEST(lambda e, floor: (per_stream_rate(e, expected_rate(e)) or 0) >= BEYOND_CEILING * stream_ceiling(floor)),
     )
     def expected_stream_beyond_the_floor(self, e, floor):
         """A decode step gives each stream one token, and no step of this work is shorter than its floor, so no
         stream of it runs faster than one token per floor: an expected stream faster than that measured other work
-        (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth)."""
+        (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth). Only
+        with one sequence pinned (or none): a floor of many sequences' KV is longer than one stream alone needs."""
         rate = per_stream_rate(e, expected_rate(e))
         return Finding(
             evidence=[ev("expected.per_stream_tokens_per_s", rate), ev("bound.floor_ms", floor, "ms"),
