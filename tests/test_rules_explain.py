@@ -55,8 +55,11 @@ def test_absent_facts_and_unmeasured_fields_are_named(book):
     assert not cond.holds and cond.detail == "the case has no Collective fact"
     moe = {"kernel_class": "moe", "share_of_step": 0.6}  # nobody said whether a tuned config was found
     case = {"observations": {"budget": {"step_ms": 9, "device_ms": 9}, "kernel_classes": [moe]}}
-    cond = one(case, "moe-untuned-config", book).bodies[0].conditions[0]
+    bodies = {b.body: b for b in one(case, "moe-untuned-config", book).bodies}
+    cond = bodies["moe_untuned_config"].conditions[0]
     assert not cond.holds and cond.detail == "tuned_config was not measured"
+    (runs,) = [c for c in bodies["moe_config_measured"].conditions if not c.holds]
+    assert runs.detail == "the case has no RunDiff fact; the case has no ConfoundedChange fact"
 
 
 def test_a_refinement_waits_for_its_parent(book):
