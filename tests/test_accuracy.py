@@ -71,6 +71,7 @@ LATER_CORPORA = (
     ("corpus21", 11, 8, 8),
     ("corpus22", 10, 8, 8),
     ("corpus23", 10, 7, 7),
+    ("corpus24", 8, 4, 6),
 )
 
 
