@@ -107,8 +107,8 @@ def narrower(slower: str, faster: str) -> bool:
     return a is not None and b is not None and int(a.group()) < int(b.group())
 
 
-# How a run without a tuned config is written.
-UNTUNED = frozenset({"none", "default", "unset", "false", "off", "no", "0"})
+# How a run without a tuned config is written: as a run with nothing in between, or as the engine's default.
+UNTUNED = (DIRECT - {"direct"}) | {"default"}
 
 
 def untuned(slower: str, faster: str) -> bool:
