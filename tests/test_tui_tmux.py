@@ -68,8 +68,10 @@ def test_installed_tui_draws_and_answers_keys(tmp_path):
         bound = pane.wait_for("step floor")  # a case with a pin opens on its bound
         assert "2 Bound" in bound and "qwen3-30b-a3b" in bound and "unexplained" in bound
         pane.keys("5")
-        hypotheses = pane.wait_for("small-expert-kernels")
-        assert "measured" in hypotheses and "Confirmed" in hypotheses  # the footer names the keys
+        pane.wait_for("small-expert-kernels")
+        pane.wait_for("measured")  # the screen draws in parts: wait for each, then read it whole
+        hypotheses = pane.wait_for("Confirmed")
+        assert "small-expert-kernels" in hypotheses and "measured" in hypotheses  # the footer names the keys
         pane.keys("c")
         pane.wait_for("✓ 1. small-expert-kernels")
         session = tmp_path / "case-moe-small-experts.session.json"
