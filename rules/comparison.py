@@ -56,13 +56,29 @@ def beyond_the_size(d) -> float:
     return max(0.0, d["slower_time"] - d["faster_time"] * ratio)
 
 
-# Thread counts written as the engine's choice: it takes every core (or more), so it is the larger count.
-ALL_THREADS = frozenset({"default", "auto", "all", "max"})
+# Thread counts written as the engine's choice: it takes the cores it counts, so at least any explicit count.
+ENGINE_THREADS = frozenset({"default", "auto"})
+# Thread counts written as every core the OS counts, SMT siblings included: a count below one (-1 is the usual
+# spelling) or words that say so. No engine's own choice takes more.
+EVERY_LOGICAL_CORE = re.compile(r"^\s*-\d|\b(all|max|logical|hyperthreads?)\b")
+
+
+def thread_rank(value: str) -> tuple[int, float] | None:
+    """Where a written thread count stands: an explicit count by its number, below the engine's choice, below every
+    logical core; None when the text says neither."""
+    if EVERY_LOGICAL_CORE.search(value):
+        return (2, 0.0)
+    if value in ENGINE_THREADS:
+        return (1, 0.0)
+    count = as_number(value)
+    return (0, count) if count is not None else None
 
 
 def more_threads(slower: str, faster: str) -> bool:
-    """The slower run ran more threads: a larger count, or the engine's default against an explicit count."""
-    return larger(slower, faster) or (slower in ALL_THREADS and as_number(faster) is not None)
+    """The slower run ran more threads: a larger count, the engine's default against an explicit count, or every
+    logical core against either."""
+    a, b = thread_rank(slower), thread_rank(faster)
+    return a is not None and b is not None and a > b
 
 
 def switched_on(slower: str, faster: str) -> bool:
@@ -148,6 +164,17 @@ ABLATIONS = {
     "gpu_scheduling": switched_off,  # launch-gaps: the OS on the CPU schedules each submission, the GPU waits for it
     "build": any_change,  # build-mismatch: the same engine built another way, so the binary is what differs
 }
+
+
+# Settings that say how one copy of the model is spread over devices: their A/Bs are exposed-comm's.
+SPREAD_SETTINGS = frozenset({"tp", "devices", "split_mode"})
+
+
+def idle_through_the_delta(d, busy: float) -> bool:
+    """The slower run's device ran kernels (its busy share of its time) no longer than the faster run took in all: what
+    the slower run added passed with the device idle. A device waiting on a collective runs the collective's kernel,
+    so that time is not spent passing data between devices; it is spent where the device does not see it."""
+    return busy * d["slower_time"] <= d["faster_time"]
 
 
 def interpreted(setting: str, slower: str, faster: str) -> bool:

@@ -27,7 +27,9 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import SIZED, UNITS, ablation, ablation_finding, beyond_the_size, larger
+from diagnoser.rules.comparison import (
+    SIZED, SLOWER, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, interpreted, larger,
+)
 from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
 from diagnoser.rules.launch import names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
@@ -225,6 +227,29 @@ class MachineRules(RuleSet):
         """The same model with fewer layers on the device ran slower: the delta is what the layers left in host
         memory cost, read at host speed every step."""
         return ablation_finding(d)
+
+    @rule(
+        SPECS["cpu-offload"],
+        AS.d << RunDiff(setting=P(lambda s: s in SPREAD_SETTINGS), slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and interpreted(d["setting"], slower, faster)),
+        Probe(device_utilization=MATCH.busy),
+        TEST(lambda d, busy: idle_through_the_delta(d, busy)),
+    )
+    def spread_slower_while_idle(self, d, busy):
+        """The model spread over more devices got slower while the device ran no more kernel time than the whole
+        faster run: the added time passed with the devices idle, so it was neither their reading nor their collectives
+        (a waiting collective is a running kernel). A new placement that left work on the host (layers the engine
+        kept on the CPU to fit what it counted as free) is what idles them that long. Indicated: the engine's layer
+        placement, or the same run with every layer on the devices, says."""
+        unit = UNITS.get(d["figure"], "")
+        return Finding(
+            evidence=[ev(f"runs[{d['setting']}].slower", d["slower"]), ev(f"runs[{d['setting']}].faster", d["faster"]),
+                      ev("runs.slower_time", d["slower_time"], unit), ev("runs.faster_time", d["faster_time"], unit),
+                      ev("probe.device_utilization", busy)],
+            missing=["memory.layers_on_device"],
+            detail=f"{d['setting']} {d['slower']} is {d['slowdown']:.2f}x slower than {d['faster']}, yet its device ran kernels "
+            f"{busy:.0%} of {d['slower_time']:.4g} {unit}, no longer than the faster run's whole {d['faster_time']:.4g}.",
+        )
 
     @rule(
         SPECS["cpu-offload"],

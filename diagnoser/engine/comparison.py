@@ -7,6 +7,8 @@ in several settings at once are confounded, and say so. Pure functions over the 
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 from diagnoser.models.serving import WORKLOAD_SETTINGS, Run
@@ -102,11 +104,31 @@ LINK_SETTINGS = frozenset({"interconnect"})
 ONE_DEVICE = "1"
 
 
+# A penalty at its identity changes no logit: repetition 1 (divide by one), frequency and presence 0 (subtract nothing).
+_PENALTY_IDENTITY = {"repetition": 1.0, "frequency": 0.0, "presence": 0.0}
+_PENALTY_VALUE = re.compile(r"(repetition|frequency|presence)\w*\s*[=:]?\s*(-?\d+(?:\.\d*)?)")
+
+
+def _off(name: str, value: str) -> bool:
+    """A setting that leaves its feature off: written as off, or a penalty at its identity (repetition_penalty 1.0 is
+    the penalties switched off, however many digits it is written with)."""
+    if value in _OFF:
+        return True
+    kind = name.removesuffix("_penalty")
+    if kind in _PENALTY_IDENTITY:
+        try:
+            return float(value) == _PENALTY_IDENTITY[kind]
+        except ValueError:
+            return False
+    stated = _PENALTY_VALUE.findall(value) if name == "penalties" else []
+    return bool(stated) and all(float(v) == _PENALTY_IDENTITY[k] for k, v in stated)
+
+
 def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
     """The lead as a switch: its own value when stated, else on when any companion is set."""
     if lead in run.settings:
-        return "false" if setting_value(run, lead) in _OFF else "true"
-    return "false" if all(setting_value(run, c) in _OFF for c in companions) else "true"
+        return "false" if _off(lead, setting_value(run, lead)) else "true"
+    return "false" if all(_off(c, setting_value(run, c)) for c in companions) else "true"
 
 
 def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, str, str]]:
