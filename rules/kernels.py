@@ -5,6 +5,7 @@ rule claims ``time x (1 - achieved bandwidth fraction)``, or the whole class tim
 fraction was not measured (an upper bound, stated as such).
 """
 
+import re
 from diagnoser.engine import (
     AS,
     MATCH,
@@ -87,16 +88,24 @@ def sorts(sampling: str) -> bool:
 GREEDY = ("greedy", "argmax")
 
 
+# Nucleus (top-p) sampling keeps the most likely tokens up to a probability mass: the mass is summed in sorted order, so
+# a sampler not described as sort-free sorts whatever top-k left it, the whole vocabulary when no top-k cut it first.
+TOP_P = re.compile(r"\btop[-_ ]?p\b|nucleus")
+
+
 def whole_vocabulary_sort(server) -> bool:
-    """Configuration that sorts the whole vocabulary per sequence per step: a sorting sampler, or
-    top-k off (k <= 0) with a sampler not described as sort-free or greedy."""
+    """Configuration that sorts the whole vocabulary per sequence per step: a sorting sampler; top-k off (k <= 0); or
+    top-p with no top-k above zero stated; each with a sampler not described as sort-free or greedy."""
     sampling = server.get("sampling") or ""
     if sorts(sampling):
         return True
-    if any(word in sampling.lower() for word in GREEDY):
+    text = sampling.lower()
+    if any(word in text for word in (*GREEDY, *SORT_FREE)):
         return False
     top_k = server.get("top_k")
-    return top_k is not None and top_k <= 0 and not any(word in sampling.lower() for word in SORT_FREE)
+    if top_k is not None:
+        return top_k <= 0
+    return bool(TOP_P.search(text))
 
 
 def off_expected_path(k) -> bool:
