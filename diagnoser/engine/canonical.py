@@ -200,14 +200,19 @@ def _growth_across_outputs(data: dict) -> Any:
     that costs ``a + g * i`` at the ``i``-th token averages ``a + g * n / 2`` over ``n`` tokens, so the per-token
     time's slope against the length is half the step's growth per token generated. Only when no run is faster per
     token than a shorter one: a fixed time per request (a prefill inside the rate) makes short runs slower per
-    token, and that reading is ``rate_includes_prefill``'s."""
+    token, and that reading is ``rate_includes_prefill``'s. Nor when the slope would leave the first token no time
+    (``a <= 0``): runs that far apart for so few more tokens hold one long step (a stall past some length), not a
+    step that grows with every token."""
     points = _sweep(data, "output_tokens")
     if len(points) < 2 or any(later < earlier for (_, earlier), (_, later) in zip(points, points[1:])):
         return None
     (n0, t0), (n1, t1) = points[0], points[-1]
     if t1 < GROWS * t0:
         return None
-    return round(2 * (t1 - t0) / (n1 - n0) * 1e3, 4)
+    growth = 2 * (t1 - t0) / (n1 - n0)
+    if t0 - growth * n0 / 2 <= 0:
+        return None
+    return round(growth * 1e3, 4)
 
 
 # A prompt this short holds a stream's KV at a few per cent of the weights' bytes for any model (llama-7b's 512 kB a
