@@ -16,6 +16,7 @@ from diagnoser.engine import (
     Bound,
     Boundaries,
     Budget,
+    ConfoundedChange,
     ContextSweep,
     Expectation,
     Finding,
@@ -34,6 +35,9 @@ from diagnoser.engine import (
 )
 from diagnoser.engine.canonical import SHORT_PROMPT
 from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
+
+# Settings whose A/B changes what speculation emits a step: runs differing in them do not read the same stream.
+SPECULATION_SETTINGS = frozenset({"speculative", "draft_length"})
 
 SPECS = load_specs(__file__)
 
@@ -487,14 +491,16 @@ class RateGuards(RuleSet):
         Server(speculative=MATCH.method),
         NOT(Server(speculative_active=False)),
         NOT(Metrics(tokens_per_chunk=W())),
-        NOT(RunDiff(setting="speculative")),
+        NOT(RunDiff(setting=P(lambda s: s in SPECULATION_SETTINGS))),
+        NOT(ConfoundedChange(setting=P(lambda s: s in SPECULATION_SETTINGS))),
         TEST(lambda m, e: not decode_timed(m) and chunk_counted(m, e)),
     )
     def one_client_reads_fewer_under_speculation(self, m, e, method):
         """Another client configuration read the same speculating load, and this one reads a chunk's worth fewer
         tokens per second: each chunk carries the tokens one verify step accepted, so a client that counts chunks
         (or events) counts steps. Another machine or version could be slower for its own reasons, so only a
-        configuration reference counts."""
+        configuration reference counts; runs that differ in the speculation itself (on or off, its draft length)
+        are not the same load, and the gap is theirs."""
         what, mine, theirs = same_load_rates(m, e)
         return Finding(
             evidence=[ev("server.speculative", method), ev(f"metrics.{what}", mine), ev(f"expected.{what}", theirs)],
