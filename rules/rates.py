@@ -34,7 +34,9 @@ from diagnoser.engine import (
     rule,
 )
 from diagnoser.engine.canonical import SHORT_PROMPT
+from diagnoser.engine.comparison import STREAM_COUNT_SETTINGS
 from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
+from diagnoser.rules.comparison import SLOWER, larger
 
 # Settings whose A/B changes what speculation emits a step: runs differing in them do not read the same stream.
 SPECULATION_SETTINGS = frozenset({"speculative", "draft_length"})
@@ -207,6 +209,12 @@ def beyond_batching(e, m) -> bool:
         return False
     (c_lo, r_lo), (c_hi, r_hi) = sorted(((c_e, r_e), (c_m, r_m)))
     return r_hi * TIMING_AGREEMENT < r_lo * c_lo / c_hi or r_lo * TIMING_AGREEMENT < r_hi
+
+
+def aggregate_fell(d) -> bool:
+    """Runs that differ in the streams in flight, the one with more making fewer tokens a second in all."""
+    return (d["setting"] in STREAM_COUNT_SETTINGS and d["figure"] == "output_tokens_per_s" and d["slowdown"] >= SLOWER
+            and larger(d["slower"], d["faster"]))
 
 
 def same_load_rates(m, e) -> tuple[str, float, float] | None:
@@ -426,14 +434,18 @@ class RateGuards(RuleSet):
     )
     def other_concurrency(self, expected, observed, e, m):
         """Another concurrency is another operating point only while batching can explain the gap; a per-stream
-        rate below what the extra streams could cost is a slowdown at that concurrency, for the causes to name."""
+        rate below what the extra streams could cost is a slowdown at that concurrency, for the causes to name. So is
+        an aggregate that the case's own runs show falling as streams are added: batching never makes a step longer
+        than running its sequences one after another, so more streams never make fewer tokens a second in all."""
+        if any(isinstance(f, RunDiff) and aggregate_fell(f) for f in self.facts.values()):
+            return None
         return Finding(evidence=[ev("expected.concurrency", expected), ev("metrics.concurrency", observed)])
 
     @rule(
         SPECS["rate-kind-mismatch"],
         AS.e << Expectation(),
         NOT(Expectation(concurrency=W())),
-        RunDiff(setting=P(lambda s: s in ("batch", "concurrency")), figure="output_tokens_per_s", slowdown=MATCH.gain),
+        RunDiff(setting=P(lambda s: s in STREAM_COUNT_SETTINGS), figure="output_tokens_per_s", slowdown=MATCH.gain),
         TEST(lambda e, gain: expected_rate(e) == "aggregate" and gain >= CONCURRENCY_RATIO),
     )
     def aggregate_reference_at_an_unstated_load(self, e, gain):

@@ -114,3 +114,20 @@ def test_a_user_module_that_shares_a_bundled_name_is_named_in_full(tmp_path):
     with thresholds_set(book, {f"{full}.MIN_X": 1.0}) as before:
         assert before == {f"{full}.MIN_X": 100.0}
         assert "user-x" in causes(diagnose(case, book))
+
+
+GENERATOR_CUT = 0.5
+
+
+def _cut_in_a_generator(values):
+    return any(v >= GENERATOR_CUT for v in values)
+
+
+def test_a_cut_off_read_inside_a_generator_expression_is_seen():
+    """A comprehension is code of its own: a cut-off read there (or by a helper called there) is still one the rule
+    reads, so the loader's declared-thresholds check and the explanations see it."""
+    from diagnoser.engine.explain import thresholds_by_rule, thresholds_used
+
+    assert thresholds_used(_cut_in_a_generator) == {"GENERATOR_CUT": 0.5}
+    # rate-kind-mismatch's body asks aggregate_fell, which reads SLOWER, inside a generator expression
+    assert thresholds_by_rule(load_rulebook())["rate-kind-mismatch"]["SLOWER"] == 1.05

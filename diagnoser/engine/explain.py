@@ -117,6 +117,13 @@ def _stopped_at(bodies: list[BodyExplanation]) -> str:
     return f"{failed.condition}: {failed.detail}" if failed else ""
 
 
+def _names_read(code: Any) -> list[str]:
+    """The global names a function reads, those of its comprehensions and generator expressions (code of their own)
+    included."""
+    nested = [name for const in code.co_consts if inspect.iscode(const) for name in _names_read(const)]
+    return [*code.co_names, *nested]
+
+
 def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     """The module constants (UPPER_CASE numbers) a TEST reads, directly or through a helper
     function of its module, so a verdict can show the cut-offs it was judged against."""
@@ -126,7 +133,7 @@ def thresholds_used(func: Any, depth: int = 2) -> dict[str, float]:
     if declared is not None:  # a YAML rule's test: its declared thresholds, as this run sees them
         return declared()
     module = getattr(func, "__globals__", {})
-    for name in func.__code__.co_names:
+    for name in _names_read(func.__code__):
         value = module.get(name)
         if is_threshold(name, value):
             found[name] = value
