@@ -37,11 +37,11 @@ import orjson
 
 from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
-from diagnoser.trace.chunked_json import NotSplittable, event_pieces
-from diagnoser.trace.memory_budget import DEFAULT_MEMORY, parse_size, read_plan
+from diagnoser.trace.chunked_json import NotSplittable, Part, PartReader, array_parts, event_pieces
+from diagnoser.trace.memory_budget import DEFAULT_MEMORY, parse_size, part_count, read_plan
 from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, append_narrow, as_numpy
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
-from diagnoser.trace.trace_file import open_stream, read_bytes
+from diagnoser.trace.trace_file import is_gzip, open_stream, read_bytes
 
 _KERNEL_CATS = {"kernel", "Kernel"}
 _COPY_CATS = {"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -225,6 +225,17 @@ class _Columns:
             else:
                 values.frombytes(memoryview(column).cast("B"))
 
+    def absorb(self, other: _Columns, names: np.ndarray) -> None:
+        """``other``'s rows after these, its name ids mapped to this reader's by ``names``."""
+        for name, values in other.fields.items():
+            column = as_numpy(values)
+            if name == "name" and len(column):
+                column = names[column]
+            if name in self.narrow:
+                self.fields[name] = append_narrow(self.fields[name], column)
+            else:
+                self.fields[name].frombytes(memoryview(np.ascontiguousarray(column, dtype=column.dtype)).cast("B"))
+
     def read(self) -> bool:
         return len(self.fields["ts"]) > 0
 
@@ -255,7 +266,10 @@ class _Router:
         self.seen = 0  # events in the pieces before this one: positions in messages are of the whole array
 
     def _name(self, event: dict) -> int:
-        name = event.get("name", "")
+        return self._intern(event.get("name", ""))
+
+    def _intern(self, name: object) -> int:
+        """A name's id, in the order names are first met; keyed by the name as written (a number stays one)."""
         found = self.name_index.get(name)
         if found is None:
             found = self.name_index[name] = len(self.strings)
@@ -355,10 +369,70 @@ class _Router:
     def empty(self) -> bool:
         return not any(self.columns[kind].read() for kind in ("kernels", "copies", "runtime", "ranges"))
 
+    def absorb(self, other: _Router) -> None:
+        """The events ``other`` read from the part of the file after this reader's, as if read on: its names
+        interned after these, its CPU ops kept only while no part so far has shown device work."""
+        names = np.zeros(len(other.strings), dtype=np.int32)
+        for name, at in other.name_index.items():
+            names[at] = self._intern(name)
+        for kind, columns in self.columns.items():
+            columns.absorb(other.columns[kind], names)
+        self.python_calls.extend(other.python_calls)
+        if self.cpu_ops is None or other.cpu_ops is None:
+            self.cpu_ops = None
+        else:
+            ts, dur, name, tid = other.cpu_ops
+            self.cpu_ops[0].extend(ts)
+            self.cpu_ops[1].extend(dur)
+            self.cpu_ops[2].frombytes(names[np.frombuffer(name, dtype=np.int64)].astype(np.int64).tobytes())
+            self.cpu_ops[3].extend(tid)
+        self.syncs += other.syncs
+        self.seen += other.seen
 
-def _route_events(path: Path) -> tuple[dict, _Router]:
+
+def _route_part(path: Path, part: Part) -> tuple[dict | None, _Router] | None:
+    """One part of the file's events through a reader of its own (in a worker process); None when the part
+    cannot be read as cut, or holds what only the whole file's reading can name exactly (an error)."""
+    router = _Router(path)
+    document = None
+    try:
+        with open(path, "rb") as handle:
+            for document, events in event_pieces(PartReader(handle, part), part=part):
+                router.consume(events)
+    except (NotSplittable, InputError):
+        return None
+    return document, router
+
+
+def _route_in_parts(path: Path, workers: int) -> tuple[dict, _Router] | None:
+    """The file's event array cut into ``workers`` parts, each read in its own process and joined in order: the same
+    reading as one pass, on several cores. None when the file cannot be cut (compressed, no array found, a cut that
+    does not parse) or any part holds an error: the one pass then reads it, and names the error exactly."""
+    from concurrent.futures import ProcessPoolExecutor  # here: most traces are read in one process, without it
+
+    try:
+        if is_gzip(path):
+            return None
+        parts = array_parts(path, workers)
+    except (NotSplittable, OSError):
+        return None
+    if len(parts) < 2:
+        return None
+    with ProcessPoolExecutor(max_workers=len(parts)) as pool:
+        read = list(pool.map(_route_part, [path] * len(parts), parts))
+    if any(r is None for r in read):
+        return None
+    document, router = read[-1][0], read[0][1]
+    for _, later in read[1:]:
+        router.absorb(later)
+    return document, router
+
+
+def _route_events(path: Path, workers: int = 1) -> tuple[dict, _Router]:
     """Stream the file through in pieces when its bytes allow it (memory holds a piece, not the
-    file), else read and parse it whole."""
+    file), in parts on ``workers`` cores when it is large and plain; else read and parse it whole."""
+    if workers > 1 and (routed := _route_in_parts(path, workers)) is not None:
+        return routed
     router = _Router(path)
     try:
         with open_stream(path) as stream:
@@ -470,9 +544,10 @@ class NothingRecorded(InputError):
     """A trace with none of the events analysed: vLLM's API server writes one beside each worker's."""
 
 
-def read_kineto(path: str | Path) -> RankTrace:
+def read_kineto(path: str | Path, workers: int = 1) -> RankTrace:
+    """One rank's trace; ``workers`` > 1 reads a large uncompressed file in that many parts at once."""
     path = Path(path)
-    document, router = _route_events(path)
+    document, router = _route_events(path, workers)
     other = _other_device(document)
     if other:
         raise InputError(f"{path}: device type not supported: {other}; diagnoser reads CUDA and ROCm GPU traces")
@@ -696,10 +771,12 @@ def read_kineto_many(paths: list[Path], workers: int | None = None, memory: int 
     budget = memory or parse_size(DEFAULT_MEMORY)
     if workers is None and sum(p.stat().st_size for p in paths if p.exists()) < PARALLEL_FROM_BYTES:
         workers = 1
-    order, workers, notes = read_plan(paths, budget, workers or os.cpu_count() or 1)
+    cpus = workers or os.cpu_count() or 1
+    order, workers, notes = read_plan(paths, budget, cpus)
     if len(paths) < 2:
-        traces = [read_kineto(p) for p in paths]
-        traces[0].notes.extend(notes)
+        parts, part_notes = part_count(paths[0], budget, cpus) if paths else (1, [])
+        traces = [read_kineto(p, parts) for p in paths]
+        traces[0].notes.extend([*notes, *part_notes])
         return traces
     read: list[RankTrace | None] = [None] * len(paths)
     if workers == 1:

@@ -88,6 +88,16 @@ class Stream:
         return chunk
 
 
+def is_gzip(path: Path) -> bool:
+    """The file starts with gzip's magic (whatever its suffix)."""
+    regular_file(path)
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == _GZIP_MAGIC
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
 @contextmanager
 def open_stream(path: Path) -> Iterator[Stream]:
     regular_file(path)
