@@ -215,6 +215,31 @@ def _growth_across_outputs(data: dict) -> Any:
     return round(growth * 1e3, 4)
 
 
+# How a run is written as the first after a start (compiling kernels, capturing graphs, filling caches) and as a run
+# of the same work after it: a setting whose values say that, or a warm-up switched off against on.
+COLD_RUN = re.compile(r"(?<![a-z])(first|cold|boot|startup|initial|fresh)")
+WARM_RUN = re.compile(r"(?<![a-z])(warm|repeat|second|subsequent|steady|again)")
+_SWITCHED_OFF = frozenset({"false", "off", "no", "0", "none", "unset"})
+
+
+def _warm_up_across_runs(data: dict) -> Any:
+    """Runs of the same work that differ only in whether the run came first after a start, the first slower by more
+    than runs repeat within: the first run's window holds the warm-up the repeat no longer pays."""
+    from diagnoser.engine.comparison import run_deltas
+    from diagnoser.models.serving import Run
+
+    runs = [Run.model_validate(r) for r in _at("observations.runs")(data) or []]
+    for d in run_deltas(runs):
+        if d.setting == "several" or d.ratio < GROWS and 1 / d.ratio < GROWS:
+            continue
+        slower, _, faster, _ = d.slower_side
+        cold = COLD_RUN.search(slower) is not None and WARM_RUN.search(faster) is not None and not COLD_RUN.search(faster)
+        unwarmed = "warm" in d.setting and slower in _SWITCHED_OFF and faster not in _SWITCHED_OFF
+        if cold or unwarmed:
+            return True
+    return None
+
+
 # A prompt this short holds a stream's KV at a few per cent of the weights' bytes for any model (llama-7b's 512 kB a
 # token of fp16 KV is 13 % of its 4-bit weights at 1024 tokens): decode reads about the same bytes a step whatever
 # the prompt below it, so its time per token varies across such prompts by far less than PROMPT_RATE_SPREAD.
@@ -490,6 +515,12 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "runs differing only in output length, slower per token the longer (5 % or more end to end): twice "
                     "the slope of the time per token against the length"),
     )),
+    Equivalence("observations.metrics.window_includes_warmup", "the timed window holds the warm-up after a start", (
+        Alternative("observations.runs", _warm_up_across_runs,
+                    "runs differing only in one setting, 5 % or more apart, the slower written as the first after a start "
+                    "(first, cold, boot, startup, initial, fresh) and the faster as a run after it (warm, repeat, second, "
+                    "subsequent, steady, again), or a warm-up setting off against on"),
+    ), only_with="observations.metrics"),
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),
