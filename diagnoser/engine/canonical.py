@@ -222,6 +222,11 @@ WARM_RUN = re.compile(r"(?<![a-z])(warm|repeat|second|subsequent|steady|again)")
 _SWITCHED_OFF = frozenset({"false", "off", "no", "0", "none", "unset"})
 
 
+def _warm_reference(data: dict) -> Any:
+    """The runs hold a first run after a start and a run after it: the reference is the one read after the warm-up."""
+    return False if _warm_up_across_runs(data) else None
+
+
 def _warm_up_across_runs(data: dict) -> Any:
     """Runs of the same work that differ only in whether the run came first after a start, the first slower by more
     than runs repeat within: the first run's window holds the warm-up the repeat no longer pays."""
@@ -521,6 +526,11 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "(first, cold, boot, startup, initial, fresh) and the faster as a run after it (warm, repeat, second, "
                     "subsequent, steady, again), or a warm-up setting off against on"),
     ), only_with="observations.metrics"),
+    Equivalence("observations.expected.window_includes_warmup", "the reference's window holds a warm-up too", (
+        Alternative("observations.runs", _warm_reference,
+                    "false when the runs hold a first run after a start and a run after it (as for "
+                    "`metrics.window_includes_warmup`): the reference was read warm"),
+    ), only_with="observations.expected"),
     Equivalence("observations.metrics.rate_includes_prefill", "the rate counts a per-request time beside decode", (
         Alternative("observations.runs", _fixed_cost_per_request,
                     "runs differing only in output length: the time per token falls as the output grows"),

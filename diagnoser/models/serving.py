@@ -118,6 +118,9 @@ class Expected(_Obs):
     per_user_tokens_per_s: TokenRate | None = Field(default=None, description="expected tokens/s of one stream")
     per_token_ms: Positive | None = Field(default=None, description="expected TPOT or step time per token")
     duration_s: Positive | None = Field(default=None, description="expected wall time of the same fixed job")
+    window_includes_warmup: bool | None = Field(
+        default=None, description="the reference's timed window holds a warm-up too (false: it was read after one)"
+    )
     rate: RateKind = Field(default=RateKind.unknown, description="whether the expected tokens/s is aggregate or per stream")
     boundary: MetricBoundary = Field(default=MetricBoundary.unknown, description="where the expected figure was read")
     concurrency: Positive | None = Field(default=None, description="streams the expected figure was measured at")
