@@ -49,7 +49,7 @@ def test_the_second_and_third_corpora_stay_above_their_floors():
 # The later blind corpora: (folder, cases, top-1 and top-3 counts reached so far). Each was scored once
 # before any rule changed for it (README's table); the floors guard what they taught since.
 LATER_CORPORA = (
-    ("corpus2", 28, 25, 25),
+    ("corpus2", 28, 26, 26),
     ("corpus3", 20, 20, 20),
     ("corpus4", 20, 20, 20),
     ("corpus5", 20, 19, 20),
@@ -71,7 +71,11 @@ LATER_CORPORA = (
     ("corpus21", 11, 8, 8),
     ("corpus22", 10, 8, 8),
     ("corpus23", 10, 7, 7),
-    ("corpus24", 8, 4, 6),
+    ("corpus24", 8, 6, 6),
+    ("corpus25", 8, 7, 8),
+    ("corpus26", 10, 5, 5),
+    ("corpus27", 7, 5, 5),
+    ("corpus28", 8, 7, 7),
 )
 
 
