@@ -81,6 +81,12 @@ def more_threads(slower: str, faster: str) -> bool:
     return a is not None and b is not None and a > b
 
 
+def wider_affinity(slower: str, faster: str) -> bool:
+    """The slower run's threads could run on more cores: every core against a set, or more cores counted."""
+    every = EVERY_LOGICAL_CORE.search(slower) is not None and EVERY_LOGICAL_CORE.search(faster) is None
+    return every or larger(slower, faster)
+
+
 def switched_on(slower: str, faster: str) -> bool:
     """The slower run has the feature on."""
     return slower in {"true", "on", "yes", "1"} and faster in {"false", "off", "no", "0", "unset"}
@@ -147,6 +153,7 @@ ABLATIONS = {
     "kernel_backend": any_change,  # slow-kernel-path
     "max_context": larger,  # max-context-work
     "threads": more_threads,  # cpu-oversubscribed
+    "cpu_affinity": wider_affinity,  # cpu-oversubscribed: threads on slower cores (E-cores, SMT siblings) hold the others at each barrier
     "proxy": through_a_proxy,  # proxy-buffering: the proxy's hold (or its own queue) is the delta
     "gpu_layers": fewer,  # cpu-offload: the layers left off the device are read from host memory every step
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history

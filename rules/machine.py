@@ -155,6 +155,12 @@ class MachineRules(RuleSet):
         """More threads made it slower: the extra threads contend for cores instead of adding work."""
         return ablation_finding(d)
 
+    @rule(SPECS["cpu-oversubscribed"], *ablation("cpu_affinity"))
+    def wider_affinity_slower(self, d):
+        """Letting the threads run on more cores made it slower: the added cores (efficiency cores, SMT siblings,
+        another socket) are slower than the rest, and a split matmul waits at every barrier for its slowest thread."""
+        return ablation_finding(d)
+
     @rule(SPECS["clock-throttle"], AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
     def clock_throttle(self, p, device):
         return throttle_finding(p, device)
