@@ -76,6 +76,8 @@ LATER_CORPORA = (
     ("corpus26", 10, 5, 5),
     ("corpus27", 7, 5, 5),
     ("corpus28", 8, 7, 7),
+    ("corpus29", 8, 6, 7),
+    ("corpus30", 6, 6, 6),
 )
 
 
