@@ -173,3 +173,35 @@ def test_a_large_rank_is_read_in_as_many_parts_as_fit_the_budget(tmp_path):
     assert part_count(large, need + 5 * BASE_BYTES, cpus=8) == (4, [])
     parts, notes = part_count(large, need + 2 * BASE_BYTES, cpus=8)
     assert parts == 1 and "read in one pass, not in 8 parts" in notes[0]
+
+
+def test_the_cycle_collector_is_paused_while_reading_and_restored_after(tmp_path):
+    import gc
+
+    from diagnoser.trace.collector import without_cycle_collection
+
+    seen = []
+
+    @without_cycle_collection
+    def work(fail: bool):
+        seen.append(gc.isenabled())
+        if fail:
+            raise InputError("bad")
+        return 1
+
+    assert gc.isenabled()
+    assert work(False) == 1 and seen == [False] and gc.isenabled()
+    with pytest.raises(InputError):
+        work(True)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        work(False)
+        assert not gc.isenabled()  # a caller that paused it keeps it paused
+    finally:
+        gc.enable()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(InputError):
+        read_kineto(bad)
+    assert gc.isenabled()

@@ -34,6 +34,7 @@ from diagnoser.trace.budget import (
     rank_sets,
     step_windows,
 )
+from diagnoser.trace.collector import without_cycle_collection
 from diagnoser.trace.cpu_steps import cpu_run, host_parts, is_cpu_run
 from diagnoser.trace.collectives import Arrival, match_collectives, rank_collectives
 from diagnoser.trace.graphs import graph_replays, launch_starts
@@ -405,6 +406,7 @@ def summarize_traces(
     return summaries
 
 
+@without_cycle_collection
 def analyze_traces(
     traces: list[RankTrace], step_range: str | None = None, align: str = "clock", steps_from: str = "auto",
     keep_segments: bool = True,

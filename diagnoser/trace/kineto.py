@@ -38,6 +38,7 @@ import orjson
 from diagnoser.errors import InputError
 from diagnoser.models.precision import DType
 from diagnoser.trace.chunked_json import NotSplittable, Part, PartReader, array_parts, event_pieces
+from diagnoser.trace.collector import without_cycle_collection
 from diagnoser.trace.memory_budget import DEFAULT_MEMORY, parse_size, part_count, read_plan
 from diagnoser.trace.model import MAX_CAPTURE_NS, MAX_CLOCK_NS, CopyKind, RankTrace, RuntimeKind, Table, append_narrow, as_numpy
 from diagnoser.trace.roofline import MATMUL_OPS, matmul_cost
@@ -544,6 +545,7 @@ class NothingRecorded(InputError):
     """A trace with none of the events analysed: vLLM's API server writes one beside each worker's."""
 
 
+@without_cycle_collection
 def read_kineto(path: str | Path, workers: int = 1) -> RankTrace:
     """One rank's trace; ``workers`` > 1 reads a large uncompressed file in that many parts at once."""
     path = Path(path)
