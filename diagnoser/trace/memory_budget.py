@@ -4,12 +4,11 @@
     read_plan(paths, budget, cpus) -> (order, workers, notes)
     part_count(path, budget, cpus) -> (parts, notes)   one large rank read in parts on several cores
 
-Reading a rank holds its parsed events, at most ``WORKING_SET_PER_BYTE`` times its JSON size at the
-peak (measured on generated kernel-dense traces with the row-tuple reader: 211 MB for 100 MB of
-JSON, 104 MB for 30 MB, interpreter included; the columnar reader peaks at 99 MB for the same
-100 MB, but parallel reading of large ranks is not measured yet, so the margin stays), and
-parallel readers hold theirs at once: a folder of eight 1 GB ranks
-read one per core would need several times the memory of one. So ranks are read largest first,
+Reading a rank holds a piece of parsed events and the columns read so far, at most ``WORKING_SET_PER_BYTE``
+times its JSON size beside the interpreter at the peak (measured on generated kernel-dense ranks read in one pass:
+0.26 for 300 MB and 0.24-0.27 for 1 GB of eager decode, 0.20 for 382 MB and 0.18 for 3.8 GB of CUDA-graph decode;
+the row-tuple reader this replaced needed 2.0), and parallel readers hold theirs at once: a folder of eight 1 GB
+ranks read one per core would need several times the memory of one. So ranks are read largest first,
 as many at a time as the largest of them fit in the budget together, and the report says when
 the budget, not the cores, set that number: the reading is then slower than it could be.
 """
@@ -20,7 +19,7 @@ import re
 from pathlib import Path
 
 DEFAULT_MEMORY = "2G"
-WORKING_SET_PER_BYTE = 2.0
+WORKING_SET_PER_BYTE = 0.35
 BASE_BYTES = 60 << 20  # an interpreter with numpy and orjson loaded
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _GZIP_MAGIC = b"\x1f\x8b"
