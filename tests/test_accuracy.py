@@ -78,6 +78,8 @@ LATER_CORPORA = (
     ("corpus28", 8, 7, 7),
     ("corpus29", 8, 6, 7),
     ("corpus30", 6, 6, 6),
+    ("corpus31", 4, 2, 3),
+    ("corpus32", 5, 1, 4),
 )
 
 
