@@ -6,6 +6,7 @@ fraction was not measured (an upper bound, stated as such).
 """
 
 import re
+
 from diagnoser.engine import (
     AS,
     MATCH,

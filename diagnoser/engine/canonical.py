@@ -219,7 +219,6 @@ def _growth_across_outputs(data: dict) -> Any:
 # of the same work after it: a setting whose values say that, or a warm-up switched off against on.
 COLD_RUN = re.compile(r"(?<![a-z])(first|cold|boot|startup|initial|fresh)")
 WARM_RUN = re.compile(r"(?<![a-z])(warm|repeat|second|subsequent|steady|again)")
-_SWITCHED_OFF = frozenset({"false", "off", "no", "0", "none", "unset"})
 
 
 def _warm_reference(data: dict) -> Any:
@@ -230,7 +229,7 @@ def _warm_reference(data: dict) -> Any:
 def _warm_up_across_runs(data: dict) -> Any:
     """Runs of the same work that differ only in whether the run came first after a start, the first slower by more
     than runs repeat within: the first run's window holds the warm-up the repeat no longer pays."""
-    from diagnoser.engine.comparison import run_deltas
+    from diagnoser.engine.comparison import OFF, run_deltas
     from diagnoser.models.serving import Run
 
     runs = [Run.model_validate(r) for r in _at("observations.runs")(data) or []]
@@ -239,7 +238,7 @@ def _warm_up_across_runs(data: dict) -> Any:
             continue
         slower, _, faster, _ = d.slower_side
         cold = COLD_RUN.search(slower) is not None and WARM_RUN.search(faster) is not None and not COLD_RUN.search(faster)
-        unwarmed = "warm" in d.setting and slower in _SWITCHED_OFF and faster not in _SWITCHED_OFF
+        unwarmed = "warm" in d.setting and slower in OFF and faster not in OFF
         if cold or unwarmed:
             return True
     return None

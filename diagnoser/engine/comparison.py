@@ -8,7 +8,6 @@ in several settings at once are confounded, and say so. Pure functions over the 
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 from diagnoser.models.serving import WORKLOAD_SETTINGS, Run
@@ -97,7 +96,8 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "speculative": ("draft_length", "speculative_method", "num_speculative_tokens"),
     "penalties": ("repetition_penalty", "frequency_penalty", "presence_penalty"),
 }
-_OFF = {"unset", "false", "off", "no", "0", "none"}
+# How a run with a feature off writes it.
+OFF = frozenset({"unset", "false", "off", "no", "0", "none"})
 # How devices are linked means nothing on one device: a link that differs beside a change to or from one device (none
 # against pcie) is part of that change, the device count's.
 LINK_SETTINGS = frozenset({"interconnect"})
@@ -112,7 +112,7 @@ _PENALTY_VALUE = re.compile(r"(repetition|frequency|presence)\w*\s*[=:]?\s*(-?\d
 def _off(name: str, value: str) -> bool:
     """A setting that leaves its feature off: written as off, or a penalty at its identity (repetition_penalty 1.0 is
     the penalties switched off, however many digits it is written with)."""
-    if value in _OFF:
+    if value in OFF:
         return True
     kind = name.removesuffix("_penalty")
     if kind in _PENALTY_IDENTITY:
