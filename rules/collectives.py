@@ -26,7 +26,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding, idle_through_the_delta
+from diagnoser.rules.comparison import SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta
 from diagnoser.rules.launch import share_finding
 
 SPECS = load_specs(__file__)
@@ -59,29 +59,23 @@ class CollectiveRules(RuleSet):
     def exposed_share(self, share):
         return share_finding("exposed_comm", share)
 
-    @rule(SPECS["exposed-comm"], *ablation("tp"))
-    def more_ranks_slower(self, d):
-        """More TP ranks each read fewer bytes, so a slower step is paid in the collectives the split adds."""
-        return self.spread_finding(d)
+    @rule(SPECS["exposed-comm"], *ablation(*SPREAD_SETTINGS), NOT(Probe(device_utilization=W())))
+    def spread_wider_slower(self, d):
+        """One copy of the model over more devices (more TP ranks, more devices however split, or each layer's matmuls
+        split instead of whole layers): each device reads a smaller part of the bytes, or the same bytes in parallel,
+        so a slower token is paid in what passes between them (per-layer collectives, activations handed on, waits
+        for the slowest device)."""
+        return ablation_finding(d)
 
-    @rule(SPECS["exposed-comm"], *ablation("devices"))
-    def more_devices_slower(self, d):
-        """One copy of the model over more devices, however it is split: each device reads a smaller part of the
-        bytes, so a slower token is paid in what passes between them (per-layer collectives, or the activations
-        handed from device to device and the waits for them)."""
-        return self.spread_finding(d)
-
-    @rule(SPECS["exposed-comm"], *ablation("split_mode"))
-    def tensor_split_slower(self, d):
-        """Splitting every layer's matmuls over the devices instead of whole layers: the same bytes are read, in
-        parallel, so a slower step is paid in the per-layer collectives and in waiting for the slowest device."""
-        return self.spread_finding(d)
-
-    def spread_finding(self, d) -> Finding | None:
-        """The delta, unless the device sat idle through it: then it was not spent between devices (cpu-offload)."""
-        if any(isinstance(f, Probe) and "device_utilization" in f and idle_through_the_delta(d, f["device_utilization"])
-               for f in self.facts.values()):
-            return None
+    @rule(
+        SPECS["exposed-comm"],
+        *ablation(*SPREAD_SETTINGS),
+        Probe(device_utilization=MATCH.busy),
+        TEST(lambda d, busy: not idle_through_the_delta(d, busy)),
+    )
+    def spread_wider_slower_while_busy(self, d, busy):
+        """As above, with the device busy for longer than the faster run took: the added time can be the devices'.
+        (Idle through the delta, it was spent where they do not see it: cpu-offload's.)"""
         return ablation_finding(d)
 
     @rule(

@@ -9,7 +9,7 @@ cannot be pinned on any one of them.
 
 import re
 
-from diagnoser.engine import AS, MATCH, OR, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
+from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
 SPECS = load_specs(__file__)
@@ -259,15 +259,15 @@ class ComparisonRules(RuleSet):
         return Finding(evidence=[ev("runs.changed", ", ".join(changed)), ev("runs.ratio", ratio)])
 
 
-def ablation(setting: str) -> tuple:
-    """Patterns for a mechanism rule that an A/B of one named ``setting`` measures: the runs differ
+def ablation(*settings: str) -> tuple:
+    """Patterns for a mechanism rule that an A/B of a named setting (any of ``settings``) measures: the runs differ
     only in it (or in it and others: a suspect, ``ablation_finding`` says so), one is clearly slower, and it is
     the run with the mechanism (``ABLATIONS``). Binds ``d``; claim with ``ablation_finding``."""
-    wanted = ABLATIONS[setting]
-    fields = {"setting": setting, "slowdown": MATCH.slowdown, "slower": MATCH.slower, "faster": MATCH.faster}
+    named = settings[0] if len(settings) == 1 else P(lambda s: s in settings)
+    fields = {"setting": named, "slowdown": MATCH.slowdown, "slower": MATCH.slower, "faster": MATCH.faster}
     return (
         OR(AS.d << RunDiff(**fields), AS.d << ConfoundedChange(**fields)),
-        TEST(lambda slowdown, slower, faster: slowdown >= SLOWER and wanted(slower, faster)),
+        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and interpreted(d["setting"], slower, faster)),
     )
 
 

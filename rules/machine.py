@@ -236,8 +236,7 @@ class MachineRules(RuleSet):
 
     @rule(
         SPECS["cpu-offload"],
-        AS.d << RunDiff(setting=P(lambda s: s in SPREAD_SETTINGS), slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
-        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and interpreted(d["setting"], slower, faster)),
+        *ablation(*SPREAD_SETTINGS),
         Probe(device_utilization=MATCH.busy),
         TEST(lambda d, busy: idle_through_the_delta(d, busy)),
     )
