@@ -90,6 +90,24 @@ def within_capture(g) -> bool:
     return live is None or largest is None or live <= largest
 
 
+def replayed_size(live: int, sizes) -> int | None:
+    """The captured size a live batch between captured sizes replays at, padded: the smallest one above it (None when
+    the live batch is captured itself, or above every size)."""
+    above = [s for s in sizes if s >= live]
+    return None if not above or live in above else min(above)
+
+
+def padded_share(live: int, sizes) -> float:
+    """The share of the replayed graph's rows that are padding."""
+    size = replayed_size(live, sizes)
+    return 0.0 if size is None else (size - live) / size
+
+
+# A quarter or more of the replayed rows are padding: where a capture list is sparse for the live batch (5 -> 8,
+# 10 -> 16), not the steady steps of 8 between larger sizes (under a quarter past 24: 25 -> 32 pads 22 %).
+PADDED_SHARE = 0.25
+
+
 # A decode loop that launches kernels keeps one core busy, two with a detokenizer or a scheduler beside it; this
 # many busy cores while an accelerator decodes are computing, not launching.
 COMPUTING_CORES = 4
@@ -171,6 +189,28 @@ class LaunchRules(RuleSet):
                 ev("graph.live_units", live),
             ]
         return Finding(evidence=[*evidence, ev("graph.max_captured_batch", largest)], removable_ms=parent_cap_ms)
+
+    @rule(
+        SPECS["graph-capture-too-small"],
+        AS.g << Graph(live_units=MATCH.live, captured_batch_sizes=MATCH.sizes),
+        TEST(lambda live, sizes: padded_share(live, sizes) >= PADDED_SHARE),
+        Expectation(),
+        NOT(Layout(routed_experts=False)),
+        NOT(Graph(status="none")),
+    )
+    def padded_to_a_larger_graph(self, g, live, sizes):
+        """A live batch between captured sizes replays the next size up: its padded rows run through every layer.
+        A dense decode step that reads its weights once hardly notices them; a mixture of experts routes them too,
+        and each expert they reach is read that step. Not for a model known to have no experts. Indicated: the same
+        load with the live size captured too measures it."""
+        size = replayed_size(live, sizes)
+        return Finding(
+            evidence=[ev("graph.live_units", live), ev("graph.captured_batch_sizes", ", ".join(map(str, sizes))),
+                      ev("graph.replayed_size", size)],
+            key="padded",
+            detail=f"{live} live rows replay the graph captured for {size}: {size - live} padded rows "
+            f"({(size - live) / size:.0%} of the replay) are computed, and routed to experts on a mixture of experts.",
+        )
 
     @rule(
         SPECS["graph-not-replaying"],

@@ -14,7 +14,9 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from diagnoser.experta_compat import Fact
+from diagnoser.errors import InputError
 from diagnoser.models.case import Case
+from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.hypothesis import BoundSummary
 from diagnoser.engine.comparison import RunDelta, run_deltas, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
@@ -536,6 +538,18 @@ def _routing(r: RoutingObs) -> Routing:
     return Routing(**fields, **_fields(None, ranks=len(loads) or None, imbalance=imbalance))
 
 
+def model_features(case: Case) -> frozenset[ModelFeature] | None:
+    """The pinned model's parts, or None when no model is pinned or none matches the name: then
+    nothing is known that would keep a rule from applying."""
+    model = case.workload.model if case.workload is not None else None
+    if model is None:
+        return None
+    try:
+        return resolve_model(model).features
+    except InputError:
+        return None
+
+
 def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     """Turn a case into the facts the rule base matches (aggregated; a few dozen at most)."""
     obs = case.observations
@@ -570,7 +584,10 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         w = case.workload
         # The batch only when the case states it: the calculator's default of 1 is no evidence.
         batch = w.batch if "batch" in w.model_fields_set else None
-        facts.append(Layout(**_fields(None, tp=w.layout.tp, ep=w.layout.ep, pp=w.layout.pp, dp=w.layout.dp, batch=batch)))
+        features = model_features(case)
+        experts = None if features is None else ModelFeature.moe in features
+        facts.append(Layout(**_fields(None, tp=w.layout.tp, ep=w.layout.ep, pp=w.layout.pp, dp=w.layout.dp, batch=batch,
+                                      routed_experts=experts)))
     if obs.kernel_sum_across_ranks_ms is not None:
         facts.append(KernelSum(ms=obs.kernel_sum_across_ranks_ms))
     if obs.claimed_step_ms is not None:

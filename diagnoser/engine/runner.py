@@ -17,6 +17,7 @@ from diagnoser.engine.facts import (
     Holds,
     Unevaluable,
     case_facts,
+    model_features,
     present_inputs,
     reference_step_ms,
     with_derived_budget,
@@ -29,7 +30,6 @@ from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, ev
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
-from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.workload import Boundary, Observed
 from diagnoser.models.hypothesis import (
     GRADE_ORDER,
@@ -469,18 +469,6 @@ def unevaluable_rules(rulebook: Rulebook, present: set[str]) -> set[str]:
         for spec in rulebook.specs.values()
         if spec.kind is Kind.cause and any(name not in present for name in spec.requires)
     }
-
-
-def model_features(case: Case) -> frozenset[ModelFeature] | None:
-    """The pinned model's parts, or None when no model is pinned or none matches the name: then
-    nothing is known that would keep a rule from applying."""
-    model = case.workload.model if case.workload is not None else None
-    if model is None:
-        return None
-    try:
-        return resolve_model(model).features
-    except InputError:
-        return None
 
 
 def diagnose(case: Case, rulebook: Rulebook) -> Diagnosis:
