@@ -76,6 +76,30 @@ def test_a_gpu_named_as_tools_print_it_is_matched_or_marked_unknown():
     assert unnamed.bound is None and "GPU is not pinned" in unnamed.bound_note
 
 
+def test_a_device_no_preset_knows_is_timed_by_its_measured_bandwidth_only():
+    """qwen3-8b in bf16 at batch 1 and context 0 reads its weights once: the same bytes on an H100 preset and on an
+    unlisted device, so the unlisted floor is the H100 floor scaled by the bandwidths (3350 / 273), compute uncounted."""
+    pinned = {"model": "qwen3-8b", "batch": 1, "context": 0, "precision": {"weights": "bf16", "kv_cache": "bf16"},
+              "observed": {"step_ms": 70}}
+    h100 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "h100-sxm"}}), load_rulebook())
+    spark = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "NVIDIA GB10", "measured_bandwidth_gbs": 273}}),
+                     load_rulebook())
+    assert spark.bound is not None and spark.bound_note is None
+    assert spark.bound.floor_ms == pytest.approx(h100.bound.floor_ms * 3350 / 273)
+    assert spark.bound.critical_rank_bytes == pytest.approx(h100.bound.critical_rank_bytes)
+    assert spark.bound.resident_share is None and spark.bound.limited_by == "memory"
+    assert any("'NVIDIA GB10' is not a preset" in n and "compute is not counted" in n for n in spark.bound.notes)
+
+
+def test_a_model_no_preset_knows_is_a_note_on_the_bound_not_an_error():
+    case = {"workload": {"model": "org/Some-Model-27B", "hardware": "h100-sxm", "batch": 1},
+            "observations": {"metrics": {"boundary": "engine", "per_user_tokens_per_s": 20},
+                             "server": {"cuda_graphs": False}}}
+    d = diagnose(Case.model_validate(case), load_rulebook())
+    assert d.bound is None and "model 'org/Some-Model-27B' is neither a preset nor a readable config.json" in d.bound_note
+    assert d.hypotheses and d.hypotheses[0].id.startswith("graphs-off")
+
+
 def test_runs_differing_in_one_setting_give_a_delta_and_several_settings_are_confounded():
     runs = [
         Run.model_validate({"name": "old", "baseline": True, "settings": {"engine_version": "1", "tp": 2}, "figures": {"output_tokens_per_s": 1000}}),

@@ -27,7 +27,7 @@ class Residency(BaseModel):
 
     weights_bytes: float = Field(description="weight shards resident on the fullest rank, bytes")
     kv_bytes: float = Field(description="KV cache of that rank's sequences at their context, bytes")
-    capacity_bytes: float = Field(description="HBM of one device, bytes")
+    capacity_bytes: float | None = Field(description="HBM of one device, bytes (None: the device's memory is not known)")
     left_out: str = LEFT_OUT
 
     @property
@@ -36,7 +36,8 @@ class Residency(BaseModel):
 
     @property
     def fits(self) -> bool:
-        return self.needed_bytes <= self.capacity_bytes
+        """Unknown capacity counts as fitting: nothing says it does not, and the bound's notes say it was not checked."""
+        return self.capacity_bytes is None or self.needed_bytes <= self.capacity_bytes
 
 
 def does_not_fit(held: Residency) -> str | None:
@@ -88,4 +89,4 @@ def residency(spec: ModelSpec, workload: Workload, hw: Hardware) -> Residency:
         for stage, layers in enumerate(stage_layers(spec.num_layers, workload.layout.pp))
     ]
     fullest = max(stages, key=sum)
-    return Residency(weights_bytes=fullest[0], kv_bytes=fullest[1], capacity_bytes=hw.memory_gib * GIB)
+    return Residency(weights_bytes=fullest[0], kv_bytes=fullest[1], capacity_bytes=None if hw.memory_gib is None else hw.memory_gib * GIB)

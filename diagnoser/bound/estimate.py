@@ -26,7 +26,7 @@ from diagnoser.bound.traffic import (
     stage_layers,
 )
 from diagnoser.errors import InputError
-from diagnoser.models.hardware import Hardware, hardware_preset
+from diagnoser.models.hardware import Hardware, hardware_preset, unlisted_device
 from diagnoser.models.model_spec import ModelSpec, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
 from diagnoser.models.workload import Boundary, Context, Layout, Workload
@@ -66,6 +66,12 @@ NO_PRECISION = (
     "it does not move; give workload.precision (weights, kv_cache) as served"
 )
 LACKING = {"workload.context": NO_CONTEXT, "workload.precision": NO_PRECISION}
+
+
+def unlisted(hw: Hardware) -> str:
+    """Said when the device is known only by a measured bandwidth: what the floor could not count."""
+    return (f"{hw.name!r} is not a preset: the floor times its bytes at the measured {hw.memory_bandwidth_gbs:g} GB/s, "
+            "but its peak FLOP/s and memory size are unknown, so compute is not counted and the fit is not checked")
 
 
 class RankEstimate(BaseModel):
@@ -221,7 +227,8 @@ def _rank_estimate(
     for name, value in workload.other_state_bytes.items():
         comp[f"other:{name}"] = value
     total = sum(comp.values())
-    compute_ms = sum(value / hw.peak_flops(dtype) for dtype, value in flops.items()) * 1e3
+    # a device without known peaks: its arithmetic is not timed (the floor is memory-only, and says so)
+    compute_ms = sum(value / peak for dtype, value in flops.items() if (peak := hw.peak_flops(dtype))) * 1e3
     return RankEstimate(
         rank=rank + stage * layout.tp * layout.dp,
         stage=stage,
@@ -295,6 +302,11 @@ def active_parameters(spec: ModelSpec) -> float:
 def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Hardware:
     if hardware is None and workload.hardware is None:
         raise InputError("no hardware: name a preset or the GPU as nvidia-smi prints it")
+    if hardware is None and workload.measured_bandwidth_gbs:
+        try:
+            hardware_preset(workload.hardware)
+        except InputError:
+            return unlisted_device(workload.hardware, workload.measured_bandwidth_gbs)
     hw = hardware or hardware_preset(workload.hardware)
     if workload.measured_bandwidth_gbs:
         hw = hw.with_measured_bandwidth(workload.measured_bandwidth_gbs)
@@ -336,7 +348,7 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     held = residency(spec, workload, hw)
     lacks = ([] if workload.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
     shortfall = does_not_fit(held)
-    notes = [LACKING[name] for name in lacks] + ([shortfall] if shortfall else [])
+    notes = [LACKING[name] for name in lacks] + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
     return BoundReport(
         **compared.model_dump(exclude={"floor_ms", "sanity"}),
         model=spec.name,

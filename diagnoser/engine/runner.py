@@ -385,12 +385,18 @@ def incomplete_pin(case: Case) -> str | None:
         return None
     if w.model is None:
         return "no bound: the model is not pinned (name a preset or give its dimensions)"
+    if model_features(case) is None:
+        return (f"no bound: model {w.model!r} is neither a preset nor a readable config.json (give a config.json path, "
+                "or its dimensions inline)")
     if w.hardware is None:
         return "no bound: the GPU is not pinned (name it as nvidia-smi prints it)"
     try:
         hardware_preset(w.hardware)
     except InputError:
-        return f"no bound: GPU {w.hardware!r} matches no preset (unknown); give its bandwidth with bound_inputs"
+        if w.measured_bandwidth_gbs:
+            return None
+        return (f"no bound: GPU {w.hardware!r} matches no preset (unknown); give its measured bandwidth "
+                "(workload.measured_bandwidth_gbs) or the bytes and bandwidth with bound_inputs")
     return None
 
 
@@ -422,8 +428,8 @@ def compute_bound_summary(case: Case) -> BoundSummary | None:
             bandwidth_gbs=report.bandwidth_gbs,
             expert_bytes=report.expert_union.expert_bytes_busiest_rank if report.expert_union else None,
             rows_per_touched_expert=report.expert_union.rows_per_touched_expert if report.expert_union else None,
-            resident_share=report.memory.needed_bytes / report.memory.capacity_bytes,
-            weights_share=report.memory.weights_bytes / report.memory.capacity_bytes,
+            resident_share=report.memory.needed_bytes / capacity if (capacity := report.memory.capacity_bytes) else None,
+            weights_share=report.memory.weights_bytes / capacity if capacity else None,
             lacks=report.lacks,
             notes=report.notes,
         )

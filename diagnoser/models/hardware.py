@@ -23,9 +23,9 @@ class Hardware(BaseModel):
 
     name: str
     memory_bandwidth_gbs: float = Field(gt=0, description="HBM bandwidth per device, GB/s (1e9 bytes/s)")
-    memory_gib: float = Field(gt=0)
+    memory_gib: float | None = Field(default=None, gt=0, description="memory of one device, GiB (None: not known)")
     sm_count: int | None = Field(default=None, gt=0)
-    peak_tflops: dict[DType, float] = Field(description="dense tensor-core peak per dtype, TFLOP/s")
+    peak_tflops: dict[DType, float] = Field(default_factory=dict, description="dense tensor-core peak per dtype, TFLOP/s (empty: not known)")
     interconnect_gbs: float | None = Field(default=None, description="per-direction NVLink/xGMI bandwidth, GB/s")
     board_power_w: float | None = Field(
         default=None, gt=0, description="the board's default power limit (TDP/TBP on the datasheet), W: the limit it sustains rated clocks under"
@@ -40,11 +40,17 @@ class Hardware(BaseModel):
     )
     bandwidth_is_measured: bool = False
 
-    def peak_flops(self, dtype: DType) -> float:
-        """Peak FLOP/s for multiplying weights stored as ``dtype`` (falls back to bf16)."""
+    def peak_flops(self, dtype: DType) -> float | None:
+        """Peak FLOP/s for multiplying weights stored as ``dtype`` (falls back to bf16); None for a device whose
+        peaks nobody gave."""
         compute = COMPUTE_DTYPE[DType(dtype)]
-        tflops = self.peak_tflops.get(compute) or self.peak_tflops[DType.bf16]
-        return tflops * 1e12
+        tflops = self.peak_tflops.get(compute) or self.peak_tflops.get(DType.bf16)
+        return None if tflops is None else tflops * 1e12
+
+    @property
+    def listed(self) -> bool:
+        """A datasheet preset, not a device known only by the bandwidth someone measured on it."""
+        return self.memory_gib is not None and bool(self.peak_tflops)
 
     def with_measured_bandwidth(self, gbs: float) -> "Hardware":
         if gbs <= 0:
@@ -56,6 +62,13 @@ class Hardware(BaseModel):
 def hardware_presets() -> dict[str, Hardware]:
     raw = json.loads(resources.files("diagnoser.data").joinpath("hardware.json").read_text())
     return {key: Hardware.model_validate(value) for key, value in raw["presets"].items()}
+
+
+def unlisted_device(name: str, measured_gbs: float) -> Hardware:
+    """A device no preset describes, known by the bandwidth measured on it: its bytes can be timed, not its
+    arithmetic or whether the pin fits its memory."""
+    return Hardware(name=name, memory_bandwidth_gbs=measured_gbs, bandwidth_is_measured=True,
+                    source="not a preset: the measured bandwidth only")
 
 
 def hardware_preset(name: str) -> Hardware:
