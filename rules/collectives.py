@@ -26,7 +26,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta
+from diagnoser.rules.comparison import OTHER_WAY, SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta
 from diagnoser.rules.launch import share_finding
 
 SPECS = load_specs(__file__)
@@ -54,12 +54,19 @@ def excess_ms(c, moved: float, needed: float) -> float | None:
     return moving * (1 - needed / moved)
 
 
+def spread_over_unlike(d, slower: str, faster: str) -> bool:
+    """Unlike devices added: their slower reads, taken in turn, explain the delta without communication
+    (pipeline-stages-serialize reads it)."""
+    return d["setting"] == "devices" and OTHER_WAY["devices"](slower, faster)
+
+
 class CollectiveRules(RuleSet):
     @rule(SPECS["exposed-comm"], Shares(exposed_comm=MATCH.share), TEST(lambda share: share >= COMM_SHARE))
     def exposed_share(self, share):
         return share_finding("exposed_comm", share)
 
-    @rule(SPECS["exposed-comm"], *ablation(*SPREAD_SETTINGS), NOT(Probe(device_utilization=W())))
+    @rule(SPECS["exposed-comm"], *ablation(*SPREAD_SETTINGS), NOT(Probe(device_utilization=W())),
+          TEST(lambda d, slower, faster: not spread_over_unlike(d, slower, faster)))
     def spread_wider_slower(self, d):
         """One copy of the model over more devices (more TP ranks, more devices however split, or each layer's matmuls
         split instead of whole layers): each device reads a smaller part of the bytes, or the same bytes in parallel,
@@ -71,7 +78,7 @@ class CollectiveRules(RuleSet):
         SPECS["exposed-comm"],
         *ablation(*SPREAD_SETTINGS),
         Probe(device_utilization=MATCH.busy),
-        TEST(lambda d, busy: not idle_through_the_delta(d, busy)),
+        TEST(lambda d, busy, slower, faster: not idle_through_the_delta(d, busy) and not spread_over_unlike(d, slower, faster)),
     )
     def spread_wider_slower_while_busy(self, d, busy):
         """As above, with the device busy for longer than the faster run took: the added time can be the devices'.
@@ -177,6 +184,21 @@ class CollectiveRules(RuleSet):
         if "interval_ms" in c:
             evidence.append(ev(f"collectives[{op}].interval_ms", c["interval_ms"], "ms"))
         return Finding(evidence=evidence, removable_ms=c.get("interval_ms", parent_cap_ms), key=op)
+
+    @rule(SPECS["pipeline-stages-serialize"], *ablation("devices", other_way=True))
+    def unlike_devices_added_slower(self, d):
+        """Devices of another kind added to the model's spread made a token slower: split by the memory each has,
+        the added devices hold a share of the bytes and read it at their own, lower bandwidth while the others wait
+        for the token to pass (a split by layers, the usual one over unlike devices). That alone slows a token with
+        no communication at all: the delta is what the slower devices' turn costs, hand-offs included."""
+        return ablation_finding(d)
+
+    @rule(SPECS["pipeline-stages-serialize"], *ablation("split_mode", other_way=True))
+    def layer_split_slower(self, d):
+        """The same devices, the model split by whole layers against every layer split over them: a token passes the
+        layer split's devices in turn, each reading its part while the others wait, where the tensor split has them
+        all read at once. The delta is what taking turns cost (less the tensor split's collectives)."""
+        return ablation_finding(d)
 
     @rule(
         SPECS["pipeline-stages-serialize"],

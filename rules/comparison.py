@@ -118,6 +118,64 @@ def split_by_tensor(slower: str, faster: str) -> bool:
     return slower in TENSOR_SPLIT and faster not in TENSOR_SPLIT
 
 
+# How a split by whole layers is written (llama.cpp's layer, a pipeline's stages).
+LAYER_SPLIT = frozenset({"layer", "layers", "pipeline", "pp", "pipeline_parallel"})
+
+
+def split_by_layer(slower: str, faster: str) -> bool:
+    """The slower run split the model by whole layers, the faster one every layer over the same devices: the layer
+    split passes one token through the devices in turn, the tensor split has them all read at once."""
+    return slower in LAYER_SPLIT and faster in TENSOR_SPLIT
+
+
+# A device list as people write one: "1x RTX 3090 + 2x RTX 3060", "4 x H100", "A100, A100", "two 3090s".
+DEVICE_PART = re.compile(r"\s*(?:\+|,|\band\b)\s*")
+COUNT_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "dual": 2, "quad": 4}
+COUNT_PREFIX = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*|(\d+)\s+(?=[a-z])|(" + "|".join(COUNT_WORDS) + r")\s+)", re.IGNORECASE)
+# A leading number above this is a model number (3090, 4090), not a count of devices in one box.
+MAX_DEVICES = 64
+
+
+def _device_part(part: str) -> tuple[int, str]:
+    """One part of a device list: how many devices it counts and the device it names."""
+    if m := COUNT_PREFIX.match(part):
+        number = m.group(1) or m.group(2)
+        count = int(number) if number else COUNT_WORDS[m.group(3).lower()]
+        if count <= MAX_DEVICES:
+            return count, part[m.end():].strip().lower()
+    return 1, part.strip().lower()
+
+
+def _device_parts(value: str) -> list[tuple[int, str]]:
+    return [_device_part(p) for p in DEVICE_PART.split(value) if p.strip()]
+
+
+def device_count(value: str) -> float | None:
+    """How many devices a written value names: a plain number, or the parts of a list, each counted by its leading
+    count (2x ..., 2 ..., two ...) or as one."""
+    count = as_number(value)
+    if count is not None:
+        return count
+    parts = _device_parts(value)
+    return float(sum(n for n, _ in parts)) if parts else None
+
+
+def device_kinds(value: str) -> set[str]:
+    """The kinds of device a written list names, counts dropped ("1x RTX 3090 + 2x RTX 3060": two kinds)."""
+    return {name for _, name in _device_parts(value) if name}
+
+
+def more_devices(slower: str, faster: str) -> bool:
+    """The slower run spread the model over more devices."""
+    a, b = device_count(slower), device_count(faster)
+    return a is not None and b is not None and a > b
+
+
+def unlike_devices_added(slower: str, faster: str) -> bool:
+    """The slower run added devices of another kind than the faster run's: the model spread over unlike devices."""
+    return more_devices(slower, faster) and len(device_kinds(slower)) > 1
+
+
 # The bits per element a format's name states: its first number (q8_0, fp8, bf16, turbo4, int4, iq3_xxs).
 FORMAT_BITS = re.compile(r"\d+")
 
@@ -165,7 +223,7 @@ ABLATIONS = {
     "kv_cache_dtype": narrower,  # slow-kernel-path: attention's kernels for the narrower KV format (dequantising, a fallback)
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
-    "devices": larger,  # exposed-comm: as tp, however the model is split: what passes between the devices grew
+    "devices": more_devices,  # exposed-comm: as tp, however the model is split: what passes between the devices grew
     "split_mode": split_by_tensor,  # exposed-comm: as tp; a layer split passes activations once per device instead
     "custom_allreduce": switched_off,  # custom-allreduce-off
     "gpu_scheduling": switched_off,  # launch-gaps: the OS on the CPU schedules each submission, the GPU waits for it
@@ -184,10 +242,16 @@ def idle_through_the_delta(d, busy: float) -> bool:
     return busy * d["slower_time"] <= d["faster_time"]
 
 
+# Settings whose A/B names a second mechanism when the other side is the slower one.
+OTHER_WAY = {
+    "split_mode": split_by_layer,  # pipeline-stages-serialize: the devices take the token in turn
+    "devices": unlike_devices_added,  # pipeline-stages-serialize: the added, unlike devices' share read in turn
+}
+
+
 def interpreted(setting: str, slower: str, faster: str) -> bool:
     """Whether a mechanism rule owns this delta."""
-    wanted = ABLATIONS.get(setting)
-    return wanted is not None and wanted(slower, faster)
+    return any(wanted is not None and wanted(slower, faster) for wanted in (ABLATIONS.get(setting), OTHER_WAY.get(setting)))
 
 
 UNITS = {"per_token_ms": "ms per token", "per_user_tokens_per_s": "ms per token", "output_tokens_per_s": "ms per token (aggregate)", "duration_s": "s"}
@@ -259,15 +323,17 @@ class ComparisonRules(RuleSet):
         return Finding(evidence=[ev("runs.changed", ", ".join(changed)), ev("runs.ratio", ratio)])
 
 
-def ablation(*settings: str) -> tuple:
+def ablation(*settings: str, other_way: bool = False) -> tuple:
     """Patterns for a mechanism rule that an A/B of a named setting (any of ``settings``) measures: the runs differ
     only in it (or in it and others: a suspect, ``ablation_finding`` says so), one is clearly slower, and it is
-    the run with the mechanism (``ABLATIONS``). Binds ``d``; claim with ``ablation_finding``."""
+    the run with the mechanism (``ABLATIONS``, or ``OTHER_WAY`` for the mechanism of the other side). Binds ``d``;
+    claim with ``ablation_finding``."""
+    readings = OTHER_WAY if other_way else ABLATIONS
     named = settings[0] if len(settings) == 1 else P(lambda s: s in settings)
     fields = {"setting": named, "slowdown": MATCH.slowdown, "slower": MATCH.slower, "faster": MATCH.faster}
     return (
         OR(AS.d << RunDiff(**fields), AS.d << ConfoundedChange(**fields)),
-        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and interpreted(d["setting"], slower, faster)),
+        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and readings[d["setting"]](slower, faster)),
     )
 
 

@@ -397,10 +397,12 @@ class RateGuards(RuleSet):
     @rule(
         SPECS["expectation-beyond-bound"],
         Expectation(kind=MATCH.kind),
-        Bound(fraction_of_ceiling=MATCH.fraction, ceiling_tokens_per_s=MATCH.ceiling),
-        TEST(lambda fraction: fraction >= NEAR_BOUND),
+        AS.b << Bound(fraction_of_ceiling=MATCH.fraction, ceiling_tokens_per_s=MATCH.ceiling),
+        TEST(lambda b, fraction: fraction >= NEAR_BOUND and not precision_assumed(b)),
     )
-    def near_the_bound(self, kind, fraction, ceiling):
+    def near_the_bound(self, b, kind, fraction, ceiling):
+        """Not on a floor that assumed bf16 for want of a stated precision: a quantized model's ceiling is higher, and
+        the observation is then further from it than it looks."""
         return Finding(
             evidence=[ev("bound.fraction_of_ceiling", fraction), ev("bound.ceiling_tokens_per_s", ceiling), ev("expected.kind", kind)],
             detail=f"The observation already reaches {fraction:.0%} of the memory-only ceiling ({ceiling:.4g} tokens/s).",
@@ -410,10 +412,10 @@ class RateGuards(RuleSet):
         SPECS["expectation-beyond-bound"],
         NOT(Expectation()),
         NOT(Budget()),
-        Bound(fraction_of_ceiling=MATCH.fraction, ceiling_tokens_per_s=MATCH.ceiling),
-        TEST(lambda fraction: NEAR_BOUND <= fraction <= 1),
+        AS.b << Bound(fraction_of_ceiling=MATCH.fraction, ceiling_tokens_per_s=MATCH.ceiling),
+        TEST(lambda b, fraction: NEAR_BOUND <= fraction <= 1 and not precision_assumed(b)),
     )
-    def near_the_bound_unasked(self, fraction, ceiling):
+    def near_the_bound_unasked(self, b, fraction, ceiling):
         """No figure was named as the hoped-for one, yet the case asks why a rate is not higher: at most of the
         ceiling, any faster figure asks for more than the bytes allow, whatever it was. Not past the ceiling: a floor
         the observation beats counts bytes that were not moved (the floor's guards say which). Not beside a step
@@ -427,16 +429,18 @@ class RateGuards(RuleSet):
     @rule(
         SPECS["expectation-beyond-bound"],
         AS.e << Expectation(kind=P(lambda k: k != "other_hardware")),
-        Bound(floor_ms=MATCH.floor),
+        AS.b << Bound(floor_ms=MATCH.floor),
         NOT(Server(speculative=W())),
         NOT(Layout(batch=P(lambda b: b > 1))),
-        TEST(lambda e, floor: (per_stream_rate(e, expected_rate(e)) or 0) >= BEYOND_CEILING * stream_ceiling(floor)),
+        TEST(lambda e, b, floor: not precision_assumed(b)
+             and (per_stream_rate(e, expected_rate(e)) or 0) >= BEYOND_CEILING * stream_ceiling(floor)),
     )
-    def expected_stream_beyond_the_floor(self, e, floor):
+    def expected_stream_beyond_the_floor(self, e, b, floor):
         """A decode step gives each stream one token, and no step of this work is shorter than its floor, so no
         stream of it runs faster than one token per floor: an expected stream faster than that measured other work
         (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth). Only
-        with one sequence pinned (or none): a floor of many sequences' KV is longer than one stream alone needs."""
+        with one sequence pinned (or none): a floor of many sequences' KV is longer than one stream alone needs. Not
+        on a floor that assumed bf16 for want of a stated precision: the expected figure may be the served format's."""
         rate = per_stream_rate(e, expected_rate(e))
         return Finding(
             evidence=[ev("expected.per_stream_tokens_per_s", rate), ev("bound.floor_ms", floor, "ms"),
