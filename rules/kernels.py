@@ -35,7 +35,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding
+from diagnoser.rules.comparison import ablation, ablation_finding, switched_on
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
 
@@ -217,7 +217,10 @@ class KernelRules(RuleSet):
 
     @rule(SPECS["slow-kernel-path"], *ablation("kernel_backend"))
     def kernel_backend_measured(self, d):
-        return ablation_finding(d, key=d["slower"])
+        """Keyed by the slower backend's name; a kernel library switched off or on (a flag) by which way it was."""
+        slower = d["slower"]
+        key = "library-off" if switched_on(d["faster"], slower) else "library-on" if switched_on(slower, d["faster"]) else slower
+        return ablation_finding(d, key=key)
 
     @rule(SPECS["slow-kernel-path"], *ablation("quantization"))
     def quantized_path_measured(self, d):
