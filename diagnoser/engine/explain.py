@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.engine.facts import Holds, Unevaluable
-from diagnoser.engine.loader import Rulebook, rules_of, tests_in
+from diagnoser.engine.loader import Rulebook, field_predicates_in, rules_of, tests_in
 from diagnoser.engine.runner import run_engine
 from diagnoser.engine.overrides import is_threshold
 from diagnoser.errors import InputError
@@ -148,7 +148,7 @@ def thresholds_by_rule(rulebook: Rulebook) -> dict[str, dict[str, float]]:
     for ruleset in rulebook.rulesets:
         for _, compiled in rules_of(ruleset):
             reads = found[compiled.spec.id]
-            for test in tests_in(compiled):
+            for test in (*tests_in(compiled), *field_predicates_in(compiled)):
                 reads.update(thresholds_used(test))
             if getattr(compiled.body, "__code__", None) is not None:
                 reads.update(thresholds_used(compiled.body))

@@ -27,7 +27,7 @@ from diagnoser.engine.facts import INPUTS
 from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, rules_print_to_stderr, time_limit
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
 from diagnoser.errors import InputError, nearest
-from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, Rule
+from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, P, Rule
 from diagnoser.models.hypothesis import Kind
 
 ENTRY_POINT_GROUP = "diagnoser.rules"
@@ -106,6 +106,18 @@ def tests_in(element: Any) -> Iterable[Any]:
     elif isinstance(element, tuple) and not isinstance(element, Fact):
         for child in element:
             yield from tests_in(child)
+
+
+def field_predicates_in(element: Any) -> Iterable[Any]:
+    """The functions a pattern's fields are tested with (``Fact(x=P(...))``, inside NOT or OR too): they read
+    cut-offs as TESTs do."""
+    if isinstance(element, Fact):
+        for value in element.values():
+            if isinstance(value, P):
+                yield value[0]
+    elif isinstance(element, tuple):
+        for child in element:
+            yield from field_predicates_in(child)
 
 
 def lint_rule(name: str, compiled: Rule) -> list[str]:
