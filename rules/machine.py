@@ -12,6 +12,7 @@ from diagnoser.engine import (
     TEST,
     W,
     Budget,
+    ConfoundedChange,
     Expectation,
     Finding,
     Grade,
@@ -30,6 +31,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import (
     SIZED, SLOWER, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, interpreted, larger,
 )
+from diagnoser.models.serving import WORKLOAD_SETTINGS
 from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
 from diagnoser.rules.launch import names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
@@ -66,6 +68,10 @@ OFF_DEVICE_GAP = 20.0
 PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 # References taken on this device: another release, setting or engine, or a published row for it.
 SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
+# References that are this very engine on this device: an earlier version, or another configuration of it.
+SAME_SETUP_KINDS = frozenset({"older_version", "other_config"})
+# Several times slower than the same setup, short of another processor doing all the work (OFF_DEVICE_GAP).
+HOST_READ_GAP = 5.0
 
 
 def build_issues(p) -> list:
@@ -226,6 +232,30 @@ class MachineRules(RuleSet):
             evidence=[ev("memory.weights_fit_without_offload", False)],
             detail="Some weights stay in host memory; the offloaded size (or the layers left on the CPU) and a trace of the "
             "copies would bound it.",
+        )
+
+    @rule(
+        SPECS["cpu-offload"],
+        AS.e << Expectation(kind=P(lambda k: k in SAME_SETUP_KINDS)),
+        AS.m << Metrics(),
+        Platform(device_api=P(lambda api: not on_cpu(api))),
+        NOT(Memory(weights_fit_without_offload=True)),
+        NOT(RunDiff(setting=P(lambda s: s not in WORKLOAD_SETTINGS))),
+        NOT(ConfoundedChange()),
+        TEST(lambda m, e: HOST_READ_GAP <= (engine_gap(m, e) or 0) < OFF_DEVICE_GAP),
+    )
+    def same_setup_several_times_slower(self, m, e):
+        """The same device and engine made the same work several times faster before, or set up another way, and no
+        named setting separates the two: a working device path moves a stream by tens of per cent, graphs or a kernel
+        family by a few times; several times more is bytes read from somewhere slower than the device's memory (part
+        of the weights or the KV cache grown into host memory, a driver's spill), at a tenth of its bandwidth or less.
+        Possible: where the layers sit (the engine's load log, its placement) says."""
+        gap = engine_gap(m, e)
+        return Finding(
+            evidence=[ev("expected.kind", e["kind"]), *gap_evidence(m, e), ev("device_gap", gap, "x")],
+            grade=Grade.possible,
+            missing=["memory.layers_on_device"],
+            detail=f"The same setup ran this work {gap:.3g}x faster, with no setting named between the two.",
         )
 
     @rule(SPECS["cpu-offload"], *ablation("gpu_layers"))
