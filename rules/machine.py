@@ -13,6 +13,7 @@ from diagnoser.engine import (
     W,
     Budget,
     ConfoundedChange,
+    Device,
     Expectation,
     Finding,
     Grade,
@@ -72,6 +73,8 @@ SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", 
 SAME_SETUP_KINDS = frozenset({"older_version", "other_config"})
 # Several times slower than the same setup, short of another processor doing all the work (OFF_DEVICE_GAP).
 HOST_READ_GAP = 5.0
+# A step on a named device takes at most this many of its sweeps (all its memory at its datasheet bandwidth).
+SWEEP_MARGIN = 2.0
 
 
 def build_issues(p) -> list:
@@ -445,25 +448,59 @@ class MachineRules(RuleSet):
         SPECS["build-mismatch"],
         AS.m << Metrics(per_token_ms=MATCH.per_token),
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
+        NOT(Device(sweep_ms=W())),
         NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS))),
         TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and m.get("concurrency", 1) == 1),
     )
     def slower_than_a_sweep_of_the_device(self, m, per_token, api):
-        """One stream's token takes longer than the device needs to read every byte it holds, so the step is not
+        """One stream's token takes longer than any accelerator needs to read every byte it holds, so the step is not
         reading them there: no figure of the device's own to compare is needed. Where the case names the work off
         the device (bytes in host memory: layers left off, an offload, a spill, weights that do not fit; a grammar's
-        mask built on the host) that is the reading, cpu-offload's or structured output's, and a run of the same case under the sweep says this build does reach the device (the slower run
-        lost something else: its memory paged out, a setting); otherwise the likeliest path is a build or a code
-        path that runs the model on the CPU. Indicated: the engine's startup log and the GPU's utilisation while
-        decoding tell which."""
+        mask built on the host) that is the reading, cpu-offload's or structured output's, and a run of the same case
+        under the sweep says this build does reach the device (the slower run lost something else: its memory paged
+        out, a setting); otherwise the likeliest path is a build or a code path that runs the model on the CPU.
+        Indicated: the engine's startup log and the GPU's utilisation while decoding tell which."""
+        return self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator")
+
+    @rule(
+        SPECS["build-mismatch"],
+        AS.m << Metrics(per_token_ms=MATCH.per_token),
+        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
+        Device(sweep_ms=MATCH.sweep, name=MATCH.device),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster), TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
+        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+    )
+    def slower_than_a_sweep_of_this_device(self, m, per_token, api, sweep, device):
+        """As above, against the named device's own sweep (its memory over its bandwidth), far shorter than the
+        largest accelerator's: twice it (SWEEP_MARGIN), since a step that fills the device may read it at half speed."""
+        return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth")
+
+    @rule(
+        SPECS["cpu-offload"],
+        AS.m << Metrics(per_token_ms=MATCH.per_token),
+        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
+        Device(sweep_ms=MATCH.sweep, name=MATCH.device),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster), TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
+        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+    )
+    def layers_left_off_this_device(self, m, per_token, api, sweep, device):
+        """The other way the work can be off the device with a working build: its layers placed on the CPU (no layers
+        asked of the GPU, or fewer than the model has). Possible, beside the build's reading: the engine's load log
+        (layers offloaded to the GPU) tells them apart."""
+        found = self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth")
+        if found is None:
+            return None
+        return Finding(evidence=found.evidence, grade=Grade.possible, missing=["memory.layers_on_device"], detail=found.detail)
+
+    def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str) -> Finding | None:
         if names_off_device_work(self.facts):
             return None
         return Finding(
-            evidence=[ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api),
+            evidence=[ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api), ev("device_sweep_ms", ceiling_ms, "ms"),
                       *([ev("metrics.concurrency", 1)] if "concurrency" in m else [])],
             missing=["platform.fallback_logged"],
-            detail=f"One stream takes {per_token / 1e3:.3g} s a token, beyond the {DEVICE_STEP_CEILING_MS / 1e3:.3g} s in which an "
-            "accelerator reads every byte of its memory once.",
+            detail=f"One stream takes {per_token:.4g} ms a token, beyond the {ceiling_ms:.4g} ms in which {device} reads every "
+            "byte of its memory once.",
         )
 
     @rule(SPECS["build-mismatch"], *ablation("build"))

@@ -14,6 +14,7 @@ from diagnoser.engine.facts import (
     Collective,
     ConfoundedChange,
     ContextSweep,
+    Device,
     Expectation,
     Graph,
     Holds,
@@ -56,7 +57,7 @@ from diagnoser.models.hypothesis import Check, Grade, Kind
 
 __all__ = [
     "AS", "MATCH", "NOT", "OR", "TEST", "L", "P", "W",
-    "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ConfoundedChange", "ContextSweep",
+    "Bound", "Boundaries", "BoundaryPair", "Budget", "Claim", "ClaimedStep", "Collective", "ConfoundedChange", "ContextSweep", "Device",
     "Graph", "Holds", "Host", "KernelClass", "KernelSum", "Layout", "Probe", "QuotedBound", "RankBudget",
     "Reference", "Server", "Speculation", "Expectation", "HostCostFact", "Memory", "Metrics", "ObservedStep", "Platform", "Routing",
     "RunDiff", "Shares", "StepMix", "Stream", "Traffic",

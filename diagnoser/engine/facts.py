@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
+from diagnoser.models.hardware import hardware_preset
 from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.hypothesis import BoundSummary
 from diagnoser.engine.comparison import RunDelta, run_deltas, sweep_points
@@ -147,6 +148,11 @@ class Memory(Fact):
 
 class Platform(Fact):
     """Build and platform facts."""
+
+
+class Device(Fact):
+    """The pinned device's datasheet (a preset the workload's hardware names): ``sweep_ms`` is the time it takes to
+    read every byte of its memory once, the longest any decode step on it can spend reading."""
 
 
 class Stream(Fact):
@@ -550,6 +556,19 @@ def model_features(case: Case) -> frozenset[ModelFeature] | None:
         return None
 
 
+def _device(case: Case) -> Device | None:
+    """The datasheet of the device the workload names, when a preset matches it (one device, not a list of them)."""
+    name = case.workload.hardware if case.workload is not None else None
+    if name is None:
+        return None
+    try:
+        hw = hardware_preset(name)
+    except InputError:
+        return None
+    sweep = None if hw.memory_gib is None else hw.memory_gib * 2**30 / (hw.memory_bandwidth_gbs * 1e9) * 1e3
+    return Device(**_fields(None, name=hw.name, bandwidth_gbs=hw.memory_bandwidth_gbs, memory_gib=hw.memory_gib, sweep_ms=sweep))
+
+
 def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     """Turn a case into the facts the rule base matches (aggregated; a few dozen at most)."""
     obs = case.observations
@@ -592,6 +611,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
         facts.append(KernelSum(ms=obs.kernel_sum_across_ranks_ms))
     if obs.claimed_step_ms is not None:
         facts.append(ClaimedStep(ms=obs.claimed_step_ms))
+    facts.append(_device(case))
     facts.append(_boundary_pair(case))
     facts.append(_observed_step(case))
     facts += [Claim(name=c) for c in sorted({_plain(c) for c in obs.claims})]
