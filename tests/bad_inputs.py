@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from diagnoser.artifacts.artifact import MAX_BYTES as ARTIFACT_MAX_BYTES
 from hostile_servers import Behaviour, Server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -443,7 +444,10 @@ def _text_mutations(text: bytes, rng: random.Random, count: int) -> list[tuple[s
             damaged[i] = lines[i][: len(lines[i]) // 2]
             out.append((f"line {i + 1} cut in half", b"\n".join(damaged)))
     longest = max(lines, key=len)
-    out.append(("one line repeated 20,000 times", b"\n".join([*lines, *[longest] * 20_000])))
+    # 20,000 copies, or as many as take the file just past the readers' size cap: a file of one long line (a JSON
+    # report) repeated 20,000 times is gigabytes the harness itself would hold, and past the cap is all it tests
+    repeats = min(20_000, ARTIFACT_MAX_BYTES // max(1, len(longest)) + 2)
+    out.append((f"one line repeated {repeats:,} times", b"\n".join([*lines, *[longest] * repeats])))
     return out
 
 
