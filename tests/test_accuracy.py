@@ -28,7 +28,7 @@ HOLDOUT_TOP_3_FLOOR = 0.83  # 10 of 12
 # of an expectation make the quantized GEMMs possible).
 UNSEEN = REPO / "tests" / "data" / "unseen"
 UNSEEN_TOP_1_FLOOR = 0.83  # 10 of 12
-UNSEEN_TOP_3_FLOOR = 0.83
+UNSEEN_TOP_3_FLOOR = 0.91  # 11 of 12
 
 
 def test_the_development_corpus_stays_above_its_floors():
@@ -75,11 +75,23 @@ LATER_CORPORA = (
     ("corpus25", 8, 7, 8),
     ("corpus26", 10, 5, 5),
     ("corpus27", 7, 5, 5),
-    ("corpus28", 8, 7, 7),
+    ("corpus28", 8, 8, 8),
     ("corpus29", 8, 6, 7),
     ("corpus30", 6, 6, 6),
     ("corpus31", 4, 2, 3),
     ("corpus32", 5, 1, 4),
+    ("corpus33", 6, 5, 6),
+    ("corpus34", 2, 2, 2),
+    ("corpus35", 9, 8, 8),
+    ("corpus36", 7, 4, 4),
+    ("corpus37", 9, 8, 9),
+    ("corpus38", 1, 1, 1),
+    ("corpus39", 3, 3, 3),
+    ("corpus40", 7, 6, 6),
+    ("corpus41", 3, 2, 2),
+    ("corpus42", 4, 4, 4),
+    ("corpus43", 6, 4, 4),
+    ("corpus44", 4, 3, 3),
 )
 
 
