@@ -158,6 +158,18 @@ def throttle_finding(p, device_ms: float | None) -> Finding:
 
 
 
+def beyond_this_device() -> tuple:
+    """Patterns for one stream's token slower than twice a sweep of the named device's memory (SWEEP_MARGIN), on an
+    accelerator, with no run of the same case under it. Binds ``m``, ``per_token``, ``api``, ``sweep``, ``device``."""
+    return (
+        AS.m << Metrics(per_token_ms=MATCH.per_token),
+        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
+        Device(sweep_ms=MATCH.sweep, name=MATCH.device),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster), TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
+        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+    )
+
+
 class MachineRules(RuleSet):
     @rule(SPECS["cpu-oversubscribed"], *ablation("threads"))
     def more_threads_slower(self, d):
@@ -466,11 +478,7 @@ class MachineRules(RuleSet):
 
     @rule(
         SPECS["build-mismatch"],
-        AS.m << Metrics(per_token_ms=MATCH.per_token),
-        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
-        Device(sweep_ms=MATCH.sweep, name=MATCH.device),
-        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster), TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
-        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+        *beyond_this_device(),
     )
     def slower_than_a_sweep_of_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep (its memory over its bandwidth), far shorter than the
@@ -479,11 +487,7 @@ class MachineRules(RuleSet):
 
     @rule(
         SPECS["cpu-offload"],
-        AS.m << Metrics(per_token_ms=MATCH.per_token),
-        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
-        Device(sweep_ms=MATCH.sweep, name=MATCH.device),
-        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster), TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
-        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+        *beyond_this_device(),
     )
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """The other way the work can be off the device with a working build: its layers placed on the CPU (no layers
