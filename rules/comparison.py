@@ -187,6 +187,16 @@ def narrower(slower: str, faster: str) -> bool:
     return a is not None and b is not None and int(a.group()) < int(b.group())
 
 
+def beyond_its_bytes(d) -> bool:
+    """A weight format's A/B is its kernels' when the slower format's extra bits do not account for the delta: it
+    stores no more bits per element than the faster one (or a width its name does not state), or it is slower by more
+    than the ratio of their widths (the most its extra bytes can cost a step that only reads them)."""
+    a, b = (FORMAT_BITS.search(v) for v in (d["slower"], d["faster"]))
+    if a is None or b is None or int(b.group()) == 0:
+        return True
+    return d["slowdown"] > int(a.group()) / int(b.group())
+
+
 # How a run without a tuned config is written: as a run with nothing in between, or as the engine's default.
 UNTUNED = (DIRECT - {"direct"}) | {"default"}
 
@@ -218,7 +228,7 @@ ABLATIONS = {
     "structured_output": switched_on,  # structured-output-overhead
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)
     "draft_length": larger,  # speculation-slowdown: the extra drafts of a longer draft cost more than they are accepted
-    "quantization": any_change,  # slow-kernel-path: the format that moves fewer bytes yet runs slower has slow kernels
+    "quantization": any_change,  # slow-kernel-path: the format whose bytes do not account for the delta has slow kernels
     "moe_config": untuned,  # moe-untuned-config: the fused-MoE kernel's default tiles for this GPU and shape
     "kv_cache_dtype": narrower,  # slow-kernel-path: attention's kernels for the narrower KV format (dequantising, a fallback)
     "kv_cache_capacity": larger,  # max-context-work: work follows the allocated cache, not the live context
