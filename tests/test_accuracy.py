@@ -82,7 +82,7 @@ LATER_CORPORA = (
     ("corpus32", 5, 1, 4),
     ("corpus33", 6, 5, 6),
     ("corpus34", 2, 2, 2),
-    ("corpus35", 9, 8, 8),
+    ("corpus35", 9, 9, 9),
     ("corpus36", 7, 4, 4),
     ("corpus37", 9, 8, 9),
     ("corpus38", 1, 1, 1),
