@@ -69,7 +69,9 @@ def test_a_gpu_named_as_tools_print_it_is_matched_or_marked_unknown():
     assert h100.bound is not None and h100.bound.bandwidth_gbs == pytest.approx(3350)
     rtx4090 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "RTX 4090"}}), load_rulebook())
     assert rtx4090.bound is not None and rtx4090.bound.bandwidth_gbs == pytest.approx(1008)
-    for name in ("RTX 4090 Laptop GPU", "Radeon Pro W7900"):
+    pair = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "RTX 3090, RTX 3090"}}), load_rulebook())
+    assert pair.bound is not None and pair.bound.bandwidth_gbs == pytest.approx(936)
+    for name in ("RTX 4090 Laptop GPU", "Radeon Pro W7900", "NVIDIA GeForce RTX 3090 + 2x NVIDIA GeForce RTX 3060"):
         d = diagnose(Case.model_validate({"workload": {**pinned, "hardware": name}}), load_rulebook())
         assert d.bound is None and f"GPU {name!r} matches no preset (unknown)" in d.bound_note
     unnamed = diagnose(Case.model_validate({"workload": pinned}), load_rulebook())

@@ -85,16 +85,29 @@ def _name_tokens(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
+# Where a written machine lists several devices: "RTX 3090 + 2x RTX 3060", "A100, A100", "4090 and 3090".
+DEVICE_LIST = re.compile(r"\s*(?:\+|,|\band\b)\s*", re.IGNORECASE)
+
+
 def match_hardware(device_name: str | None) -> Hardware | None:
     """The preset for the name a driver reports ("NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB").
 
     Variants of one chip differ in bandwidth and clocks (an H100 PCIe has 60% of the SXM's
     bandwidth), so the most specific token set that matches wins, a name holding a token of another
     variant ("RTX 4090 Laptop GPU", "RTX 4090 D") is not the preset's, and a name that matches
-    none, or two presets equally well, gets no preset rather than a guess.
+    none, or two presets equally well, gets no preset rather than a guess. A list of devices is one
+    preset's only when every device in it is that preset: unlike devices are no one datasheet.
     """
     if not device_name:
         return None
+    parts = [p for p in DEVICE_LIST.split(device_name) if p.strip()]
+    if len(parts) > 1:
+        matched = [_match_one(p) for p in parts]
+        return matched[0] if matched[0] is not None and all(m is matched[0] for m in matched) else None
+    return _match_one(device_name)
+
+
+def _match_one(device_name: str) -> Hardware | None:
     found = _name_tokens(device_name)
     scored = [
         (max(len(tokens) for tokens in hw.device_names if set(tokens) <= found), hw)
