@@ -238,6 +238,7 @@ ABLATIONS = {
     "custom_allreduce": switched_off,  # custom-allreduce-off
     "gpu_scheduling": switched_off,  # launch-gaps: the OS on the CPU schedules each submission, the GPU waits for it
     "build": any_change,  # build-mismatch: the same engine built another way, so the binary is what differs
+    "lora": switched_on,  # extra-kernels-per-step: the adapters' shrink/expand kernels run on every layer
 }
 
 

@@ -486,6 +486,12 @@ class KernelRules(RuleSet):
         gets more rows than the step has tokens, which one-token decode caps at the sequences running."""
         return padding_finding(decode_tokens_at_most(m), tile, "rows_per_expert_at_most", "_at_least")
 
+    @rule(SPECS["extra-kernels-per-step"], *ablation("lora"))
+    def lora_enabled_slower(self, d):
+        """The same load with LoRA enabled is slower: every layer's projections gain the adapters' shrink and expand
+        kernels (and their batch bookkeeping) whether or not a request uses an adapter; the delta is their cost."""
+        return ablation_finding(d)
+
     @rule(SPECS["extra-kernels-per-step"], AS.k << KernelClass(per_expert_launches=True))
     def per_expert_launches(self, k):
         """A loop over experts launches a GEMM and its gathers per expert: many small kernels per layer."""

@@ -198,6 +198,7 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "kv_dtype": ("kv_cache_dtype", False),
     "kv_cache_type": ("kv_cache_dtype", False),
     "cache_dtype": ("kv_cache_dtype", False),
+    "enable_lora": ("lora", False),
     "aiter": ("kernel_backend", False),
     "use_aiter": ("kernel_backend", False),
     "expert_parallel": ("ep", False),
