@@ -28,10 +28,10 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import (
-    SIZED, SLOWER, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, interpreted, larger,
-)
 from diagnoser.models.serving import WORKLOAD_SETTINGS
+from diagnoser.rules.comparison import (
+    SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, larger,
+)
 from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
 from diagnoser.rules.launch import names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
@@ -70,7 +70,7 @@ PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
 # References that are this very engine on this device: an earlier version, or another configuration of it.
 SAME_SETUP_KINDS = frozenset({"older_version", "other_config"})
-# Several times slower than the same setup, short of another processor doing all the work (OFF_DEVICE_GAP).
+# Several times slower than the same setup on the same device: more than one setting of a working device path costs.
 HOST_READ_GAP = 5.0
 # A step on a named device takes at most this many of its sweeps (all its memory at its datasheet bandwidth).
 SWEEP_MARGIN = 2.0
@@ -259,12 +259,12 @@ class MachineRules(RuleSet):
     )
     def same_setup_several_times_slower(self, m, e):
         """The same device and engine made the same work several times faster before, or set up another way, and no
-        one named setting separates the two (runs that change several at once do not say which): a working device path moves a stream by tens of per cent, graphs or a kernel
-        family by a few times; several times more is bytes read from somewhere slower than the device's memory (part
-        of the weights or the KV cache grown into host memory, a driver's spill), at a tenth of its bandwidth or less,
-        and twenty times or more most of them. Not where the weights are known to fit: then a build that does not
-        reach the device is the reading (build-mismatch). Possible: where the layers sit (the engine's load log, its
-        placement) says."""
+        one named setting separates the two (runs that change several at once do not say which): a working device
+        path moves a stream by tens of per cent, graphs or a kernel family by a few times; several times more is bytes
+        read from somewhere slower than the device's memory (part of the weights or the KV cache grown into host
+        memory, a driver's spill), at a tenth of its bandwidth or less, and twenty times or more most of them. Not
+        where the weights are known to fit: then a build that does not reach the device is the reading
+        (build-mismatch). Possible: where the layers sit (the engine's load log, its placement) says."""
         gap = engine_gap(m, e)
         return Finding(
             evidence=[ev("expected.kind", e["kind"]), *gap_evidence(m, e), ev("device_gap", gap, "x")],
