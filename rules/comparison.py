@@ -10,6 +10,8 @@ cannot be pinned on any one of them.
 import re
 
 from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
+from diagnoser.engine.comparison import OFF
+from diagnoser.models.hardware import DEVICE_LIST
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
 SPECS = load_specs(__file__)
@@ -89,7 +91,7 @@ def wider_affinity(slower: str, faster: str) -> bool:
 
 def switched_on(slower: str, faster: str) -> bool:
     """The slower run has the feature on."""
-    return slower in {"true", "on", "yes", "1"} and faster in {"false", "off", "no", "0", "unset"}
+    return slower in {"true", "on", "yes", "1"} and faster in OFF
 
 
 def switched_off(slower: str, faster: str) -> bool:
@@ -101,7 +103,7 @@ def any_change(slower: str, faster: str) -> bool:
 
 
 # How a run with nothing in between is written.
-DIRECT = frozenset({"none", "direct", "false", "off", "no", "0", "unset"})
+DIRECT = OFF | {"direct"}
 
 
 def through_a_proxy(slower: str, faster: str) -> bool:
@@ -129,7 +131,6 @@ def split_by_layer(slower: str, faster: str) -> bool:
 
 
 # A device list as people write one: "1x RTX 3090 + 2x RTX 3060", "4 x H100", "A100, A100", "two 3090s".
-DEVICE_PART = re.compile(r"\s*(?:\+|,|\band\b)\s*")
 COUNT_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "dual": 2, "quad": 4}
 COUNT_PREFIX = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*|(\d+)\s+(?=[a-z])|(" + "|".join(COUNT_WORDS) + r")\s+)", re.IGNORECASE)
 # A leading number above this is a model number (3090, 4090), not a count of devices in one box.
@@ -147,7 +148,7 @@ def _device_part(part: str) -> tuple[int, str]:
 
 
 def _device_parts(value: str) -> list[tuple[int, str]]:
-    return [_device_part(p) for p in DEVICE_PART.split(value) if p.strip()]
+    return [_device_part(p) for p in DEVICE_LIST.split(value) if p.strip()]
 
 
 def device_count(value: str) -> float | None:
