@@ -27,7 +27,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding
-from diagnoser.rules.launch import on_cpu
+from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, on_cpu
 from diagnoser.rules.output_path import HISTORY_GROWTH
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, typical_ms
 
@@ -42,10 +42,6 @@ MIN_MS = 0.05
 FIRST_TOKEN_STEPS = 1000
 # Host costs a grammar or schema constraint adds on every step.
 MASK_COSTS = {"structured_output", "logits_processors"}
-# A decode step reads at most every byte of the device's memory once: 512 GB of unified memory at 819 GB/s (the
-# largest, an M3 Ultra) is 0.63 s, 96 GB of shared DDR5 behind an integrated GPU at ~90 GB/s about 1.1 s. A token
-# slower than 2 s on an accelerator is not its device's step: the time is spent off the device.
-DEVICE_STEP_CEILING_MS = 2000.0
 
 
 def grammar_wait_ms(m) -> float | None:

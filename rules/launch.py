@@ -9,10 +9,12 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    P,
     TEST,
     W,
     Bound,
     Budget,
+    Device,
     Expectation,
     Finding,
     Graph,
@@ -72,6 +74,25 @@ def host_without_profiler(host_ms: float, profiled_step_ms: float, unprofiled_st
 
 # The scheduler owns the host part when it takes at least 30 % of it.
 SCHEDULER_SHARE = 0.3
+
+
+# A decode step reads at most every byte of the device's memory once: 512 GB of unified memory at 819 GB/s (the
+# largest, an M3 Ultra) is 0.63 s, 96 GB of shared DDR5 behind an integrated GPU at ~90 GB/s about 1.1 s. A token
+# slower than 2 s on an accelerator is not its device's step: the time is spent off the device.
+DEVICE_STEP_CEILING_MS = 2000.0
+# A step on a named device takes at most this many of its sweeps (all its memory at its datasheet bandwidth).
+SWEEP_MARGIN = 2.0
+
+
+def within_a_sweep() -> tuple:
+    """Patterns for a stream's token (if timed) no slower than its device needs to read every byte it holds: twice
+    the named device's sweep, or any accelerator's ceiling. Past that the time is not spent between its kernels.
+    Binds ``sweep`` and ``slow_token`` inside its NOT only."""
+    return (
+        NOT(Metrics(per_token_ms=P(lambda t: t >= DEVICE_STEP_CEILING_MS))),
+        NOT(Device(sweep_ms=MATCH.sweep), Metrics(per_token_ms=MATCH.slow_token),
+            TEST(lambda sweep, slow_token: slow_token >= SWEEP_MARGIN * sweep)),
+    )
 
 
 def on_cpu(api) -> bool:
@@ -352,11 +373,13 @@ class LaunchRules(RuleSet):
             return None
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)
 
-    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Layout(batch=1), TEST(lambda busy: busy <= MAX_BUSY))
+    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Layout(batch=1), *within_a_sweep(),
+          TEST(lambda busy: busy <= MAX_BUSY))
     def idle_device_batch_of_one(self, busy):
         return self.idle_device(busy, ev("workload.batch", 1))
 
-    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Metrics(concurrency=1), TEST(lambda busy: busy <= MAX_BUSY))
+    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Metrics(concurrency=1), *within_a_sweep(),
+          TEST(lambda busy: busy <= MAX_BUSY))
     def idle_device_one_request(self, busy):
         return self.idle_device(busy, ev("metrics.concurrency", 1))
 
@@ -365,7 +388,8 @@ class LaunchRules(RuleSet):
         between that stream's own kernels, which replaying or fusing them removes. With many streams the device can
         also idle for want of work (admission, prefill, a client that waits), so the figure alone names nothing there.
         Work the case puts off the device (layers or weights in host memory, a grammar's mask) idles it while the
-        host computes its part: that wait is those causes', not a gap between kernels."""
+        host computes its part: that wait is those causes', not a gap between kernels; so is a token slower than the
+        device's whole sweep of its memory, which no launch pattern between its kernels adds up to."""
         if names_off_device_work(self.facts):
             return None
         return Finding(

@@ -30,10 +30,9 @@ from diagnoser.engine import (
 
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import (
-    SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, larger,
+    CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, larger,
 )
-from diagnoser.rules.host_costs import DEVICE_STEP_CEILING_MS
-from diagnoser.rules.launch import names_off_device_work, on_cpu
+from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
 
 SPECS = load_specs(__file__)
@@ -72,8 +71,6 @@ SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", 
 SAME_SETUP_KINDS = frozenset({"older_version", "other_config"})
 # Several times slower than the same setup on the same device: more than one setting of a working device path costs.
 HOST_READ_GAP = 5.0
-# A step on a named device takes at most this many of its sweeps (all its memory at its datasheet bandwidth).
-SWEEP_MARGIN = 2.0
 
 
 def build_issues(p) -> list:
@@ -157,6 +154,25 @@ def throttle_finding(p, device_ms: float | None) -> Finding:
 
 
 
+def beyond_any_device() -> tuple:
+    """Patterns for one stream's token slower than any accelerator's sweep of its memory (DEVICE_STEP_CEILING_MS), on an
+    accelerator that names no preset, with no run of the same case under it. Binds ``m``, ``per_token``, ``api``."""
+    return (
+        AS.m << Metrics(per_token_ms=MATCH.per_token),
+        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
+        NOT(Device(sweep_ms=W())),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS))),
+        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and m.get("concurrency", 1) == 1),
+    )
+
+
+def placed_off(found: Finding | None) -> Finding | None:
+    """A build's off-device reading, restated as layers placed off the device: possible, since the same time fits both."""
+    if found is None:
+        return None
+    return Finding(evidence=found.evidence, grade=Grade.possible, missing=["memory.layers_on_device"], detail=found.detail)
+
+
 def beyond_this_device() -> tuple:
     """Patterns for one stream's token slower than twice a sweep of the named device's memory (SWEEP_MARGIN), on an
     accelerator, with no run of the same case under it. Binds ``m``, ``per_token``, ``api``, ``sweep``, ``device``."""
@@ -179,6 +195,12 @@ class MachineRules(RuleSet):
     def wider_affinity_slower(self, d):
         """Letting the threads run on more cores made it slower: the added cores (efficiency cores, SMT siblings,
         another socket) are slower than the rest, and a split matmul waits at every barrier for its slowest thread."""
+        return ablation_finding(d)
+
+    @rule(SPECS["clock-throttle"], *ablation(*CLOCK_SETTINGS))
+    def clock_setting_slower(self, d):
+        """The same work, with only a power or clock setting changed, ran slower on one side: the setting changes
+        no work, only the clocks it runs at, so the delta is what the lower clocks cost."""
         return ablation_finding(d)
 
     @rule(SPECS["clock-throttle"], AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
@@ -456,14 +478,7 @@ class MachineRules(RuleSet):
             detail=f"One stream runs {gap:.3g}x slower than this device's own figure with the weights on the device.",
         )
 
-    @rule(
-        SPECS["build-mismatch"],
-        AS.m << Metrics(per_token_ms=MATCH.per_token),
-        Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
-        NOT(Device(sweep_ms=W())),
-        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS))),
-        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and m.get("concurrency", 1) == 1),
-    )
+    @rule(SPECS["build-mismatch"], *beyond_any_device())
     def slower_than_a_sweep_of_the_device(self, m, per_token, api):
         """One stream's token takes longer than any accelerator needs to read every byte it holds, so the step is not
         reading them there: no figure of the device's own to compare is needed. Where the case names the work off
@@ -483,18 +498,17 @@ class MachineRules(RuleSet):
         largest accelerator's: twice it (SWEEP_MARGIN), since a step that fills the device may read it at half speed."""
         return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth")
 
-    @rule(
-        SPECS["cpu-offload"],
-        *beyond_this_device(),
-    )
-    def layers_left_off_this_device(self, m, per_token, api, sweep, device):
+    @rule(SPECS["cpu-offload"], *beyond_any_device())
+    def layers_left_off_the_device(self, m, per_token, api):
         """The other way the work can be off the device with a working build: its layers placed on the CPU (no layers
         asked of the GPU, or fewer than the model has). Possible, beside the build's reading: the engine's load log
         (layers offloaded to the GPU) tells them apart."""
-        found = self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth")
-        if found is None:
-            return None
-        return Finding(evidence=found.evidence, grade=Grade.possible, missing=["memory.layers_on_device"], detail=found.detail)
+        return placed_off(self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator"))
+
+    @rule(SPECS["cpu-offload"], *beyond_this_device())
+    def layers_left_off_this_device(self, m, per_token, api, sweep, device):
+        """As above, against the named device's own sweep."""
+        return placed_off(self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth"))
 
     def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str) -> Finding | None:
         if names_off_device_work(self.facts):
