@@ -29,6 +29,22 @@ def test_the_largest_capture_from_the_list_or_the_engine_setting():
     assert from_server.observations.graph.max_captured_batch == 256
 
 
+def test_the_served_weight_format_from_the_pinned_precision_only_when_quantized_and_no_runs_compare():
+    def served(precision: str, runs: list | None = None) -> str | None:
+        observations = {"server": {"engine": "vllm"}, **({"runs": runs} if runs else {})}
+        found = canonical(Case.model_validate({"workload": {"precision": {"weights": precision}}, "observations": observations}))
+        return found.observations.server.quantization
+
+    assert served("fp8") == "fp8"
+    assert served("bf16") is None  # 16-bit weights are no quantized format
+    runs = [{"name": "a", "settings": {"engine_version": "1"}, "figures": {"per_token_ms": 10}},
+            {"name": "b", "settings": {"engine_version": "2"}, "figures": {"per_token_ms": 12}}]
+    assert served("int4", runs) is None  # the runs measure what changed; the format is alike on both sides
+    stated = canonical(Case.model_validate({"workload": {"precision": {"weights": "int4"}},
+                                            "observations": {"server": {"quantization": "awq"}}}))
+    assert stated.observations.server.quantization == "awq"  # the case's own statement stands
+
+
 def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
     both = canonical(Case.model_validate({"workload": {"batch": 96, "layout": {"dp": 2}},
                                           "observations": {"server": {"cuda_graph_max_batch": 32}}}))

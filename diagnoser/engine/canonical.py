@@ -364,6 +364,15 @@ def _no_peer_access(data: dict) -> Any:
     return False if NO_PEER_ACCESS.search(_at("observations.server.interconnect")(data) or "") else None
 
 
+def _quantized_weights(data: dict) -> Any:
+    """A weight format under 16 bits is a quantized one; a case whose runs compare settings already measures what
+    changed, so the pinned format stays the bound's there."""
+    weights = _at("workload.precision.weights")(data)
+    if weights in (None, "fp32", "bf16", "fp16") or _at("observations.runs")(data):
+        return None
+    return weights
+
+
 def _power_saving(data: dict) -> Any:
     return True if POWER_SAVING.search(_at("observations.platform.os")(data) or "") else None
 
@@ -486,6 +495,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative(LOGGED_LINE, _untuned_moe,
                     "the engine's 'Using default MoE config' warning: a fused-MoE class without a tuned config (no share known)"),
     )),
+    Equivalence("observations.server.quantization", "the weight format served", (
+        Alternative("workload.precision.weights", _quantized_weights,
+                    "the pinned weights' format, when it is narrower than 16 bits and no runs compare formats"),
+    ), only_with="observations.server"),
     Equivalence("observations.platform.power_saving", "an OS power-saving mode was on", (
         Alternative("observations.platform.os", _power_saving,
                     "the OS setting names a power-saving mode (Low Power Mode, battery saver, power saver, powersave, eco mode)"),
