@@ -154,14 +154,16 @@ def throttle_finding(p, device_ms: float | None) -> Finding:
 
 
 
-def beyond_any_device() -> tuple:
+def beyond_any_device(on_another_machine: bool = False) -> tuple:
     """Patterns for one stream's token slower than any accelerator's sweep of its memory (DEVICE_STEP_CEILING_MS), on an
-    accelerator that names no preset, with no run of the same case under it. Binds ``m``, ``per_token``, ``api``."""
+    accelerator that names no preset, with no run of the same case under it (but for one on another machine, with
+    ``on_another_machine``). Binds ``m``, ``per_token``, ``api``."""
     return (
         AS.m << Metrics(per_token_ms=MATCH.per_token),
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
         NOT(Device(sweep_ms=W())),
-        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS))),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS),
+                    setting=P(lambda s: not (on_another_machine and s == "hardware")))),
         TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and m.get("concurrency", 1) == 1),
     )
 
@@ -173,14 +175,17 @@ def placed_off(found: Finding | None) -> Finding | None:
     return Finding(evidence=found.evidence, grade=Grade.possible, missing=["memory.layers_on_device"], detail=found.detail)
 
 
-def beyond_this_device() -> tuple:
+def beyond_this_device(on_another_machine: bool = False) -> tuple:
     """Patterns for one stream's token slower than twice a sweep of the named device's memory (SWEEP_MARGIN), on an
-    accelerator, with no run of the same case under it. Binds ``m``, ``per_token``, ``api``, ``sweep``, ``device``."""
+    accelerator, with no run of the same case under it (but for one on another machine, with ``on_another_machine``).
+    Binds ``m``, ``per_token``, ``api``, ``sweep``, ``device``."""
     return (
         AS.m << Metrics(per_token_ms=MATCH.per_token),
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
         Device(sweep_ms=MATCH.sweep, name=MATCH.device),
-        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster), TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
+        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster,
+                    setting=P(lambda s: not (on_another_machine and s == "hardware"))),
+            TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
         TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
     )
 
@@ -498,14 +503,16 @@ class MachineRules(RuleSet):
         largest accelerator's: twice it (SWEEP_MARGIN), since a step that fills the device may read it at half speed."""
         return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth")
 
-    @rule(SPECS["cpu-offload"], *beyond_any_device())
+    @rule(SPECS["cpu-offload"], *beyond_any_device(on_another_machine=True))
     def layers_left_off_the_device(self, m, per_token, api):
         """The other way the work can be off the device with a working build: its layers placed on the CPU (no layers
-        asked of the GPU, or fewer than the model has). Possible, beside the build's reading: the engine's load log
-        (layers offloaded to the GPU) tells them apart."""
+        asked of the GPU, or fewer than the model has), or its memory paged out to the host. Possible, beside the
+        build's reading: the engine's load log (layers offloaded to the GPU) tells them apart. A run of the same work
+        under the sweep on another machine leaves only this reading: the software reaches a device there, and the
+        machine that lost it lost where its bytes lie (less memory, paged out)."""
         return placed_off(self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator"))
 
-    @rule(SPECS["cpu-offload"], *beyond_this_device())
+    @rule(SPECS["cpu-offload"], *beyond_this_device(on_another_machine=True))
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep."""
         return placed_off(self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth"))
