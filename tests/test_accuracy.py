@@ -56,7 +56,9 @@ LATER_CORPORA = (
     ("corpus6", 20, 19, 19),
     ("corpus7", 20, 19, 19),
     ("corpus8", 17, 15, 15),
-    ("corpus9", 12, 11, 12),
+    # W12 (a paged-KV build flag's A/B) named its accepted slow-kernel-path only through the int8 format both builds
+    # share; a possible candidate stated alike on both sides of a one-setting A/B now ranks after the located flag.
+    ("corpus9", 12, 10, 12),
     ("corpus10", 15, 14, 14),
     ("corpus11", 15, 13, 13),
     ("corpus12", 11, 9, 9),

@@ -219,6 +219,17 @@ def _growth_across_outputs(data: dict) -> Any:
 # of the same work after it: a setting whose values say that, or a warm-up switched off against on.
 COLD_RUN = re.compile(r"(?<![a-z])(first|cold|boot|startup|initial|fresh)")
 WARM_RUN = re.compile(r"(?<![a-z])(warm|repeat|second|subsequent|steady|again)")
+# A setting that numbers the runs after a start (run_order, iteration, attempt): the first is run 1 (or 0).
+RUN_NUMBER = re.compile(r"(order|index|iteration|attempt|round|run_number|repeat)")
+
+
+def _first_numbered(setting: str, slower: str, faster: str) -> bool:
+    """The slower run is the first of numbered runs after a start, the faster a later one."""
+    try:
+        first, later = float(slower), float(faster)
+    except ValueError:
+        return False
+    return RUN_NUMBER.search(setting) is not None and first in (0, 1) and later > first
 
 
 def _warm_reference(data: dict) -> Any:
@@ -237,7 +248,8 @@ def _warm_up_across_runs(data: dict) -> Any:
         if d.setting == "several" or d.ratio < GROWS and 1 / d.ratio < GROWS:
             continue
         slower, _, faster, _ = d.slower_side
-        cold = COLD_RUN.search(slower) is not None and WARM_RUN.search(faster) is not None and not COLD_RUN.search(faster)
+        cold = (COLD_RUN.search(slower) is not None and WARM_RUN.search(faster) is not None and not COLD_RUN.search(faster)
+                or _first_numbered(d.setting, slower, faster))
         unwarmed = "warm" in d.setting and slower in OFF and faster not in OFF
         if cold or unwarmed:
             return True
@@ -536,7 +548,8 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.runs", _warm_up_across_runs,
                     "runs differing only in one setting, 5 % or more apart, the slower written as the first after a start "
                     "(first, cold, boot, startup, initial, fresh) and the faster as a run after it (warm, repeat, second, "
-                    "subsequent, steady, again), or a warm-up setting off against on"),
+                    "subsequent, steady, again), or numbered by a setting that orders the runs (run_order 1 against 2), "
+                    "or a warm-up setting off against on"),
     ), only_with="observations.metrics"),
     Equivalence("observations.expected.window_includes_warmup", "the reference's window holds a warm-up too", (
         Alternative("observations.runs", _warm_reference,

@@ -30,6 +30,7 @@ from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, Finding, RuleSpec, ev
 from diagnoser.experta_compat import KnowledgeEngine
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
+from diagnoser.models.serving import WHOLESALE_SETTINGS
 from diagnoser.models.workload import Boundary, Observed
 from diagnoser.models.hypothesis import (
     GRADE_ORDER,
@@ -232,13 +233,14 @@ def compared_speedup(h: Hypothesis, streams: dict[float, float]) -> float:
 SPEEDUP_DIGITS = 2
 
 
-def _rank_key(h: Hypothesis, streams: dict[float, float], common: frozenset[str] = frozenset()) -> tuple:
+def _rank_key(h: Hypothesis, streams: dict[float, float], common: frozenset[str] = frozenset(),
+              behind_located: frozenset[str] = frozenset()) -> tuple:
     """A locating cause (the slowdown follows a changed setting) restates the comparison the
     engineer supplied; a mechanism of any grade says what to fix inside it, so it comes first.
     A cause named only by a setting every compared run shares (``common``) cannot explain their
     difference, so for the comparison's question it comes after the located change."""
     speedup = compared_speedup(h, streams)
-    standing = 2 if h.id in common else int(h.locates)
+    standing = 2 if h.id in common else int(h.locates or h.rule in behind_located)
     grade = GRADE_ORDER[h.grade] if h.grade is not None else 0
     # At equal gain a measured cause comes before its refinements (they are capped by it, never
     # above it); an unbounded one after them, since it is only named because they hold.
@@ -318,6 +320,19 @@ def common_to_runs(hypotheses: list[Hypothesis], shared: dict[str, str]) -> froz
     return frozenset(common)
 
 
+def merely_possible(hypotheses: list[Hypothesis]) -> frozenset[str]:
+    """Rules whose every cause is only possible, when a measured cause locates the runs' difference in one setting that
+    changes a single thing: a candidate named by what the case states (a weight format, an engine's class) is stated
+    alike on both sides of such an A/B, so it cannot be what separates them, and it ranks with the located change,
+    after it. A change of engine, release, build, machine or OS replaces every path at once: any mechanism may lie
+    inside it, and the mechanisms keep their place before it."""
+    located = [h for h in hypotheses if h.locates and h.grade is Grade.measured]
+    if not located or any(h.id.partition(":")[2] in WHOLESALE_SETTINGS for h in located):
+        return frozenset()
+    causes = [h for h in hypotheses if h.kind is Kind.cause and not h.locates]
+    return frozenset({h.rule for h in causes if h.grade is Grade.possible} - {h.rule for h in causes if h.grade is not Grade.possible})
+
+
 def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> list[Hypothesis]:
     """Best first: guards that void the comparison; then causes by grade, bounded speed-up, parents
     before refinements (unless a measured refinement explains its parent), a consequence behind the
@@ -325,7 +340,7 @@ def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> 
     other kinds. One entry per id. ``shared``: the settings a one-setting sweep of runs holds constant."""
     streams = stream_steps(hypotheses)
     common = common_to_runs(hypotheses, shared or {})
-    keys = {id(h): _rank_key(h, streams, common) for h in hypotheses}
+    keys = {id(h): _rank_key(h, streams, common, merely_possible(hypotheses)) for h in hypotheses}
     best: dict[str, Hypothesis] = {}
     for h in sorted(hypotheses, key=lambda h: keys[id(h)]):
         best.setdefault(h.rule, h)

@@ -230,6 +230,9 @@ def split_count(settings: dict) -> dict:
 
 # Settings whose change alters the work itself (a sweep), not only how it is done.
 WORKLOAD_SETTINGS = ("context", "input_tokens", "output_tokens", "concurrency", "batch")
+# Settings whose change replaces the whole code path (another engine, release, build, machine or OS), or that say
+# several changed at once: any mechanism may lie inside such a change.
+WHOLESALE_SETTINGS = ("engine", "engine_version", "build", "hardware", "os", "several")
 
 
 class RunFigures(_Obs):
