@@ -129,10 +129,29 @@ def timed_the_same_way(m, e) -> bool:
     return e.get("kind") in SAME_JOB_KINDS and e.get("boundary", "unknown") == m.get("boundary", "unknown") != "unknown"
 
 
+# A prompt token costs at most this many decode steps' time: a prefill reads the weights once for the whole prompt,
+# so its tokens cost arithmetic alone, a small fraction of a decode step on an accelerator and under four steps even
+# on a CPU whose matmuls run at a fiftieth of a GPU's FLOPs for its bandwidth (int4 weights: 2 FLOPs a parameter
+# against half a byte read).
+PROMPT_TOKEN_STEPS = 4.0
+
+
+def prefill_can_move_it(m) -> bool:
+    """A rate over whole requests can be slower than decode by their prefill at most: with the prompt and output
+    lengths known, that is (prompt x PROMPT_TOKEN_STEPS + output) / output; under the timing agreement it moves the
+    rate no more than streaming jitter does. A warm-up in the window has no such limit."""
+    prompt, output = m.get("input_tokens"), m.get("output_tokens")
+    if m.get("window_includes_warmup") or not prompt or not output:
+        return True
+    return (prompt * PROMPT_TOKEN_STEPS + output) / output >= TIMING_AGREEMENT
+
+
 def includes_more_than_decode(m) -> bool:
     """The rate counts prefill or warm-up, and no decode-only time stands beside it that agrees with it: a TPOT
-    the rate is slower than (beyond streaming jitter) is the decode time the rate was not."""
-    return bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and (not decode_timed(m) or rate_below_tpot(m))
+    the rate is slower than (beyond streaming jitter) is the decode time the rate was not. A prompt too short beside
+    its output to move the rate beyond jitter is no such count."""
+    return (bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup")) and prefill_can_move_it(m)
+            and (not decode_timed(m) or rate_below_tpot(m)))
 
 
 def warm_up_only_here(m, e) -> bool:
