@@ -414,12 +414,13 @@ class KernelRules(RuleSet):
         SPECS["slow-kernel-path"],
         Server(quantization=MATCH.scheme),
         Platform(fallback_logged=MATCH.line),
+        NOT(Platform(fallback_read_as=P(lambda read_as: bool(read_as)))),
         NOT(Memory(layers_on_device=W())),
         NOT(KernelClass(share_of_step=W())),
     )
     def quantized_fallback_logged(self, scheme, line):
         """The engine logged a slower path while serving quantized weights, and the line is not the layers it
-        placed: the quantized GEMMs (their kernel, or the dtype they compute in) are what a weight format changes
+        placed, nor another fact the canonical step read from it (a graph mode, a default MoE config): the quantized GEMMs (their kernel, or the dtype they compute in) are what a weight format changes
         on the decode path, so the logged fallback is theirs before it is the build's."""
         return Finding(
             evidence=[ev("server.quantization", scheme), ev("platform.fallback_logged", line)],

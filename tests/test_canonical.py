@@ -45,6 +45,16 @@ def test_the_served_weight_format_from_the_pinned_precision_only_when_quantized_
     assert stated.observations.server.quantization == "awq"  # the case's own statement stands
 
 
+def test_a_logged_piecewise_graph_mode_is_partial_replay():
+    line = ("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend FlashInferBackend; "
+            "setting cudagraph_mode=PIECEWISE")
+    found = canonical(case(platform={"fallback_logged": line}))
+    assert found.observations.graph.status.value == "partial"
+    assert found.observations.platform.fallback_read_as == ["observations.graph.status"]
+    configured = canonical(case(platform={"fallback_logged": "compilation_config: cudagraph_mode FULL_AND_PIECEWISE"}))
+    assert configured.observations.graph is None  # a configured mode that includes full graphs is no fallback
+
+
 def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
     both = canonical(Case.model_validate({"workload": {"batch": 96, "layout": {"dp": 2}},
                                           "observations": {"server": {"cuda_graph_max_batch": 32}}}))

@@ -339,6 +339,16 @@ def _gated_off(setting: str) -> Read:
     return read
 
 
+# An engine's line saying it captures the step piecewise (vLLM: "setting cudagraph_mode=PIECEWISE" when a backend
+# cannot be captured whole, SGLang's piecewise CUDA graph), or falls back to it: the pieces leave ops launched eagerly.
+PIECEWISE = re.compile(r"(?:cuda\s*graph|cudagraph)[ _]?mode\s*[=:]\s*piecewise\b"
+                       r"|(?:fall(?:s|ing)?\s*back|downgrad\w*|revert\w*|using|setting)\s+(?:to\s+)?piecewise\b", re.IGNORECASE)
+
+
+def _piecewise_logged(data: dict) -> Any:
+    return "partial" if PIECEWISE.search(_at(LOGGED_LINE)(data) or "") else None
+
+
 # Ollama's `ollama ps` PROCESSOR column, which its users paste as it is: "11%/89% CPU/GPU", or "100% CPU".
 OLLAMA_SPLIT = re.compile(r"\b(\d{1,3})%\s*/\s*(\d{1,3})%\s*CPU\s*/\s*GPU\b|\b(100)%\s*CPU\b", re.IGNORECASE)
 
@@ -514,6 +524,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.platform.power_saving", "an OS power-saving mode was on", (
         Alternative("observations.platform.os", _power_saving,
                     "the OS setting names a power-saving mode (Low Power Mode, battery saver, power saver, powersave, eco mode)"),
+    )),
+    Equivalence("observations.graph.status", "how much of the decode step replays from captured graphs", (
+        Alternative(LOGGED_LINE, _piecewise_logged,
+                    "the engine's line setting a piecewise graph mode (cudagraph_mode=PIECEWISE, falling back to piecewise): partial"),
     )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
         Alternative(LOGGED_LINE, _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
