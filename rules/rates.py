@@ -146,6 +146,13 @@ def prefill_can_move_it(m) -> bool:
     return (prompt * PROMPT_TOKEN_STEPS + output) / output >= TIMING_AGREEMENT
 
 
+def counts_fewer_than_returned(m, rate: float, tokens: float) -> bool:
+    """A stream's rate times its request's whole latency, against the tokens the request returned: fewer by the chunk
+    ratio, the rate counted units of several tokens."""
+    latency = typical_ms(m, "request_latency")
+    return latency is not None and tokens >= CHUNK_RATIO * rate * latency / 1e3
+
+
 def includes_more_than_decode(m) -> bool:
     """The rate counts prefill or warm-up, and no decode-only time stands beside it that agrees with it: a TPOT
     the rate is slower than (beyond streaming jitter) is the decode time the rate was not. A prompt too short beside
@@ -512,6 +519,25 @@ class RateGuards(RuleSet):
         return Finding(
             evidence=[ev("expected.rate", "aggregate"), ev("expected.concurrency", "not stated"), ev("runs.aggregate_gain_with_streams", gain)],
             detail=f"More streams gave {gain:.3g}x the aggregate rate here; the reference's figure is comparable only at its own concurrency.",
+        )
+
+    @rule(
+        SPECS["chunk-interval-as-token"],
+        AS.m << Metrics(per_user_tokens_per_s=MATCH.rate, output_tokens=MATCH.tokens),
+        NOT(Metrics(tokens_per_chunk=W())),
+        TEST(lambda m, rate, tokens: counts_fewer_than_returned(m, rate, tokens)),
+    )
+    def rate_counts_fewer_than_the_output(self, m, rate, tokens):
+        """One stream's rate over the whole of its request's latency counts fewer tokens than the request returned:
+        no window of that request is longer, so the rate counted something there are fewer of than tokens (streamed
+        chunks or events carrying several tokens each)."""
+        latency = typical_ms(m, "request_latency")
+        counted = rate * latency / 1e3
+        return Finding(
+            evidence=[ev("metrics.per_user_tokens_per_s", rate), ev("metrics.request_latency_ms", latency, "ms"),
+                      ev("metrics.output_tokens", tokens)],
+            detail=f"{rate:.4g} tokens/s over a whole {latency:.4g} ms request is {counted:.4g} tokens, yet each request "
+            f"returned {tokens:g}: about {tokens / counted:.2g} tokens in each unit the rate counted.",
         )
 
     @rule(SPECS["chunk-interval-as-token"], AS.m << Metrics(tokens_per_chunk=MATCH.per_chunk), TEST(lambda per_chunk: per_chunk >= MULTI_TOKEN_CHUNKS))
