@@ -18,6 +18,7 @@ from diagnoser.engine import (
     Bound,
     Boundaries,
     Budget,
+    Expectation,
     Finding,
     Grade,
     KernelClass,
@@ -289,6 +290,11 @@ class CapacityRules(RuleSet):
         TEST(lambda m, streams, admitted: streams > admitted and queue_not_timed(m)),
     )
     def more_streams_than_admitted(self, m, streams, admitted):
+        """Requests beyond the cap wait to start: their first token comes later, not the gaps between tokens. Where
+        both sides of the comparison are times per token (a TPOT against an expected time per token), neither holds
+        that wait, so it cannot be what separates them."""
+        if decode_timed(m) and any(isinstance(f, Expectation) and f.get("per_token_ms") for f in self.facts.values()):
+            return None
         return Finding(
             evidence=[ev("metrics.concurrency", streams), ev("server.max_num_seqs", admitted)],
             detail=f"{streams:g} requests in flight against {admitted} the scheduler runs at once: the rest wait; "
