@@ -11,6 +11,7 @@ from diagnoser.engine import (
     P,
     TEST,
     W,
+    Bound,
     Budget,
     Device,
     Expectation,
@@ -32,6 +33,7 @@ from diagnoser.models.serving import WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import (
     CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, larger,
 )
+from diagnoser.rules.capacity import USABLE_SHARE
 from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
 
@@ -168,11 +170,22 @@ def beyond_any_device(on_another_machine: bool = False) -> tuple:
     )
 
 
+def nothing_pushed_off() -> tuple:
+    """Patterns for weights not known to fit: stated to fit, or the pinned bound's weights and KV within what an engine
+    leaves them (USABLE_SHARE), nothing pushed the model's bytes off the device."""
+    return (NOT(Memory(weights_fit_without_offload=True)), NOT(Bound(resident_share=P(lambda share: share <= USABLE_SHARE))))
+
+
 def placed_off(found: Finding | None) -> Finding | None:
-    """A build's off-device reading, restated as layers placed off the device: possible, since the same time fits both."""
+    """The off-device reading as layers or bytes placed off the device: what the engine placed would say."""
     if found is None:
         return None
-    return Finding(evidence=found.evidence, grade=Grade.possible, missing=["memory.layers_on_device"], detail=found.detail)
+    return Finding(evidence=found.evidence, missing=["memory.layers_on_device"], detail=found.detail)
+
+
+def possible(found: Finding | None) -> Finding | None:
+    """The off-device reading as a build that does not reach the device: the less likely of the two."""
+    return None if found is None else Finding(evidence=found.evidence, grade=Grade.possible, missing=found.missing, detail=found.detail)
 
 
 def beyond_this_device(on_another_machine: bool = False) -> tuple:
@@ -490,9 +503,11 @@ class MachineRules(RuleSet):
         the device (bytes in host memory: layers left off, an offload, a spill, weights that do not fit; a grammar's
         mask built on the host) that is the reading, cpu-offload's or structured output's, and a run of the same case
         under the sweep says this build does reach the device (the slower run lost something else: its memory paged
-        out, a setting); otherwise the likeliest path is a build or a code path that runs the model on the CPU.
-        Indicated: the engine's startup log and the GPU's utilisation while decoding tell which."""
-        return self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator")
+        out, a setting). Otherwise a build or a code path that runs the model on the CPU is one reading, and the
+        model's bytes placed off the device (layers on the CPU, memory paged out) the likelier one: of the incidents
+        whose token ran past a sweep, placement explained twice as many as a build did. Possible: the engine's startup
+        log and the GPU's utilisation while decoding tell which."""
+        return possible(self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator"))
 
     @rule(
         SPECS["build-mismatch"],
@@ -501,18 +516,19 @@ class MachineRules(RuleSet):
     def slower_than_a_sweep_of_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep (its memory over its bandwidth), far shorter than the
         largest accelerator's: twice it (SWEEP_MARGIN), since a step that fills the device may read it at half speed."""
-        return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth")
+        return possible(self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth"))
 
-    @rule(SPECS["cpu-offload"], *beyond_any_device(on_another_machine=True))
+    @rule(SPECS["cpu-offload"], *beyond_any_device(on_another_machine=True), *nothing_pushed_off())
     def layers_left_off_the_device(self, m, per_token, api):
-        """The other way the work can be off the device with a working build: its layers placed on the CPU (no layers
-        asked of the GPU, or fewer than the model has), or its memory paged out to the host. Possible, beside the
-        build's reading: the engine's load log (layers offloaded to the GPU) tells them apart. A run of the same work
+        """The likelier way the work is off the device: its layers placed on the CPU (no layers asked of the GPU, or
+        fewer than the model has), or its memory paged out to the host, with a build that works. Indicated, before
+        the build's reading: the engine's load log (layers offloaded to the GPU) tells them apart. Not where the
+        weights are known to fit: then nothing pushed them off, and the build's reading is the one left. A run of the same work
         under the sweep on another machine leaves only this reading: the software reaches a device there, and the
         machine that lost it lost where its bytes lie (less memory, paged out)."""
         return placed_off(self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator"))
 
-    @rule(SPECS["cpu-offload"], *beyond_this_device(on_another_machine=True))
+    @rule(SPECS["cpu-offload"], *beyond_this_device(on_another_machine=True), *nothing_pushed_off())
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep."""
         return placed_off(self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth"))

@@ -27,7 +27,7 @@ HOLDOUT_TOP_3_FLOOR = 0.83  # 10 of 12
 # TP ranks and a slower step: the collectives cost more than the split saves; quantized weights short
 # of an expectation make the quantized GEMMs possible).
 UNSEEN = REPO / "tests" / "data" / "unseen"
-UNSEEN_TOP_1_FLOOR = 0.83  # 10 of 12
+UNSEEN_TOP_1_FLOOR = 0.91  # 11 of 12
 UNSEEN_TOP_3_FLOOR = 0.91  # 11 of 12
 
 
@@ -54,7 +54,9 @@ LATER_CORPORA = (
     ("corpus4", 20, 20, 20),
     ("corpus5", 20, 19, 20),
     ("corpus6", 20, 20, 20),
-    ("corpus7", 20, 19, 19),
+    # T03 (a debug build) and AP03 (attention left on the CPU) sit second behind layers placed off the device since a
+    # token beyond the device's sweep reads placement first (it explained twice as many of those incidents as a build).
+    ("corpus7", 20, 18, 19),
     ("corpus8", 17, 15, 15),
     # W12 (a paged-KV build flag's A/B) named its accepted slow-kernel-path only through the int8 format both builds
     # share; a possible candidate stated alike on both sides of a one-setting A/B now ranks after the located flag.
@@ -70,14 +72,14 @@ LATER_CORPORA = (
     ("corpus18", 10, 10, 10),
     ("corpus19", 12, 7, 7),
     ("corpus20", 10, 8, 8),
-    ("corpus21", 11, 8, 9),
+    ("corpus21", 11, 9, 9),
     ("corpus22", 10, 8, 8),
     ("corpus23", 10, 7, 7),
     ("corpus24", 8, 6, 6),
     ("corpus25", 8, 7, 8),
     ("corpus26", 10, 5, 5),
     ("corpus27", 7, 5, 5),
-    ("corpus28", 8, 8, 8),
+    ("corpus28", 8, 7, 8),
     ("corpus29", 8, 6, 7),
     ("corpus30", 6, 6, 6),
     ("corpus31", 4, 2, 3),
@@ -95,7 +97,7 @@ LATER_CORPORA = (
     ("corpus43", 6, 5, 5),
     ("corpus44", 4, 3, 3),
     ("corpus45", 5, 3, 3),
-    ("corpus46", 4, 1, 2),
+    ("corpus46", 4, 2, 2),
     ("corpus47", 3, 2, 3),
     ("corpus48", 5, 4, 4),
     ("corpus49", 4, 4, 4),
@@ -103,7 +105,7 @@ LATER_CORPORA = (
     ("corpus51", 7, 5, 6),
     ("corpus52", 4, 3, 4),
     ("corpus53", 3, 2, 2),
-    ("corpus54", 6, 3, 4),
+    ("corpus54", 6, 4, 4),
     ("corpus55", 2, 1, 2),
     ("corpus56", 4, 4, 4),
     ("corpus57", 4, 3, 3),
