@@ -88,7 +88,7 @@ LATER_CORPORA = (
     ("corpus34", 2, 2, 2),
     ("corpus35", 9, 9, 9),
     ("corpus36", 7, 4, 4),
-    ("corpus37", 9, 8, 9),
+    ("corpus37", 9, 9, 9),
     ("corpus38", 1, 1, 1),
     ("corpus39", 3, 3, 3),
     ("corpus40", 7, 6, 6),

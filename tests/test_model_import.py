@@ -5,7 +5,7 @@ import json
 import pytest
 
 from diagnoser.errors import InputError
-from diagnoser.models.model_spec import load_hf_config, model_presets, spec_from_hf_config
+from diagnoser.models.model_spec import load_hf_config, model_presets, resolve_model, spec_from_hf_config
 
 
 def test_presets_cover_dense_and_moe_families():
@@ -13,6 +13,22 @@ def test_presets_cover_dense_and_moe_families():
     for name in ["llama-3.1-8b", "qwen2.5-7b", "qwen3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"]:
         assert presets[name].source
     assert presets["qwen2.5-7b"].attention_bias  # Qwen2 has q/k/v bias
+
+
+def test_a_preset_is_found_by_its_repository_id_and_its_tunes(tmp_path):
+    presets = model_presets()
+    assert resolve_model("Qwen/Qwen3-8B") == presets["qwen3-8b"]
+    assert resolve_model("meta-llama/Llama-3.1-8B-Instruct") == presets["llama-3.1-8b"]
+    assert resolve_model("Qwen/Qwen2.5-7B-Instruct") == presets["qwen2.5-7b"]
+    with pytest.raises(InputError, match="unknown model 'Qwen/Qwen3-14B'"):
+        resolve_model("Qwen/Qwen3-14B")  # another size is another model
+    local = tmp_path / "qwen3-8b"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "intermediate_size": 2048, "vocab_size": 1000,
+    }))
+    assert resolve_model(str(local)).hidden_size == 1024  # a folder on disk is read, whatever its name
 
 
 def test_deepseek_v3_mla_and_moe_fields():
