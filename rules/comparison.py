@@ -212,15 +212,15 @@ def fewer(slower: str, faster: str) -> bool:
     return larger(faster, slower)
 
 
-# Settings whose A/B a mechanism rule reads as a measurement of that mechanism, and which side of
-# the change must be the slower one. regression-located leaves these to the mechanism rules, so
-# one measured delta is held by one hypothesis.
 # Settings that set a processor's clocks or the power it may draw: a power mode or cap (nvpmodel, a power limit), a clock
 # lock (jetson_clocks, locked clocks), a frequency governor or the CPU's own frequency control (Speed Shift), a
 # power-saving mode. They change no work, only the clocks it runs at, so the slower side of their A/B ran slower clocks.
 CLOCK_SETTINGS = ("power_mode", "nvpmodel", "power_limit", "jetson_clocks", "clocks_locked", "locked_clocks", "cpu_governor",
                   "governor", "cpu_speed_shift", "power_saving", "low_power_mode")
 
+# Settings whose A/B a mechanism rule reads as a measurement of that mechanism, and which side of
+# the change must be the slower one. regression-located leaves these to the mechanism rules, so
+# one measured delta is held by one hypothesis.
 ABLATIONS = {
     **{name: any_change for name in CLOCK_SETTINGS},  # clock-throttle
     "cuda_graphs": switched_off,  # graphs-off (compile-off on a CPU, where the eager flag turns compilation off)

@@ -420,8 +420,9 @@ class KernelRules(RuleSet):
     )
     def quantized_fallback_logged(self, scheme, line):
         """The engine logged a slower path while serving quantized weights, and the line is not the layers it
-        placed, nor another fact the canonical step read from it (a graph mode, a default MoE config): the quantized GEMMs (their kernel, or the dtype they compute in) are what a weight format changes
-        on the decode path, so the logged fallback is theirs before it is the build's."""
+        placed, nor another fact the canonical step read from it (a graph mode, a default MoE config): the quantized
+        GEMMs (their kernel, or the dtype they compute in) are what a weight format changes on the decode path, so the
+        logged fallback is theirs before it is the build's."""
         return Finding(
             evidence=[ev("server.quantization", scheme), ev("platform.fallback_logged", line)],
             key="quantized",

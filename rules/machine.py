@@ -73,6 +73,10 @@ SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", 
 SAME_SETUP_KINDS = frozenset({"older_version", "other_config"})
 # Several times slower than the same setup on the same device: more than one setting of a working device path costs.
 HOST_READ_GAP = 5.0
+# The two readings of a token past the device's sweep, as (grade, the fact that settles it): bytes placed off the device
+# (the spec's own grade, indicated) and a build that does not reach it (possible), the likelier first.
+PLACEMENT_READING = (None, "memory.layers_on_device")
+BUILD_READING = (Grade.possible, "platform.fallback_logged")
 
 
 def build_issues(p) -> list:
@@ -174,18 +178,6 @@ def nothing_pushed_off() -> tuple:
     """Patterns for weights not known to fit: stated to fit, or the pinned bound's weights and KV within what an engine
     leaves them (USABLE_SHARE), nothing pushed the model's bytes off the device."""
     return (NOT(Memory(weights_fit_without_offload=True)), NOT(Bound(resident_share=P(lambda share: share <= USABLE_SHARE))))
-
-
-def placed_off(found: Finding | None) -> Finding | None:
-    """The off-device reading as layers or bytes placed off the device: what the engine placed would say."""
-    if found is None:
-        return None
-    return Finding(evidence=found.evidence, missing=["memory.layers_on_device"], detail=found.detail)
-
-
-def possible(found: Finding | None) -> Finding | None:
-    """The off-device reading as a build that does not reach the device: the less likely of the two."""
-    return None if found is None else Finding(evidence=found.evidence, grade=Grade.possible, missing=found.missing, detail=found.detail)
 
 
 def beyond_this_device(on_another_machine: bool = False) -> tuple:
@@ -507,7 +499,7 @@ class MachineRules(RuleSet):
         model's bytes placed off the device (layers on the CPU, memory paged out) the likelier one: of the incidents
         whose token ran past a sweep, placement explained twice as many as a build did. Possible: the engine's startup
         log and the GPU's utilisation while decoding tell which."""
-        return possible(self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator"))
+        return self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator", BUILD_READING)
 
     @rule(
         SPECS["build-mismatch"],
@@ -516,30 +508,34 @@ class MachineRules(RuleSet):
     def slower_than_a_sweep_of_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep (its memory over its bandwidth), far shorter than the
         largest accelerator's: twice it (SWEEP_MARGIN), since a step that fills the device may read it at half speed."""
-        return possible(self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth"))
+        return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth", BUILD_READING)
 
     @rule(SPECS["cpu-offload"], *beyond_any_device(on_another_machine=True), *nothing_pushed_off())
     def layers_left_off_the_device(self, m, per_token, api):
         """The likelier way the work is off the device: its layers placed on the CPU (no layers asked of the GPU, or
         fewer than the model has), or its memory paged out to the host, with a build that works. Indicated, before
         the build's reading: the engine's load log (layers offloaded to the GPU) tells them apart. Not where the
-        weights are known to fit: then nothing pushed them off, and the build's reading is the one left. A run of the same work
-        under the sweep on another machine leaves only this reading: the software reaches a device there, and the
-        machine that lost it lost where its bytes lie (less memory, paged out)."""
-        return placed_off(self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator"))
+        weights are known to fit: then nothing pushed them off, and the build's reading is the one left. A run of the
+        same work under the sweep on another machine leaves only this reading: the software reaches a device there,
+        and the machine that lost it lost where its bytes lie (less memory, paged out)."""
+        return self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator", PLACEMENT_READING)
 
     @rule(SPECS["cpu-offload"], *beyond_this_device(on_another_machine=True), *nothing_pushed_off())
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep."""
-        return placed_off(self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth"))
+        return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth", PLACEMENT_READING)
 
-    def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str) -> Finding | None:
+    def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str,
+                   reading: tuple[Grade | None, str]) -> Finding | None:
+        """A token past the sweep, read one of two ways (``reading``: the grade and the fact that would settle it)."""
         if names_off_device_work(self.facts):
             return None
+        grade, settles = reading
         return Finding(
             evidence=[ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api), ev("device_sweep_ms", ceiling_ms, "ms"),
                       *([ev("metrics.concurrency", 1)] if "concurrency" in m else [])],
-            missing=["platform.fallback_logged"],
+            grade=grade,
+            missing=[settles],
             detail=f"One stream takes {per_token:.4g} ms a token, beyond the {ceiling_ms:.4g} ms in which {device} reads every "
             "byte of its memory once.",
         )

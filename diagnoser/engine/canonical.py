@@ -389,8 +389,10 @@ def _no_peer_access(data: dict) -> Any:
 def _quantized_weights(data: dict) -> Any:
     """A weight format under 16 bits is a quantized one; a case whose runs compare settings already measures what
     changed, so the pinned format stays the bound's there."""
+    from diagnoser.models.precision import bytes_per_element
+
     weights = _at("workload.precision.weights")(data)
-    if weights in (None, "fp32", "bf16", "fp16") or _at("observations.runs")(data):
+    if weights is None or _at("observations.runs")(data) or bytes_per_element(weights) >= 2:
         return None
     return weights
 

@@ -340,7 +340,8 @@ def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> 
     other kinds. One entry per id. ``shared``: the settings a one-setting sweep of runs holds constant."""
     streams = stream_steps(hypotheses)
     common = common_to_runs(hypotheses, shared or {})
-    keys = {id(h): _rank_key(h, streams, common, merely_possible(hypotheses)) for h in hypotheses}
+    behind = merely_possible(hypotheses)
+    keys = {id(h): _rank_key(h, streams, common, behind) for h in hypotheses}
     best: dict[str, Hypothesis] = {}
     for h in sorted(hypotheses, key=lambda h: keys[id(h)]):
         best.setdefault(h.rule, h)

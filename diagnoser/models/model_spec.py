@@ -7,6 +7,7 @@ kind (GQA/MHA or MLA), and the MoE layout. Everything else in a config is ignore
 from __future__ import annotations
 
 import json
+import re
 from enum import Enum
 from functools import lru_cache
 from importlib import resources
@@ -244,20 +245,13 @@ def model_presets() -> dict[str, ModelSpec]:
 
 # Suffixes of a model's name that leave its architecture as the base repository publishes it: a chat or instruct
 # tune, the repository's transformers copy (-hf), the base itself.
-SAME_ARCHITECTURE = ("-instruct", "-chat", "-hf", "-base")
+SAME_ARCHITECTURE = re.compile(r"(?:-(?:instruct|chat|hf|base))+$")
 
 
 def preset_key(name: str) -> str:
     """The preset a model's name points at, written as its Hugging Face repository (Qwen/Qwen3-8B) or a tune of it
     (meta-llama/Llama-3.1-8B-Instruct): the repository's own name, lower case, without an owner or a tune suffix."""
-    key = name.strip().lower().rsplit("/", 1)[-1]
-    stripped = True
-    while stripped:
-        stripped = False
-        for suffix in SAME_ARCHITECTURE:
-            if key.endswith(suffix) and key != suffix:
-                key, stripped = key.removesuffix(suffix), True
-    return key
+    return SAME_ARCHITECTURE.sub("", name.strip().lower().rsplit("/", 1)[-1])
 
 
 def resolve_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
@@ -279,6 +273,6 @@ def resolve_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
         path = path / "config.json"
     if path.suffix == ".json" or path.exists():
         return load_hf_config(path)
-    if preset_key(ref) in presets:
-        return presets[preset_key(ref)]
+    if (key := preset_key(ref)) in presets:
+        return presets[key]
     raise InputError(f"unknown model {ref!r}: not a preset ({', '.join(sorted(presets))}) nor a config.json path")
