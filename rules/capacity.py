@@ -33,6 +33,7 @@ from diagnoser.engine import (
     load_specs,
     rule,
 )
+from diagnoser.models.hypothesis import Evidence
 from diagnoser.models.serving import SERVER_CLOCKS
 from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number, larger
 from diagnoser.rules.rates import decode_timed
@@ -119,6 +120,18 @@ def queue_timed(m) -> Finding:
         detail=f"Requests wait {m[wait]:.4g} of {m[whole]:.4g} ms to be admitted: the gain is on the "
         f"{'first-token time' if whole.startswith('ttft') else 'request latency'}, not on the per-token rate.",
     )
+
+
+def waiting_for_blocks(m, memory: Evidence) -> Finding:
+    """The timed queue, read as a wait for KV blocks: its time bounds what freeing the cache gains a first token."""
+    queue = queue_timed(m)
+    return Finding(evidence=[memory, *queue.evidence], removable_ms=queue.removable_ms, step_ms=queue.step_ms,
+                   detail=f"{queue.detail} The scheduler ran out of KV blocks in the window, so they waited for blocks.")
+
+
+def slots_not_blocks() -> tuple:
+    """No sign the cache ran out of blocks (no preemption, not full): a timed queue waited for a slot."""
+    return NOT(Memory(preemptions=P(lambda n: n > 0))), NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL)))
 
 
 def first_token_ms(m) -> float | None:
@@ -221,12 +234,37 @@ class CapacityRules(RuleSet):
         """The server's waiting count (a metrics scrape or a log) beside a full cache: they wait for blocks."""
         return Finding(evidence=[ev("memory.kv_cache_usage", usage), ev("metrics.waiting_requests", waiting)])
 
-    @rule(SPECS["admission-queueing"], AS.m << Metrics(), NOT(Server(max_num_seqs=W())), TEST(lambda m: queued(m)))
+    @rule(SPECS["kv-cache-pressure"], AS.m << Metrics(), Memory(preemptions=MATCH.n), TEST(lambda m, n: n > 0 and queued(m)))
+    def queued_while_preempting(self, m, n):
+        """Requests waited to be admitted in a window where the scheduler preempted: it ran out of KV blocks, so the
+        wait is for blocks, not for a sequence slot (the real vLLM with 8 blocks of KV at 16 streams: 24 preemptions,
+        5 sequences running under a cap of 256, 1,372 of a 1,408 ms first token queued). The queue time is what the
+        full cache costs each request's first token; the redone prefills inside the others' decode come on top."""
+        return waiting_for_blocks(m, ev("memory.preemptions", n))
+
+    @rule(
+        SPECS["kv-cache-pressure"],
+        AS.m << Metrics(),
+        Memory(kv_cache_usage=MATCH.usage),
+        NOT(Memory(preemptions=P(lambda n: n > 0))),
+        TEST(lambda m, usage: usage >= KV_FULL and queued(m)),
+    )
+    def queued_with_the_cache_full(self, m, usage):
+        """Requests waited to be admitted with the cache full: the wait is for blocks, whatever the cap."""
+        return waiting_for_blocks(m, ev("memory.kv_cache_usage", usage))
+
+    @rule(SPECS["admission-queueing"], AS.m << Metrics(), NOT(Server(max_num_seqs=W())), *slots_not_blocks(), TEST(lambda m: queued(m)))
     def admission_queue_timed(self, m):
         """The wait to be admitted, timed by the server, is a share of the first-token time (or the request) it is part of."""
         return queue_timed(m)
 
-    @rule(SPECS["admission-queueing"], AS.m << Metrics(), Server(max_num_seqs=MATCH.cap), TEST(lambda m, cap: queued(m) and not admitted_all(m, cap)))
+    @rule(
+        SPECS["admission-queueing"],
+        AS.m << Metrics(),
+        Server(max_num_seqs=MATCH.cap),
+        *slots_not_blocks(),
+        TEST(lambda m, cap: queued(m) and not admitted_all(m, cap)),
+    )
     def admission_queue_timed_under_the_cap(self, m, cap):
         """As above, unless every request in flight fitted under the cap and none was seen waiting: then the queue
         time is arrivals waiting out the step that was running when they came, which a long prefill step makes long

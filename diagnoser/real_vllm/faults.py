@@ -99,6 +99,15 @@ FAULTS = {
               healthy="free text: no grammar mask between the model and the sampler"),
         Fault("enforce-eager", "compile-off", "--enforce-eager: no torch.compile (and no graphs where a GPU would capture them)",
               ("--enforce-eager",), healthy="the model compiled (/server_info compilation_config mode 3): a step of about 2.4 ms"),
+        # 8 blocks hold about 900 tokens (vLLM refuses fewer than one max-length sequence needs, hence the shorter
+        # context); 16 streams of 256 tokens need about 5,000. Measured: 14-24 preemptions in the window, 5 sequences
+        # running under a cap of 256, 234-1,372 ms of a 253-1,408 ms first token queued.
+        Fault("kv-cache-small", "kv-cache-pressure",
+              "a KV cache of 8 blocks (about 900 tokens) under 16 streams of 256 tokens: the scheduler preempts "
+              "running sequences and the rest wait for blocks, not for a sequence slot",
+              ("--num-gpu-blocks-override", "8", "--max-model-len", "768"),
+              live={"concurrency": 16, "requests": 16, "max_tokens": 256},
+              healthy="the profiled cache (1 GiB, about 260,000 tokens): no preemption, every stream admitted at once"),
         Fault("buffered-proxy", "proxy-buffering",
               "nginx in front of vLLM, buffering on and gzip on for text/event-stream: deflate holds the events, so a client gets each stream in bursts",
               proxy=True, healthy="tokens arrive one step apart; the client's gaps follow the engine's inter-token latency"),
