@@ -325,11 +325,14 @@ def merely_possible(hypotheses: list[Hypothesis]) -> frozenset[str]:
     changes a single thing: a candidate named by what the case states (a weight format, an engine's class) is stated
     alike on both sides of such an A/B, so it cannot be what separates them, and it ranks with the located change,
     after it. A change of engine, release, build, machine or OS replaces every path at once: any mechanism may lie
-    inside it, and the mechanisms keep their place before it."""
+    inside it, and the mechanisms keep their place before it, except one the bound alone names (a short floor under a
+    long step): both sides of the A/B share that floor, so it says nothing of what the change did."""
     located = [h for h in hypotheses if h.locates and h.grade is Grade.measured]
-    if not located or any(h.id.partition(":")[2] in WHOLESALE_SETTINGS for h in located):
+    if not located:
         return frozenset()
     causes = [h for h in hypotheses if h.kind is Kind.cause and not h.locates]
+    if any(h.id.partition(":")[2] in WHOLESALE_SETTINGS for h in located):
+        causes = [h for h in causes if h.evidence and all(e.name.startswith("bound.") for e in h.evidence)]
     return frozenset({h.rule for h in causes if h.grade is Grade.possible} - {h.rule for h in causes if h.grade is not Grade.possible})
 
 
