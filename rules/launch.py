@@ -51,6 +51,12 @@ MIN_PART_MS = 0.1
 MAX_BUSY = 0.8
 
 
+# A utilisation reading this low while one stream decodes says no kernel of it ran on the device: a launch-bound decode
+# still runs its kernels between the launches (small decode kernels last a few microseconds against 5-20 us to launch
+# each), a fifth of the step or more; 0-2 % is the work running elsewhere (a CPU path, layers on the host).
+IDLE_DEVICE = 0.02
+
+
 # GPU idle between decode steps that is worth naming with no step to hold it against: a millisecond is dozens of
 # kernel launches' worth of host work (5-20 us each), more than any engine's per-step bookkeeping should take.
 IDLE_GAP_MS = 1.0
@@ -374,12 +380,12 @@ class LaunchRules(RuleSet):
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)
 
     @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Layout(batch=1), *within_a_sweep(),
-          TEST(lambda busy: busy <= MAX_BUSY))
+          TEST(lambda busy: IDLE_DEVICE < busy <= MAX_BUSY))
     def idle_device_batch_of_one(self, busy):
         return self.idle_device(busy, ev("workload.batch", 1))
 
     @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Metrics(concurrency=1), *within_a_sweep(),
-          TEST(lambda busy: busy <= MAX_BUSY))
+          TEST(lambda busy: IDLE_DEVICE < busy <= MAX_BUSY))
     def idle_device_one_request(self, busy):
         return self.idle_device(busy, ev("metrics.concurrency", 1))
 
@@ -389,7 +395,8 @@ class LaunchRules(RuleSet):
         also idle for want of work (admission, prefill, a client that waits), so the figure alone names nothing there.
         Work the case puts off the device (layers or weights in host memory, a grammar's mask) idles it while the
         host computes its part: that wait is those causes', not a gap between kernels; so is a token slower than the
-        device's whole sweep of its memory, which no launch pattern between its kernels adds up to."""
+        device's whole sweep of its memory, which no launch pattern between its kernels adds up to, and a device that
+        ran nothing at all (IDLE_DEVICE): the stream's kernels run elsewhere, not between launches."""
         if names_off_device_work(self.facts):
             return None
         return Finding(

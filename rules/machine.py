@@ -8,6 +8,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    OR,
     P,
     TEST,
     W,
@@ -17,6 +18,7 @@ from diagnoser.engine import (
     Expectation,
     Finding,
     Grade,
+    Layout,
     Memory,
     Metrics,
     Platform,
@@ -34,7 +36,7 @@ from diagnoser.rules.comparison import (
     CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, larger,
 )
 from diagnoser.rules.capacity import USABLE_SHARE
-from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, names_off_device_work, on_cpu
+from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, IDLE_DEVICE, SWEEP_MARGIN, names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
 
 SPECS = load_specs(__file__)
@@ -192,6 +194,17 @@ def beyond_this_device(on_another_machine: bool = False) -> tuple:
                     setting=P(lambda s: not (on_another_machine and s == "hardware"))),
             TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
         TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+    )
+
+
+def idle_while_one_stream_decodes() -> tuple:
+    """Patterns for a device read idle (IDLE_DEVICE) while one stream decodes, on a platform not stated to be a CPU.
+    Binds ``busy``."""
+    return (
+        Probe(device_utilization=MATCH.busy),
+        NOT(Platform(device_api=P(lambda api: on_cpu(api)))),
+        OR(Layout(batch=1), Metrics(concurrency=1)),
+        TEST(lambda busy: busy <= IDLE_DEVICE),
     )
 
 
@@ -524,6 +537,29 @@ class MachineRules(RuleSet):
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep."""
         return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth", PLACEMENT_READING)
+
+    @rule(SPECS["cpu-offload"], *idle_while_one_stream_decodes(), *nothing_pushed_off())
+    def idle_device_layers_elsewhere(self, busy):
+        """The device ran no kernels while one stream decoded: its work ran elsewhere. Read first as placement (layers
+        on the CPU, memory paged out), as a token past the device's sweep is."""
+        return self.ran_elsewhere(busy, PLACEMENT_READING)
+
+    @rule(SPECS["build-mismatch"], *idle_while_one_stream_decodes())
+    def idle_device_build_elsewhere(self, busy):
+        """The same idle device read as a build or a fallback that runs the model on the CPU."""
+        return self.ran_elsewhere(busy, BUILD_READING)
+
+    def ran_elsewhere(self, busy: float, reading: tuple[Grade | None, str]) -> Finding | None:
+        if names_off_device_work(self.facts):
+            return None
+        grade, settles = reading
+        return Finding(
+            evidence=[ev("probe.device_utilization", busy)],
+            grade=grade,
+            missing=[settles],
+            detail=f"The device was busy {busy:.0%} of the time while one stream decoded: no kernel of that stream ran "
+            "there, so the model ran elsewhere.",
+        )
 
     def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str,
                    reading: tuple[Grade | None, str]) -> Finding | None:

@@ -44,7 +44,7 @@ def test_rule_name_changes_one_rule_and_two_runs_in_one_process_differ():
     assert "launch-gaps" in one and "host-overhead" not in one
     assert "host-overhead" in other and "launch-gaps" not in other
     assert launch.MIN_PART_SHARE == 0.08
-    with pytest.raises(InputError, match="rule launch-gaps has no threshold 'GIL_BUSY' \\(thresholds: DEVICE_STEP_CEILING_MS, MAX_BUSY, MIN_PART_MS, MIN_PART_SHARE, SLOWER, SWEEP_MARGIN\\)"):
+    with pytest.raises(InputError, match="rule launch-gaps has no threshold 'GIL_BUSY' \\(thresholds: DEVICE_STEP_CEILING_MS, IDLE_DEVICE, MAX_BUSY, MIN_PART_MS, MIN_PART_SHARE, SLOWER, SWEEP_MARGIN\\)"):
         with thresholds_set(book, {"launch-gaps.GIL_BUSY": 0.1}):
             pass
 
@@ -76,7 +76,7 @@ def test_unknown_module_or_name_lists_what_exists():
         with thresholds_set(book, {"lunch.MIN_PART_SHARE": 0.1}):
             pass
     # lower-case names and non-numbers (SPECS) are not thresholds
-    with pytest.raises(InputError, match=r"launch has no threshold 'SPECS' \(thresholds: COMPUTING_CORES, DEVICE_STEP_CEILING_MS, FIXED_COST_RATIO, FIXED_STEP_MS, IDLE_GAP_MS"):
+    with pytest.raises(InputError, match=r"launch has no threshold 'SPECS' \(thresholds: COMPUTING_CORES, DEVICE_STEP_CEILING_MS, FIXED_COST_RATIO, FIXED_STEP_MS, IDLE_DEVICE, IDLE_GAP_MS"):
         with thresholds_set(book, {"launch.SPECS": 1.0}):
             pass
 
