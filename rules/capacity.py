@@ -18,6 +18,7 @@ from diagnoser.engine import (
     Bound,
     Boundaries,
     Budget,
+    ConfoundedChange,
     Expectation,
     Finding,
     Grade,
@@ -304,6 +305,16 @@ class CapacityRules(RuleSet):
         """Two runs that differ only in the admission cap, with more requests in flight than the lower
         cap admits: the lower cap is slower because requests wait for a slot, and the A/B measured it."""
         return ablation_finding(d, ev("runs.in_flight", d["in_flight"]), ev("runs.lower_cap", slower))
+
+    @rule(
+        SPECS["admission-queueing"],
+        AS.d << ConfoundedChange(setting="max_num_seqs", slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda slowdown, slower, faster: slowdown >= SLOWER and lower_cap_slower(slower, faster)),
+    )
+    def lower_cap_slower_among_changes(self, d, slower):
+        """The lower cap is on the slower side of runs that changed other settings too: a suspect, indicated, as every
+        setting of a confounded change is; a run that changes only the cap measures it."""
+        return ablation_finding(d, ev("runs.lower_cap", slower))
 
     @rule(
         SPECS["admission-queueing"],
