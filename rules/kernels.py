@@ -13,6 +13,7 @@ from diagnoser.engine import (
     NOT,
     TEST,
     W,
+    Bound,
     Budget,
     Expectation,
     Finding,
@@ -21,6 +22,7 @@ from diagnoser.engine import (
     Host,
     HostCostFact,
     KernelClass,
+    Layout,
     Memory,
     Metrics,
     P,
@@ -46,6 +48,9 @@ MIN_SHARE = 0.15
 # Under ~16 rows per expert a GEMM is a skinny matrix-vector product: weight reads dominate
 # and too few CTAs are in flight to pull full bandwidth.
 SMALL_ROWS_PER_EXPERT = 16
+# A step at least this many times its floor has room for the expert GEMMs' loss: at a few rows per expert they stream
+# their weights at a fraction of the bandwidth the floor assumes.
+FAR_FROM_FLOOR = 2.0
 # Under 60 % of peak bandwidth a weight-streaming kernel is not bandwidth-limited.
 LOW_BW_FRACTION = 0.6
 # A backend is a slow path, not merely below par, when it reaches under 1/1.5 of that (40 % of peak).
@@ -249,6 +254,28 @@ class KernelRules(RuleSet):
         return Finding(
             evidence=_kernel_evidence(k) + [ev("budget.device_ms", device, "ms")],
             removable_ms=headroom_ms(device, share, k.get("achieved_bw_fraction")),
+        )
+
+    @rule(
+        SPECS["small-expert-kernels"],
+        Layout(routed_experts=True, batch=W()),
+        Bound(source="compute_bound", rows_per_touched_expert=MATCH.rows, floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
+        NOT(KernelClass(kernel_class="moe")),
+        NOT(Budget()),
+        TEST(lambda rows, floor, observed: rows < SMALL_ROWS_PER_EXPERT and observed >= FAR_FROM_FLOOR * floor),
+    )
+    def small_expert_shape_untraced(self, rows, floor, observed):
+        """No trace, but the pinned batch leaves each touched expert a few rows: its GEMMs are matrix-vector products
+        that launch few CTAs and stream weights below the bandwidth the floor assumes, and the step is well above that
+        floor. Possible: the MoE kernels' share of a trace, or their achieved bandwidth, decides it. Only on the floor
+        recomputed from the pinned model, at a batch the case states: a quoted byte count may leave bytes out, and the
+        calculator's default batch of one is no evidence of the rows."""
+        return Finding(
+            evidence=[ev("bound.rows_per_touched_expert", rows), ev("bound.floor_ms", floor, "ms"),
+                      ev("bound.observed_step_ms", observed, "ms")],
+            grade=Grade.possible,
+            missing=["kernel_classes[moe]"],
+            detail=f"{rows:.3g} rows per touched expert at the pinned batch; the step is {observed / floor:.3g}x its floor.",
         )
 
     @rule(SPECS["expert-kernel-below-reference"], *MOE_AND_REFERENCE, TEST(lambda a, r: a * BELOW_REFERENCE < r))
