@@ -198,6 +198,12 @@ def beyond_its_bytes(d) -> bool:
     return d["slowdown"] > int(a.group()) / int(b.group())
 
 
+def heavier_format(d) -> bool:
+    """The slower side of a weight format's A/B stores more bits per element, as its name states."""
+    a, b = (FORMAT_BITS.search(v) for v in (d["slower"], d["faster"]))
+    return a is not None and b is not None and int(a.group()) > int(b.group())
+
+
 # How a run without a tuned config is written: as a run with nothing in between, or as the engine's default.
 UNTUNED = (DIRECT - {"direct"}) | {"default"}
 

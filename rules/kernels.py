@@ -40,6 +40,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, switched_on
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
+from diagnoser.rules.machine import heavier_format_past_the_sweep
 
 SPECS = load_specs(__file__)
 
@@ -227,10 +228,12 @@ class KernelRules(RuleSet):
         key = "library-off" if switched_on(d["faster"], slower) else "library-on" if switched_on(slower, d["faster"]) else slower
         return ablation_finding(d, key=key)
 
-    @rule(SPECS["slow-kernel-path"], *ablation("quantization"), TEST(lambda d: beyond_its_bytes(d)))
+    @rule(SPECS["slow-kernel-path"], *ablation("quantization"), TEST(lambda d: beyond_its_bytes(d) and not heavier_format_past_the_sweep(d)))
     def quantized_path_measured(self, d):
         """Another weight format at the same workload is slower than its extra bytes can make it: its kernels, not
-        its bytes, set the step. (fp16 a sixth slower than int4 is its four times the bytes, read faster.)"""
+        its bytes, set the step. (fp16 a sixth slower than int4 is its four times the bytes, read faster.) Not where
+        the heavier format's token runs past any device's sweep and the lighter one's does not: its weights left the
+        device (cpu-offload)."""
         return ablation_finding(d, key=d["slower"])
 
     @rule(SPECS["moe-untuned-config"], *ablation("moe_config"))

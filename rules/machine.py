@@ -33,7 +33,8 @@ from diagnoser.engine import (
 
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import (
-    CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, idle_through_the_delta, larger,
+    CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, heavier_format,
+    idle_through_the_delta, larger,
 )
 from diagnoser.rules.capacity import USABLE_SHARE
 from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, IDLE_DEVICE, SWEEP_MARGIN, names_off_device_work, on_cpu
@@ -160,6 +161,14 @@ def throttle_finding(p, device_ms: float | None) -> Finding:
         missing=[] if ratio is not None else ["probe.sm_clock_mhz"],
     )
 
+
+
+def heavier_format_past_the_sweep(d) -> bool:
+    """A weight format's A/B whose heavier side's token runs past any accelerator's sweep while the lighter side's
+    stays within it: the device path works (the lighter run shows it), and a format that holds more bytes took it
+    past what the device reads: its weights did not stay on the device."""
+    return (heavier_format(d) and d["figure"] in PER_TOKEN_FIGURES
+            and d["slower_time"] >= DEVICE_STEP_CEILING_MS > d["faster_time"])
 
 
 def beyond_any_device(on_another_machine: bool = False) -> tuple:
@@ -560,6 +569,13 @@ class MachineRules(RuleSet):
             detail=f"The device was busy {busy:.0%} of the time while one stream decoded: no kernel of that stream ran "
             "there, so the model ran elsewhere.",
         )
+
+    @rule(SPECS["cpu-offload"], *ablation("quantization"), TEST(lambda d: heavier_format_past_the_sweep(d)))
+    def heavier_format_off_the_device(self, d):
+        """The A/B measured what the heavier weights cost, and their token is beyond any device's sweep of its memory
+        while the lighter format's is not: no kernel path of a working device turns twice the bytes into a token
+        slower than reading all of its memory; the heavier weights were paged out or spilled to host memory."""
+        return ablation_finding(d, ev("device_sweep_ms", DEVICE_STEP_CEILING_MS, "ms"))
 
     def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str,
                    reading: tuple[Grade | None, str]) -> Finding | None:
