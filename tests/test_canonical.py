@@ -55,6 +55,16 @@ def test_a_logged_piecewise_graph_mode_is_partial_replay():
     assert configured.observations.graph is None  # a configured mode that includes full graphs is no fallback
 
 
+def test_a_logged_recompilation_while_serving_is_no_replay_at_the_live_batch():
+    for line in ("torch._dynamo hit config.recompile_limit (8); Recompiling function forward in model.py",
+                 "HPU graph recompilation during decode steps; 1,996 distinct decode shapes compiled"):
+        found = canonical(case(platform={"fallback_logged": line}))
+        assert found.observations.graph.replayed_at_live_batch is False
+        assert found.observations.platform.fallback_read_as == ["observations.graph.replayed_at_live_batch"]
+    startup = canonical(case(platform={"fallback_logged": "Compiling a graph for dynamic shape takes 21.3 s"}))
+    assert startup.observations.graph is None  # compiling once at start-up is no recompilation
+
+
 def test_the_live_batch_is_per_data_parallel_rank_and_only_beside_graph_facts():
     both = canonical(Case.model_validate({"workload": {"batch": 96, "layout": {"dp": 2}},
                                           "observations": {"server": {"cuda_graph_max_batch": 32}}}))

@@ -349,6 +349,16 @@ def _piecewise_logged(data: dict) -> Any:
     return "partial" if PIECEWISE.search(_at(LOGGED_LINE)(data) or "") else None
 
 
+# An engine's line saying it compiles graphs again while it serves (torch.compile's "Recompiling function", an HPU's
+# graph recompilation, a new shape compiled during decode): the step it recompiles for has no graph to replay.
+RECOMPILING = re.compile(r"\brecompil\w*\b.*\b(?:graphs?|shapes?|functions?|dynamo)\b"
+                         r"|\b(?:graphs?|shapes?|dynamo)\b.*\brecompil\w*", re.IGNORECASE)
+
+
+def _recompiling_logged(data: dict) -> Any:
+    return False if RECOMPILING.search(_at(LOGGED_LINE)(data) or "") else None
+
+
 # Ollama's `ollama ps` PROCESSOR column, which its users paste as it is: "11%/89% CPU/GPU", or "100% CPU".
 OLLAMA_SPLIT = re.compile(r"\b(\d{1,3})%\s*/\s*(\d{1,3})%\s*CPU\s*/\s*GPU\b|\b(100)%\s*CPU\b", re.IGNORECASE)
 
@@ -530,6 +540,11 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.graph.status", "how much of the decode step replays from captured graphs", (
         Alternative(LOGGED_LINE, _piecewise_logged,
                     "the engine's line setting a piecewise graph mode (cudagraph_mode=PIECEWISE, falling back to piecewise): partial"),
+    )),
+    Equivalence("observations.graph.replayed_at_live_batch", "the live batch's steps replay a captured graph", (
+        Alternative(LOGGED_LINE, _recompiling_logged,
+                    "the engine's line saying it recompiles graphs or shapes while serving (Recompiling function, graph "
+                    "recompilation during decode): false"),
     )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
         Alternative(LOGGED_LINE, _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),
