@@ -379,19 +379,22 @@ class LaunchRules(RuleSet):
             return None
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)
 
-    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Layout(batch=1), *within_a_sweep(),
+    @rule(SPECS["host-overhead"], Probe(device_utilization=MATCH.busy), Layout(batch=1), *within_a_sweep(),
           TEST(lambda busy: IDLE_DEVICE < busy <= MAX_BUSY))
     def idle_device_batch_of_one(self, busy):
         return self.idle_device(busy, ev("workload.batch", 1))
 
-    @rule(SPECS["launch-gaps"], Probe(device_utilization=MATCH.busy), Metrics(concurrency=1), *within_a_sweep(),
+    @rule(SPECS["host-overhead"], Probe(device_utilization=MATCH.busy), Metrics(concurrency=1), *within_a_sweep(),
           TEST(lambda busy: IDLE_DEVICE < busy <= MAX_BUSY))
     def idle_device_one_request(self, busy):
         return self.idle_device(busy, ev("metrics.concurrency", 1))
 
     def idle_device(self, busy: float, one_stream) -> Finding | None:
-        """A single stream leaves no other work to fill the device's idle time: whatever it does not run is a gap
-        between that stream's own kernels, which replaying or fusing them removes. With many streams the device can
+        """A single stream leaves no other work to fill the device's idle time: while it does not run that stream's
+        kernels it waits on the host, for the next launch (a gap between kernels, which replaying them removes) or for
+        the host's own work between steps (sampling, scheduling, output handling, a copy the loop waits for); a
+        timeline of the step tells which. Of the incidents read so far with such a reading and a settled cause on the
+        host, host work between steps outnumbered launch gaps, so the host bucket is named. With many streams the device can
         also idle for want of work (admission, prefill, a client that waits), so the figure alone names nothing there.
         Work the case puts off the device (layers or weights in host memory, a grammar's mask) idles it while the
         host computes its part: that wait is those causes', not a gap between kernels; so is a token slower than the
