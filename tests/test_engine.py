@@ -165,6 +165,32 @@ def test_raising_rule_through_the_cli(tmp_path):
             ''',
             "unknown input(s) gpu_vibes",
         ),
+        (
+            '''
+            SPEC = RuleSpec(id="helper-clash", title="t", explanation="e")
+            class HelperClash(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch))
+                def helper_clash(self, launch):
+                    return self.idle_device(launch, None)
+
+                def idle_device(self, busy, one_stream):  # the bundled launch rules' helper has this name
+                    return None
+            ''',
+            "method idle_device of HelperClash already defined in",
+        ),
+        (
+            '''
+            SPEC = RuleSpec(id="engine-clash", title="t", explanation="e")
+            class EngineClash(RuleSet):
+                @rule(SPEC, Budget(launch_ms=MATCH.launch))
+                def engine_clash(self, launch):
+                    return None
+
+                def declare(self, *facts):
+                    return None
+            ''',
+            "method declare of EngineClash would replace the engine's own",
+        ),
         ("def broken(:\n", "cannot load rules: SyntaxError"),
     ],
 )

@@ -269,8 +269,15 @@ def _check_thresholds_declared(book: Rulebook) -> None:
                 raise InputError(f"{where}: threshold {name} is declared {declared.value:g} but the rule reads {reads[name]:g}")
 
 
+def helpers_of(ruleset: type) -> list[str]:
+    """The functions a rule set defines besides its rules (which are Rule objects, not functions)."""
+    return [name for name, value in vars(ruleset).items() if inspect.isfunction(value) and not name.startswith("__")]
+
+
 def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
     """Lint every rule set and merge them; the first problem found is raised as bad input."""
+    from diagnoser.engine.runner import DiagnosisEngine
+
     book = Rulebook()
     method_owner: dict[str, str] = {}
     for where, rulesets in sources:
@@ -283,13 +290,21 @@ def build_rulebook(sources: list[tuple[str, list[type]]]) -> Rulebook:
                     raise InputError(f"{where}: {problems[0]}")
                 if name in method_owner:
                     raise InputError(f"{where}: rule method {name} already defined in {method_owner[name]}")
-                method_owner[name] = where
+                method_owner[name] = f"{where} ({ruleset.__name__})"
                 spec = compiled.spec
                 known = book.specs.get(spec.id)
                 if known is not None and known != spec:
                     raise InputError(f"{where}: rule id {spec.id} already defined in {book.origin[spec.id]}")
                 book.specs[spec.id] = spec
                 book.origin.setdefault(spec.id, where)
+            for name in helpers_of(ruleset):
+                # every rule set becomes one class with the engine: a helper of the same name in another rule set, or
+                # one of the engine's own, would silently replace it
+                if name in method_owner:
+                    raise InputError(f"{where}: method {name} of {ruleset.__name__} already defined in {method_owner[name]}")
+                if hasattr(DiagnosisEngine, name):
+                    raise InputError(f"{where}: method {name} of {ruleset.__name__} would replace the engine's own")
+                method_owner[name] = f"{where} ({ruleset.__name__})"
             book.rulesets.append(ruleset)
     for spec in book.specs.values():
         for old in spec.aliases:
