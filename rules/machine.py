@@ -559,16 +559,9 @@ class MachineRules(RuleSet):
         return self.ran_elsewhere(busy, BUILD_READING)
 
     def ran_elsewhere(self, busy: float, reading: tuple[Grade | None, str]) -> Finding | None:
-        if names_off_device_work(self.facts):
-            return None
-        grade, settles = reading
-        return Finding(
-            evidence=[ev("probe.device_utilization", busy)],
-            grade=grade,
-            missing=[settles],
-            detail=f"The device was busy {busy:.0%} of the time while one stream decoded: no kernel of that stream ran "
-            "there, so the model ran elsewhere.",
-        )
+        return self.read_as(reading, [ev("probe.device_utilization", busy)],
+                            f"The device was busy {busy:.0%} of the time while one stream decoded: no kernel of that stream "
+                            "ran there, so the model ran elsewhere.")
 
     @rule(SPECS["cpu-offload"], *ablation("quantization"), TEST(lambda d: heavier_format_past_the_sweep(d)))
     def heavier_format_off_the_device(self, d):
@@ -580,17 +573,18 @@ class MachineRules(RuleSet):
     def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str,
                    reading: tuple[Grade | None, str]) -> Finding | None:
         """A token past the sweep, read one of two ways (``reading``: the grade and the fact that would settle it)."""
+        evidence = [ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api), ev("device_sweep_ms", ceiling_ms, "ms"),
+                    *([ev("metrics.concurrency", 1)] if "concurrency" in m else [])]
+        return self.read_as(reading, evidence, f"One stream takes {per_token:.4g} ms a token, beyond the {ceiling_ms:.4g} ms "
+                            f"in which {device} reads every byte of its memory once.")
+
+    def read_as(self, reading: tuple[Grade | None, str], evidence: list, detail: str) -> Finding | None:
+        """Work found off the device, read as ``reading``; where the case already names the work off the device, that
+        work's own cause is the reading and this one stays silent."""
         if names_off_device_work(self.facts):
             return None
         grade, settles = reading
-        return Finding(
-            evidence=[ev("metrics.per_token_ms", per_token, "ms"), ev("platform.device_api", api), ev("device_sweep_ms", ceiling_ms, "ms"),
-                      *([ev("metrics.concurrency", 1)] if "concurrency" in m else [])],
-            grade=grade,
-            missing=[settles],
-            detail=f"One stream takes {per_token:.4g} ms a token, beyond the {ceiling_ms:.4g} ms in which {device} reads every "
-            "byte of its memory once.",
-        )
+        return Finding(evidence=evidence, grade=grade, missing=[settles], detail=detail)
 
     @rule(SPECS["build-mismatch"], *ablation("build"))
     def slower_build(self, d):
