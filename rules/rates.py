@@ -437,6 +437,18 @@ class RateGuards(RuleSet):
             f"the {stall:.4g} ms stall is the last {steps - 1} of them after a first chunk was streamed.",
         )
 
+    @rule(
+        SPECS["rate-includes-prefill"],
+        Metrics(output_tokens=P(lambda n: n <= 1) & MATCH.tokens),
+        OR(Metrics(output_tokens_per_s=W()), Metrics(per_user_tokens_per_s=W())),
+    )
+    def no_decode_in_the_requests(self, tokens):
+        """A request that returns one token ends with its prefill: the prompt's pass produces the first token, so a
+        rate over such requests times no decode step at all, whatever it is held against (a length cap the client
+        applied, a stop condition met at once)."""
+        return Finding(evidence=[ev("metrics.output_tokens", tokens)],
+                       detail="One output token a request: every token counted came out of a prefill; no decode step was timed.")
+
     def rate_flags_finding(self) -> Finding:
         return Finding(evidence=[ev(f"metrics.{name}", True) for name in self.flags("rate_includes_prefill", "window_includes_warmup")])
 
