@@ -8,6 +8,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     TEST,
+    Boundaries,
     ContextSweep,
     Finding,
     HostCostFact,
@@ -16,6 +17,7 @@ from diagnoser.engine import (
     NOT,
     P,
     W,
+    Reference,
     RuleSet,
     Traffic,
     ev,
@@ -38,6 +40,10 @@ ATTENTION_BW = 0.5
 # Attention's share of the step's time against the KV read's share of its bytes, and the least share worth it.
 TIME_OVER_BYTES = 2.5
 MIN_ATTENTION_SHARE = 0.15
+# A step that grows by twice its own length for every 1k tokens generated is redoing the sequence: history-wide host
+# work (a penalty scan, a re-detokenization) costs micro- to milliseconds per 1k tokens, and a KV read per token is a
+# small fraction of the weights' bytes, but a forward pass over the whole sequence adds a prompt token's work per token.
+SEQUENCE_REDONE = 2.0
 
 
 def grows_too_much(s, growth: float) -> bool:
@@ -93,6 +99,25 @@ class ContextRules(RuleSet):
     def reported_context_growth(self):
         """The per-token time was seen to grow as the context fills, with no sweep to size it."""
         return Finding(evidence=[ev("metrics.per_token_grows_with", "context")], detail="No sweep gives the growth its size yet.")
+
+    @rule(
+        SPECS["long-context-slowdown"],
+        Boundaries(itl_growth_ms_per_1k_output=MATCH.growth),
+        Reference(step_ms=MATCH.step),
+        NOT(ContextSweep(growth=W())),
+        TEST(lambda growth, step: growth >= SEQUENCE_REDONE * step),
+    )
+    def sequence_redone_each_step(self, growth, step):
+        """Each step costs the step's own time again, twice over, for every 1k tokens it has generated: only work over
+        the whole sequence grows that fast (no KV cache kept, or a cache rebuilt or copied whole every step), so the
+        time goes to the context's work, not to host post-processing over the history."""
+        return Finding(
+            evidence=[ev("boundaries.itl_growth_ms_per_1k_output", growth, "ms"), ev("reference.step_ms", step, "ms")],
+            removable_ms=growth,
+            step_ms=step + growth,
+            detail=f"The step grows {growth:.4g} ms per 1k tokens generated, {growth / step:.3g}x the {step:.4g} ms step itself: "
+            "the gain shown is for a step 1k tokens into the output.",
+        )
 
     @rule(SPECS["max-context-work"], Metrics(per_token_grows_with=P(lambda g: "max_context" in g)))
     def reported_max_context_growth(self, parent_cap_ms):

@@ -32,7 +32,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding, larger
-from diagnoser.rules.context import sweep_evidence
+from diagnoser.rules.context import SEQUENCE_REDONE, sweep_evidence
 from diagnoser.rules.rates import beyond_batching, expected_rate, per_stream_rate, stream_rates
 
 SPECS = load_specs(__file__)
@@ -322,9 +322,10 @@ class OutputPathRules(RuleSet):
         Boundaries(itl_growth_ms_per_1k_output=MATCH.growth),
         Reference(step_ms=MATCH.step),
         NOT(ContextSweep(growth=W())),
-        TEST(lambda growth, step: growth >= GROWTH_SHARE * step),
+        TEST(lambda growth, step: SEQUENCE_REDONE * step > growth >= GROWTH_SHARE * step),
     )
     def output_length_growth(self, growth, step):
+        """Below the slope of a sequence redone every step (``long-context-slowdown``), which no host work reaches."""
         return Finding(
             evidence=[ev("boundaries.itl_growth_ms_per_1k_output", growth, "ms"), ev("reference.step_ms", step, "ms")],
             removable_ms=growth,
