@@ -30,6 +30,9 @@ from diagnoser.engine import (
     RuleSet,
     Server,
     Shares,
+    RunDiff,
+    Speculation,
+    OR,
     ev,
     load_specs,
     rule,
@@ -37,6 +40,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding
 from diagnoser.rules.rates import beyond_batching, stream_rates
+from diagnoser.rules.speculation import drafts_per_cycle, yield_per_cycle
 
 SPECS = load_specs(__file__)
 
@@ -67,6 +71,24 @@ IDLE_GAP_MS = 1.0
 # that is paced by these costs more likely than by memory.
 FIXED_STEP_MS = 1.0
 FIXED_COST_RATIO = 3.0
+
+
+# What one speculation cycle's own work costs, in ordinary decode steps, for one stream: verifying k+1 tokens reads the
+# weights once, as an ordinary step does (VERIFY_STEPS allows for the longer attention and sampling over k+1 rows), and a
+# drafted token costs at most DRAFT_STEP_SHARE of a step (a head or a layer is a few per cent of one, a draft model a
+# tenth of the target's size a fifth of its step or less, being latency-bound).
+VERIFY_STEPS = 1.5
+DRAFT_STEP_SHARE = 0.5
+
+
+def cycle_beyond_its_work(s, on_ms: float, off_ms: float) -> tuple[float, float, float, float] | None:
+    """(cycle ms, ceiling ms, drafts, tokens per cycle) when a speculation cycle, the time per emitted token times the
+    tokens it emits, costs more than verifying and drafting can (the ceiling); None when it does not or is unknown."""
+    k, tokens = drafts_per_cycle(s), yield_per_cycle(s)
+    if k is None or tokens is None:
+        return None
+    cycle, ceiling = on_ms * tokens, off_ms * (VERIFY_STEPS + k * DRAFT_STEP_SHARE)
+    return (cycle, ceiling, k, tokens) if cycle > ceiling else None
 
 
 def notable(part_ms: float, step_ms: float) -> bool:
@@ -157,6 +179,19 @@ def off_device_work(f) -> bool:
 
 def names_off_device_work(facts) -> bool:
     return any(off_device_work(f) for f in facts.values())
+
+
+def cycle_finding(s, on: float, off: float, ordinary) -> Finding:
+    cycle, ceiling, k, tokens = cycle_beyond_its_work(s, on, off)
+    return Finding(
+        evidence=[ev("time_per_token_ms", on, "ms"), ordinary, ev("tokens_per_cycle", tokens), ev("drafts_per_cycle", k),
+                  ev("cycle_ms", cycle, "ms"), ev("draft_and_verify_at_most_ms", ceiling, "ms")],
+        removable_ms=(cycle - ceiling) / tokens,
+        step_ms=on,
+        at_least=True,
+        detail=f"A cycle emits {tokens:.3g} tokens in {cycle:.4g} ms, {cycle / off:.3g} ordinary steps; verifying {k + 1:.3g} tokens "
+        f"and drafting {k:.3g} take at most {ceiling:.4g} ms. The gain is the rest, per emitted token.",
+    )
 
 
 def share_finding(part: str, share: float) -> Finding:
@@ -353,6 +388,36 @@ class LaunchRules(RuleSet):
             detail=f"The floor is {floor:.3g} ms, under the {FIXED_STEP_MS:g} ms a step's launches and host work take; "
             f"the step is {observed / floor:.3g}x the floor.",
         )
+
+    @rule(
+        SPECS["host-overhead"],
+        AS.s << Speculation(),
+        RunDiff(setting="speculative", before=MATCH.before, base_time=MATCH.base, other_time=MATCH.other),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *((other, base) if before == "false" else (base, other)))),
+    )
+    def speculation_cycle_beyond_its_work(self, s, before, base, other):
+        """Speculation on and off for one stream, with what a cycle emits and drafts known: the time per emitted token
+        times the tokens a cycle emits is the cycle, and it costs more than verifying k+1 tokens and drafting k can
+        (VERIFY_STEPS and DRAFT_STEP_SHARE of the ordinary step, the run with speculation off). The rest is work between
+        them that is neither: bookkeeping, state copied to the host and back, a sync per cycle. At least the excess per
+        emitted token goes."""
+        on, off = (other, base) if before == "false" else (base, other)
+        return cycle_finding(s, on, off, ev("runs.speculative_off_time", off, "ms"))
+
+    @rule(
+        SPECS["host-overhead"],
+        AS.s << Speculation(ordinary_step_ms=MATCH.off),
+        Metrics(per_token_ms=MATCH.on),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        NOT(RunDiff(setting="speculative")),
+        TEST(lambda s, on, off: cycle_beyond_its_work(s, on, off)),
+    )
+    def speculation_cycle_beyond_its_ordinary_step(self, s, on, off):
+        """The same, held against the ordinary step the case states instead of a run with speculation off."""
+        return cycle_finding(s, on, off, ev("speculation.ordinary_step_ms", off, "ms"))
 
     @rule(SPECS["host-overhead"], Platform(host_bound_reported=True), NOT(Budget()))
     def host_bound_reported(self):

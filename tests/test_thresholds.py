@@ -76,7 +76,7 @@ def test_unknown_module_or_name_lists_what_exists():
         with thresholds_set(book, {"lunch.MIN_PART_SHARE": 0.1}):
             pass
     # lower-case names and non-numbers (SPECS) are not thresholds
-    with pytest.raises(InputError, match=r"launch has no threshold 'SPECS' \(thresholds: COMPUTING_CORES, DEVICE_STEP_CEILING_MS, FIXED_COST_RATIO, FIXED_STEP_MS, IDLE_DEVICE, IDLE_GAP_MS"):
+    with pytest.raises(InputError, match=r"launch has no threshold 'SPECS' \(thresholds: COMPUTING_CORES, DEVICE_STEP_CEILING_MS, DRAFT_STEP_SHARE, FIXED_COST_RATIO, FIXED_STEP_MS, IDLE_DEVICE, IDLE_GAP_MS"):
         with thresholds_set(book, {"launch.SPECS": 1.0}):
             pass
 
