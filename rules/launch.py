@@ -40,7 +40,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding
 from diagnoser.rules.rates import beyond_batching, stream_rates
-from diagnoser.rules.speculation import drafts_per_cycle, yield_per_cycle
+from diagnoser.rules.speculation import LONG_CONTEXT, drafts_per_cycle, yield_per_cycle
 
 SPECS = load_specs(__file__)
 
@@ -181,7 +181,14 @@ def names_off_device_work(facts) -> bool:
     return any(off_device_work(f) for f in facts.values())
 
 
-def cycle_finding(s, on: float, off: float, ordinary) -> Finding:
+def short_context() -> tuple:
+    """Patterns for speculation read at a context under LONG_CONTEXT: there a step is mostly the weights' read, which a
+    verify of k+1 tokens pays once. From LONG_CONTEXT on the KV read can be most of a step, and a verify that reads it
+    for each of its k+1 query tokens costs up to k+1 steps with no work outside it (``long-context-slowdown``)."""
+    return (NOT(Speculation(context=P(lambda n: n >= LONG_CONTEXT))), NOT(Metrics(input_tokens=P(lambda n: n >= LONG_CONTEXT))))
+
+
+def cycle_finding(s, on: float, off: float, ordinary, reading: str = "") -> Finding:
     cycle, ceiling, k, tokens = cycle_beyond_its_work(s, on, off)
     return Finding(
         evidence=[ev("time_per_token_ms", on, "ms"), ordinary, ev("tokens_per_cycle", tokens), ev("drafts_per_cycle", k),
@@ -190,7 +197,7 @@ def cycle_finding(s, on: float, off: float, ordinary) -> Finding:
         step_ms=on,
         at_least=True,
         detail=f"A cycle emits {tokens:.3g} tokens in {cycle:.4g} ms, {cycle / off:.3g} ordinary steps; verifying {k + 1:.3g} tokens "
-        f"and drafting {k:.3g} take at most {ceiling:.4g} ms. The gain is the rest, per emitted token.",
+        f"and drafting {k:.3g} take at most {ceiling:.4g} ms a step's read of the weights. {reading}The gain is the rest, per emitted token.",
     )
 
 
@@ -395,6 +402,7 @@ class LaunchRules(RuleSet):
         RunDiff(setting="speculative", before=MATCH.before, base_time=MATCH.base, other_time=MATCH.other),
         OR(Metrics(concurrency=1), Layout(batch=1)),
         NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        *short_context(),
         TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *((other, base) if before == "false" else (base, other)))),
     )
     def speculation_cycle_beyond_its_work(self, s, before, base, other):
@@ -412,6 +420,7 @@ class LaunchRules(RuleSet):
         Metrics(per_token_ms=MATCH.on),
         OR(Metrics(concurrency=1), Layout(batch=1)),
         NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        *short_context(),
         NOT(RunDiff(setting="speculative")),
         TEST(lambda s, on, off: cycle_beyond_its_work(s, on, off)),
     )
