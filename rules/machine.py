@@ -31,7 +31,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.models.serving import WORKLOAD_SETTINGS
+from diagnoser.models.serving import WHOLESALE_SETTINGS, WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import (
     CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, heavier_format,
     idle_through_the_delta, larger,
@@ -44,6 +44,8 @@ SPECS = load_specs(__file__)
 
 # Clocks under 90 % of their maximum during a run are throttled, not boosting normally.
 CLOCK_RATIO = 0.9
+# The changes of software alone on one machine: a release, an engine, a build.
+SOFTWARE_CHANGES = frozenset(WHOLESALE_SETTINGS) - {"hardware", "os", "several"}
 # Practical host-to-device rate of a PCIe gen4 x16 link (GB/s); the rule states it as an assumption.
 PCIE_GBS = 25.0
 # Exposed host-to-device time worth a hypothesis: 5 % of the step and 0.1 ms. Lower than the
@@ -147,6 +149,15 @@ def throttled(p) -> bool:
     return bool(p.get("throttled")) or (ratio is not None and ratio < CLOCK_RATIO) or bool(strained(p))
 
 
+def idle_reading(facts, p) -> bool:
+    """A low clock that reads as idling, not throttling: the same device ran the same work faster under other software
+    (another release, engine or build: ``SOFTWARE_CHANGES``), and no throttle reason was read. Power, heat and clock
+    caps belong to the board and its policy, which software leaves alone; a GPU drops to a fraction of its clock on its
+    own when it has nothing to run, so low clocks on the slower side say its work is waiting or running elsewhere, an
+    effect of the change."""
+    return not p.get("throttled") and any(isinstance(f, RunDiff) and f.get("setting") in SOFTWARE_CHANGES for f in facts.values())
+
+
 def throttle_finding(p, device_ms: float | None) -> Finding:
     """At most the device time the lower clocks stretched: ``device * (1 - ratio)``; without clocks, indicated."""
     ratio = clock_ratio(p)
@@ -193,17 +204,24 @@ def nothing_pushed_off() -> tuple:
 
 def beyond_this_device(on_another_machine: bool = False) -> tuple:
     """Patterns for one stream's token slower than twice a sweep of the named device's memory (SWEEP_MARGIN), on an
-    accelerator, with no run of the same case under it (but for one on another machine, with ``on_another_machine``).
-    Binds ``m``, ``per_token``, ``api``, ``sweep``, ``device``."""
+    accelerator; a run of the same case under it is ``a_run_within``'s to rule out, in the body. Not from a rate that
+    counts prefill: a device's sweep is tens of milliseconds, and a request's prompt counted into its time per token
+    can take a decode that runs on the device past twice that (any accelerator's ceiling, seconds, it cannot). Binds
+    ``m``, ``per_token``, ``api``, ``sweep``, ``device``."""
     return (
         AS.m << Metrics(per_token_ms=MATCH.per_token),
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
         Device(sweep_ms=MATCH.sweep, name=MATCH.device),
-        NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=MATCH.faster,
-                    setting=P(lambda s: not (on_another_machine and s == "hardware"))),
-            TEST(lambda faster, sweep: faster < SWEEP_MARGIN * sweep)),
+        NOT(Metrics(rate_includes_prefill=True)),
         TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
     )
+
+
+def a_run_within(facts, ceiling_ms: float, on_another_machine: bool = False) -> bool:
+    """A run of the same case (but for one on another machine, with ``on_another_machine``) whose token is under
+    ``ceiling_ms``: the device path works, and the slower run lost something else."""
+    return any(isinstance(f, RunDiff) and f.get("figure") in PER_TOKEN_FIGURES and f.get("faster_time", ceiling_ms) < ceiling_ms
+               and not (on_another_machine and f.get("setting") == "hardware") for f in facts.values())
 
 
 def idle_while_one_stream_decodes() -> tuple:
@@ -237,7 +255,8 @@ class MachineRules(RuleSet):
 
     @rule(SPECS["clock-throttle"], AS.p << Probe(), Budget(device_ms=MATCH.device), TEST(lambda p: throttled(p)))
     def clock_throttle(self, p, device):
-        return throttle_finding(p, device)
+        """Not where the low clock reads as idling (``idle_reading``)."""
+        return None if idle_reading(self.facts, p) else throttle_finding(p, device)
 
     @rule(
         SPECS["clock-throttle"],
@@ -247,8 +266,9 @@ class MachineRules(RuleSet):
     )
     def clock_throttle_without_budget(self, p):
         """Throttle reasons or low clocks with no budget: the device time is unknown, so the whole step
-        stands in for it (a step that is all device work slows at most by the clock ratio)."""
-        return throttle_finding(p, self.reference_step_ms)
+        stands in for it (a step that is all device work slows at most by the clock ratio). Not where the low clock
+        reads as idling (``idle_reading``)."""
+        return None if idle_reading(self.facts, p) else throttle_finding(p, self.reference_step_ms)
 
     @rule(SPECS["clock-throttle"], Platform(power_saving=True), NOT(Platform(cpu_clock_mhz=W())), NOT(Probe(sm_clock_mhz=W())))
     def power_saving_mode(self):
@@ -530,6 +550,8 @@ class MachineRules(RuleSet):
     def slower_than_a_sweep_of_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep (its memory over its bandwidth), far shorter than the
         largest accelerator's: twice it (SWEEP_MARGIN), since a step that fills the device may read it at half speed."""
+        if a_run_within(self.facts, SWEEP_MARGIN * sweep):
+            return None
         return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth", BUILD_READING)
 
     @rule(SPECS["cpu-offload"], *beyond_any_device(on_another_machine=True), *nothing_pushed_off())
@@ -545,6 +567,8 @@ class MachineRules(RuleSet):
     @rule(SPECS["cpu-offload"], *beyond_this_device(on_another_machine=True), *nothing_pushed_off())
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep."""
+        if a_run_within(self.facts, SWEEP_MARGIN * sweep, on_another_machine=True):
+            return None
         return self.off_device(m, per_token, api, SWEEP_MARGIN * sweep, f"{device} at half its bandwidth", PLACEMENT_READING)
 
     @rule(SPECS["cpu-offload"], *idle_while_one_stream_decodes(), *nothing_pushed_off())
