@@ -350,3 +350,14 @@ def test_bad_spec_yaml_is_one_line_at_load(tmp_path, yaml_text, needle):
     with pytest.raises(InputError) as err:
         load_rulebook([pack])
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_not_of_several_patterns_is_refused():
+    """experta wires only a NOT's first element and drops the rest silently: NOT(A, TEST(...)) would read as NOT(A)."""
+    from diagnoser.engine import NOT, TEST, Metrics, Probe
+
+    with pytest.raises(TypeError, match="NOT takes one fact pattern, got 2"):
+        NOT(Metrics(), TEST(lambda: True))
+    with pytest.raises(TypeError, match="NOT takes one fact pattern"):
+        NOT(TEST(lambda: True))
+    assert NOT(Probe(throttled=[]))[0] == Probe(throttled=[])
