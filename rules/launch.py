@@ -155,6 +155,11 @@ def padded_share(live: int, sizes) -> float:
     return 0.0 if size is None else (size - live) / size
 
 
+# A kernel or graph launch costs the host 5-20 us (a graph launch about as much as one kernel's); 100 us or more, five
+# times the slowest of those, is the call itself slowed.
+SLOW_LAUNCH_US = 100.0
+
+
 # A quarter or more of the replayed rows are padding: where a capture list is sparse for the live batch (5 -> 8,
 # 10 -> 16), not the steady steps of 8 between larger sizes (under a quarter past 24: 25 -> 32 pads 22 %).
 PADDED_SHARE = 0.25
@@ -226,6 +231,15 @@ class LaunchRules(RuleSet):
     @rule(SPECS["launch-gaps"], Budget(launch_ms=MATCH.launch, step_ms=MATCH.step), TEST(lambda launch, step: notable(launch, step)))
     def launch_gaps(self, launch, step):
         return Finding(evidence=[ev("budget.launch_ms", launch, "ms"), ev("budget.step_ms", step, "ms")], removable_ms=launch)
+
+    @rule(SPECS["launch-gaps"], Graph(launch_cost_us=MATCH.launch_us), TEST(lambda launch_us: launch_us >= SLOW_LAUNCH_US))
+    def slow_launch_call(self, launch_us):
+        """A launch, of one kernel or of a whole graph, that costs the host several times what the runtime takes for
+        one: the call itself is slowed (a library interposed on the runtime, such as a profiler or a tracer, or a debug
+        or sanitizer runtime), and every step waits on it before its kernels run. Indicated: the launches a step makes
+        would bound it."""
+        return Finding(evidence=[ev("graph.launch_cost_us", launch_us, "us")],
+                       detail=f"A launch costs {launch_us:.4g} us on the host, against the 5-20 us the runtime takes for one.")
 
     @rule(SPECS["launch-gaps"], *ablation("gpu_scheduling"))
     def os_scheduled_submissions_slower(self, d):
