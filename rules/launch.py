@@ -155,6 +155,12 @@ def padded_share(live: int, sizes) -> float:
     return 0.0 if size is None else (size - live) / size
 
 
+# One host thread flat out: about one core busy (ONE_THREAD_BUSY), and well short of two (ONE_THREAD_MAX: a second
+# busy thread would bring it near two).
+ONE_THREAD_BUSY = 0.9
+ONE_THREAD_MAX = 1.5
+
+
 # A kernel or graph launch costs the host 5-20 us (a graph launch about as much as one kernel's); 100 us or more, five
 # times the slowest of those, is the call itself slowed.
 SLOW_LAUNCH_US = 100.0
@@ -469,6 +475,25 @@ class LaunchRules(RuleSet):
         if parent_cap_ms is not None:
             return None
         return Finding(evidence=[ev("host.scheduler_ms", sched, "ms"), ev("reference.step_ms", step, "ms")], removable_ms=sched)
+
+    @rule(
+        SPECS["host-overhead"],
+        Probe(device_utilization=MATCH.busy),
+        Platform(cpu_cores_busy=MATCH.cores),
+        AS.m << Metrics(concurrency=P(lambda c: c > 1), waiting_requests=0),
+        TEST(lambda busy, cores: IDLE_DEVICE < busy <= MAX_BUSY and ONE_THREAD_BUSY <= cores < ONE_THREAD_MAX),
+    )
+    def one_host_thread_paces_a_full_load(self, busy, cores, m):
+        """Many streams in flight and none waiting, yet the device idles, while the host keeps one core busy and no
+        more: a device with work admitted waits on the one host thread that feeds it (an API server, a detokenizer, a
+        scheduler loop under one interpreter lock), which runs flat out. With requests waiting, admission could leave
+        the device short of work instead; with several cores busy, the host is not one loop."""
+        return Finding(
+            evidence=[ev("probe.device_utilization", busy), ev("platform.cpu_cores_busy", cores),
+                      ev("metrics.concurrency", m["concurrency"]), ev("metrics.waiting_requests", 0)],
+            detail=f"The device ran kernels {busy:.0%} of the time with {m['concurrency']:g} requests in flight and none waiting, "
+            f"while the host kept {cores:.3g} cores busy: one thread, flat out.",
+        )
 
     @rule(SPECS["host-overhead"], Probe(device_utilization=MATCH.busy), Layout(batch=1), *within_a_sweep(),
           TEST(lambda busy: IDLE_DEVICE < busy <= MAX_BUSY))
