@@ -31,7 +31,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import UNITS, ablation, ablation_finding, beyond_the_size
 from diagnoser.rules.launch import cycle_beyond_its_work, cycle_finding
-from diagnoser.rules.speculation import LONG_CONTEXT
+from diagnoser.rules.speculation import LONG_CONTEXT, speculating_and_not
 
 SPECS = load_specs(__file__)
 
@@ -133,14 +133,14 @@ class ContextRules(RuleSet):
         OR(Metrics(concurrency=1), Layout(batch=1)),
         NOT(Metrics(concurrency=P(lambda c: c > 1))),
         OR(Speculation(context=P(lambda n: n >= LONG_CONTEXT)), Metrics(input_tokens=P(lambda n: n >= LONG_CONTEXT))),
-        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *((other, base) if before == "false" else (base, other)))),
+        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *speculating_and_not(before, base, other))),
     )
     def verify_rereads_the_context(self, s, m, before, base, other):
         """Speculation on and off for one stream at a long context, and a cycle that costs more than verifying k+1
         tokens and drafting k would where the weights make the step: at this context the KV read is much of a step, and
         a verify whose attention reads it for each of its query tokens pays it k+1 times. Acceptance, which the cycle's
         yield already counts, does not explain it; the context's work does."""
-        on, off = (other, base) if before == "false" else (base, other)
+        on, off = speculating_and_not(before, base, other)
         context = s.get("context") or m["input_tokens"]
         return cycle_finding(s, on, off, ev("runs.speculative_off_time", off, "ms"),
                              f"At a context of {context:g} tokens the verify's attention can read the KV once per query token. ")

@@ -9,6 +9,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    OR,
     P,
     TEST,
     W,
@@ -28,11 +29,10 @@ from diagnoser.engine import (
     QuotedBound,
     Reference,
     RuleSet,
+    RunDiff,
     Server,
     Shares,
-    RunDiff,
     Speculation,
-    OR,
     ev,
     load_specs,
     rule,
@@ -40,7 +40,7 @@ from diagnoser.engine import (
 
 from diagnoser.rules.comparison import ablation, ablation_finding
 from diagnoser.rules.rates import beyond_batching, stream_rates
-from diagnoser.rules.speculation import LONG_CONTEXT, drafts_per_cycle, yield_per_cycle
+from diagnoser.rules.speculation import LONG_CONTEXT, drafts_per_cycle, speculating_and_not, yield_per_cycle
 
 SPECS = load_specs(__file__)
 
@@ -211,7 +211,8 @@ def cycle_finding(s, on: float, off: float, ordinary, reading: str = "") -> Find
         step_ms=on,
         at_least=True,
         detail=f"A cycle emits {tokens:.3g} tokens in {cycle:.4g} ms, {cycle / off:.3g} ordinary steps; verifying {k + 1:.3g} tokens "
-        f"and drafting {k:.3g} take at most {ceiling:.4g} ms a step's read of the weights. {reading}The gain is the rest, per emitted token.",
+        f"and drafting {k:.3g} take at most {ceiling:.4g} ms where the weights' read makes the step. {reading}The gain is the rest, "
+        "per emitted token.",
     )
 
 
@@ -426,7 +427,7 @@ class LaunchRules(RuleSet):
         OR(Metrics(concurrency=1), Layout(batch=1)),
         NOT(Metrics(concurrency=P(lambda c: c > 1))),
         *short_context(),
-        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *((other, base) if before == "false" else (base, other)))),
+        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *speculating_and_not(before, base, other))),
     )
     def speculation_cycle_beyond_its_work(self, s, before, base, other):
         """Speculation on and off for one stream, with what a cycle emits and drafts known: the time per emitted token
@@ -434,7 +435,7 @@ class LaunchRules(RuleSet):
         (VERIFY_STEPS and DRAFT_STEP_SHARE of the ordinary step, the run with speculation off). The rest is work between
         them that is neither: bookkeeping, state copied to the host and back, a sync per cycle. At least the excess per
         emitted token goes."""
-        on, off = (other, base) if before == "false" else (base, other)
+        on, off = speculating_and_not(before, base, other)
         return cycle_finding(s, on, off, ev("runs.speculative_off_time", off, "ms"))
 
     @rule(

@@ -202,7 +202,7 @@ def nothing_pushed_off() -> tuple:
     return (NOT(Memory(weights_fit_without_offload=True)), NOT(Bound(resident_share=P(lambda share: share <= USABLE_SHARE))))
 
 
-def beyond_this_device(on_another_machine: bool = False) -> tuple:
+def beyond_this_device() -> tuple:
     """Patterns for one stream's token slower than twice a sweep of the named device's memory (SWEEP_MARGIN), on an
     accelerator; a run of the same case under it is ``a_run_within``'s to rule out, in the body. Not from a rate that
     counts prefill: a device's sweep is tens of milliseconds, and a request's prompt counted into its time per token
@@ -564,7 +564,7 @@ class MachineRules(RuleSet):
         and the machine that lost it lost where its bytes lie (less memory, paged out)."""
         return self.off_device(m, per_token, api, DEVICE_STEP_CEILING_MS, "an accelerator", PLACEMENT_READING)
 
-    @rule(SPECS["cpu-offload"], *beyond_this_device(on_another_machine=True), *nothing_pushed_off())
+    @rule(SPECS["cpu-offload"], *beyond_this_device(), *nothing_pushed_off())
     def layers_left_off_this_device(self, m, per_token, api, sweep, device):
         """As above, against the named device's own sweep."""
         if a_run_within(self.facts, SWEEP_MARGIN * sweep, on_another_machine=True):
