@@ -298,16 +298,26 @@ def _delta_evidence(d) -> list:
 ONE_SETTING_CHANGED = AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after)
 
 
-def left_to_locate(setting: str, before: str, after: str) -> bool:
-    """A single setting of how the work is served, whose delta no mechanism rule reads as its own measurement."""
-    return setting != "several" and setting not in WORKLOAD_SETTINGS and not interpreted(setting, after, before)
+# Two builds' A/B is build-mismatch's (the binary lacks a fast path) only at a slowdown such a path makes: a missing SIMD
+# or arch target, a debug build, a generic fallback for the model's main kernels costs multiples, FAST_PATH_GAP and
+# more. A smaller delta between two builds is code that changed on the path (a bisected commit, a kernel library
+# bumped), which the A/B locates without naming its mechanism.
+FAST_PATH_GAP = 1.3
+FAST_PATH_SETTINGS = frozenset({"build"})
+
+
+def left_to_locate(setting: str, before: str, after: str, ratio: float) -> bool:
+    """A single setting of how the work is served, whose delta no mechanism rule reads as its own measurement (two
+    builds' owned only from the slowdown a missing fast path makes, FAST_PATH_GAP)."""
+    owned = interpreted(setting, after, before) and (setting not in FAST_PATH_SETTINGS or ratio >= FAST_PATH_GAP)
+    return setting != "several" and setting not in WORKLOAD_SETTINGS and not owned
 
 
 class ComparisonRules(RuleSet):
     @rule(
         SPECS["regression-located"],
         ONE_SETTING_CHANGED,
-        TEST(lambda d, setting, ratio, before, after: left_to_locate(setting, before, after) and slower_beyond_noise(d, ratio)),
+        TEST(lambda d, setting, ratio, before, after: left_to_locate(setting, before, after, ratio) and slower_beyond_noise(d, ratio)),
     )
     def regression_located(self, d, setting, ratio, before, after):
         """Several runs changing the same setting give one hypothesis per setting: the largest delta ranks first."""
@@ -324,7 +334,7 @@ class ComparisonRules(RuleSet):
     @rule(
         SPECS["regression-located"],
         ONE_SETTING_CHANGED,
-        TEST(lambda d, setting, ratio, before, after: left_to_locate(setting, before, after)
+        TEST(lambda d, setting, ratio, before, after: left_to_locate(setting, before, after, ratio)
              and SLIGHTLY_SLOWER <= ratio < SLOWER and "repeat_spread" not in d),
     )
     def regression_within_noise(self, d, setting, ratio, before, after):

@@ -33,7 +33,7 @@ from diagnoser.engine import (
 
 from diagnoser.models.serving import WHOLESALE_SETTINGS, WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import (
-    CLOCK_SETTINGS, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, heavier_format,
+    CLOCK_SETTINGS, FAST_PATH_GAP, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, heavier_format,
     idle_through_the_delta, larger,
 )
 from diagnoser.rules.capacity import USABLE_SHARE
@@ -610,10 +610,11 @@ class MachineRules(RuleSet):
         grade, settles = reading
         return Finding(evidence=evidence, grade=grade, missing=[settles], detail=detail)
 
-    @rule(SPECS["build-mismatch"], *ablation("build"))
+    @rule(SPECS["build-mismatch"], *ablation("build"), TEST(lambda d: d["slowdown"] >= FAST_PATH_GAP))
     def slower_build(self, d):
-        """Two builds of the same engine, everything else equal: the slower binary does not run the fast path the
-        other does (its arch list, its SIMD or GPU backend, its debug checks)."""
+        """Two builds of the same engine, everything else equal, one slower by what a missing fast path costs
+        (FAST_PATH_GAP): the slower binary does not run the fast path the other does (its arch list, its SIMD or GPU
+        backend, its debug checks). Under that, the builds differ in code on the path, and the A/B locates it."""
         return ablation_finding(d)
 
     @rule(
