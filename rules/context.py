@@ -13,7 +13,6 @@ from diagnoser.engine import (
     Finding,
     HostCostFact,
     KernelClass,
-    Layout,
     Metrics,
     NOT,
     OR,
@@ -21,7 +20,6 @@ from diagnoser.engine import (
     W,
     Reference,
     RuleSet,
-    RunDiff,
     Speculation,
     Traffic,
     ev,
@@ -30,7 +28,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import UNITS, ablation, ablation_finding, beyond_the_size
-from diagnoser.rules.launch import cycle_beyond_its_work, cycle_finding
+from diagnoser.rules.launch import cycle_finding, one_stream_speculation_ab
 from diagnoser.rules.speculation import LONG_CONTEXT, speculating_and_not
 
 SPECS = load_specs(__file__)
@@ -127,13 +125,9 @@ class ContextRules(RuleSet):
 
     @rule(
         SPECS["long-context-slowdown"],
-        AS.s << Speculation(),
+        *one_stream_speculation_ab(),
         AS.m << Metrics(),
-        RunDiff(setting="speculative", before=MATCH.before, base_time=MATCH.base, other_time=MATCH.other),
-        OR(Metrics(concurrency=1), Layout(batch=1)),
-        NOT(Metrics(concurrency=P(lambda c: c > 1))),
         OR(Speculation(context=P(lambda n: n >= LONG_CONTEXT)), Metrics(input_tokens=P(lambda n: n >= LONG_CONTEXT))),
-        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *speculating_and_not(before, base, other))),
     )
     def verify_rereads_the_context(self, s, m, before, base, other):
         """Speculation on and off for one stream at a long context, and a cycle that costs more than verifying k+1

@@ -195,6 +195,18 @@ def names_off_device_work(facts) -> bool:
     return any(off_device_work(f) for f in facts.values())
 
 
+def one_stream_speculation_ab() -> tuple:
+    """Patterns for speculation on and off for one stream, whose cycle costs more than verifying and drafting can
+    (``cycle_beyond_its_work``). Binds ``s``, ``before``, ``base``, ``other``."""
+    return (
+        AS.s << Speculation(),
+        RunDiff(setting="speculative", before=MATCH.before, base_time=MATCH.base, other_time=MATCH.other),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *speculating_and_not(before, base, other))),
+    )
+
+
 def short_context() -> tuple:
     """Patterns for speculation read at a context under LONG_CONTEXT: there a step is mostly the weights' read, which a
     verify of k+1 tokens pays once. From LONG_CONTEXT on the KV read can be most of a step, and a verify that reads it
@@ -420,15 +432,7 @@ class LaunchRules(RuleSet):
             f"the step is {observed / floor:.3g}x the floor.",
         )
 
-    @rule(
-        SPECS["host-overhead"],
-        AS.s << Speculation(),
-        RunDiff(setting="speculative", before=MATCH.before, base_time=MATCH.base, other_time=MATCH.other),
-        OR(Metrics(concurrency=1), Layout(batch=1)),
-        NOT(Metrics(concurrency=P(lambda c: c > 1))),
-        *short_context(),
-        TEST(lambda s, before, base, other: cycle_beyond_its_work(s, *speculating_and_not(before, base, other))),
-    )
+    @rule(SPECS["host-overhead"], *one_stream_speculation_ab(), *short_context())
     def speculation_cycle_beyond_its_work(self, s, before, base, other):
         """Speculation on and off for one stream, with what a cycle emits and drafts known: the time per emitted token
         times the tokens a cycle emits is the cycle, and it costs more than verifying k+1 tokens and drafting k can

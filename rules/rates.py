@@ -282,11 +282,12 @@ def gap_is_the_first_token(m, e) -> bool:
     return found is not None and abs(found[0] - found[1]) <= FIRST_TOKEN_MATCH * found[1]
 
 
-def decode_meets_what_the_rate_misses(m, e) -> bool:
-    """The observation's decode-only time per token (TPOT) is as fast as the reference's rate, while its rate over the
-    stream, which counts the first token (or a warm-up), falls short of it: the shortfall is not in decode."""
+def decode_meets_what_the_rate_misses(m, e) -> tuple[float, float, float] | None:
+    """(TPOT, the stream's rate, the expected rate) when the observation's decode-only time per token is as fast as the
+    reference's rate while its rate over the stream, which counts the first token (or a warm-up), falls short of it:
+    the shortfall is not in decode. None otherwise."""
     tpot, (rate, expected) = typical_ms(m, "tpot"), stream_rates(m, e)
-    return bool(tpot and rate and expected) and 1e3 / tpot >= expected > rate
+    return (tpot, rate, expected) if tpot and rate and expected and 1e3 / tpot >= expected > rate else None
 
 
 def precision_assumed(b) -> bool:
@@ -345,13 +346,13 @@ class RateGuards(RuleSet):
         AS.m << Metrics(),
         AS.e << Expectation(),
         TEST(lambda m, e: bool(m.get("rate_includes_prefill") or m.get("window_includes_warmup"))
-             and decode_meets_what_the_rate_misses(m, e)),
+             and decode_meets_what_the_rate_misses(m, e) is not None),
     )
     def decode_already_meets_the_reference(self, m, e):
         """The rate counts prefill or a warm-up, and the TPOT beside it, decode alone, already reaches the expected
         rate: what the rate misses is the part that is not decode (a cold first token, a compile), however close the
         two figures are."""
-        tpot, (rate, expected) = typical_ms(m, "tpot"), stream_rates(m, e)
+        tpot, rate, expected = decode_meets_what_the_rate_misses(m, e)
         return Finding(
             evidence=[*self.rate_flags_finding().evidence, ev("metrics.tpot_ms", tpot, "ms"),
                       ev("metrics.per_stream_tokens_per_s", rate), ev("expected.per_stream_tokens_per_s", expected)],
