@@ -80,17 +80,31 @@ def test_a_gpu_named_as_tools_print_it_is_matched_or_marked_unknown():
 
 def test_a_device_no_preset_knows_is_timed_by_its_measured_bandwidth_only():
     """qwen3-8b in bf16 at batch 1 and context 0 reads its weights once: the same bytes on an H100 preset and on an
-    unlisted device, so the unlisted floor is the H100 floor scaled by the bandwidths (3350 / 273), compute uncounted."""
+    unlisted device, so the unlisted floor is the H100 floor scaled by the bandwidths (3350 / 1792), compute uncounted."""
     pinned = {"model": "qwen3-8b", "batch": 1, "context": 0, "precision": {"weights": "bf16", "kv_cache": "bf16"},
               "observed": {"step_ms": 70}}
     h100 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "h100-sxm"}}), load_rulebook())
-    spark = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "NVIDIA GB10", "measured_bandwidth_gbs": 273}}),
-                     load_rulebook())
-    assert spark.bound is not None and spark.bound_note is None
-    assert spark.bound.floor_ms == pytest.approx(h100.bound.floor_ms * 3350 / 273)
-    assert spark.bound.critical_rank_bytes == pytest.approx(h100.bound.critical_rank_bytes)
-    assert spark.bound.resident_share is None and spark.bound.limited_by == "memory"
-    assert any("'NVIDIA GB10' is not a preset" in n and "compute is not counted" in n for n in spark.bound.notes)
+    name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    pro = diagnose(Case.model_validate({"workload": {**pinned, "hardware": name, "measured_bandwidth_gbs": 1792}}),
+                   load_rulebook())
+    assert pro.bound is not None and pro.bound_note is None
+    assert pro.bound.floor_ms == pytest.approx(h100.bound.floor_ms * 3350 / 1792)
+    assert pro.bound.critical_rank_bytes == pytest.approx(h100.bound.critical_rank_bytes)
+    assert pro.bound.resident_share is None and pro.bound.limited_by == "memory"
+    assert any(f"{name!r} is not a preset" in n and "compute is not counted" in n for n in pro.bound.notes)
+
+
+def test_a_preset_of_its_bandwidth_only_says_what_its_floor_leaves_out():
+    """Apple publishes each chip's memory bandwidth, not its memory size (it varies by machine) or its peak FLOP/s:
+    the floor is the bytes at that bandwidth (qwen3-8b's 16.4 GB at 800 GB/s on an M2 Ultra), with no fit checked."""
+    pinned = {"model": "qwen3-8b", "batch": 1, "context": 0, "precision": {"weights": "bf16", "kv_cache": "bf16"},
+              "observed": {"step_ms": 70}}
+    h100 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "h100-sxm"}}), load_rulebook())
+    mac = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "Apple M2 Ultra (192 GB)"}}), load_rulebook())
+    assert mac.bound is not None and mac.bound.bandwidth_gbs == 800
+    assert mac.bound.floor_ms == pytest.approx(h100.bound.floor_ms * 3350 / 800)
+    assert mac.bound.resident_share is None
+    assert any("'Apple M2 Ultra' is a preset of its published bandwidth only" in n for n in mac.bound.notes)
 
 
 def test_a_model_no_preset_knows_is_a_note_on_the_bound_not_an_error():

@@ -35,6 +35,20 @@ from diagnoser.models.hardware import hardware_preset, hardware_presets, match_h
         ("NVIDIA A10", "a10"),
         ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
         ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("NVIDIA GB300", "gb300"),
+        ("NVIDIA GB10", "gb10"),
+        ("DGX Spark", "gb10"),
+        ("AMD Instinct MI355X", "mi355x"),
+        ("AMD Instinct MI325X", "mi325x"),
+        ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
+        ("Apple M1", "apple-m1"),
+        ("Apple M2 Ultra", "apple-m2-ultra"),
+        ("Apple M4 Max 64GB", "apple-m4-max"),
+        ("Apple M2 (MacBook Pro 16GB)", "apple-m2"),  # the tier is the word after the chip, not the laptop's name
+        ("Apple M4 Pro (MacBook Pro 24GB)", "apple-m4-pro"),
+        ("Apple M3 Pro", "apple-m3-pro"),
     ],
 )
 def test_reported_names_get_their_own_variant(reported, preset):
@@ -63,16 +77,16 @@ _SUPERSET_VARIANTS = [
         # no preset: figures not verifiable from a vendor datasheet
         "NVIDIA H20",
         "NVIDIA L20",
-        "NVIDIA GB10",
         "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
         "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "AMD Radeon RX 7900 XTX",
         # neighbours of a preset that are other chips or boards
         "NVIDIA A10G",
         "NVIDIA RTX 6000 Ada Generation",
         "NVIDIA GeForce RTX 3080",
         "AMD Radeon RX 7900 XT",
+        "AMD Radeon RX 7900 GRE",
+        "Samsung 990 PRO M2",  # an M.2 drive, not an Apple chip: a bare M2 needs the vendor
         "Tesla V100-PCIE-16GB",
         "Tesla V100S-PCIE-32GB",
         *_SUPERSET_VARIANTS,
@@ -97,9 +111,29 @@ def test_every_preset_can_be_matched_by_a_name_of_its_own():
         assert match_hardware(" ".join(hw.device_names[0])) is hw, key
 
 
-def test_every_preset_states_its_board_power():
+def test_every_listed_board_states_its_board_power():
+    # Apple publishes bandwidth, not a memory size or a power limit per chip: those presets time bytes only
     for key, hw in hardware_presets().items():
-        assert hw.board_power_w is not None and hw.board_power_w > 0, key
+        assert hw.listed == (hw.board_power_w is not None), key
+        assert hw.listed or key.startswith("apple-"), key
+
+
+def test_later_presets_carry_the_datasheet_figures():
+    # hand-checked against the datasheets and product pages named in each preset's source
+    spark = hardware_preset("gb10")
+    assert (spark.memory_bandwidth_gbs, spark.memory_gib, spark.board_power_w) == (273, 128, 140)
+    assert spark.peak_tflops["nvfp4"] == 500  # 1 PFLOP FP4 with sparsity, halved
+    xtx = hardware_preset("rx-7900-xtx")
+    assert xtx.memory_bandwidth_gbs == 384 / 8 * 20 and xtx.peak_flops("bf16") == pytest.approx(122.8e12)
+    gb200 = hardware_preset("gb200")
+    assert gb200.memory_gib == pytest.approx(13.4e3 / 72, rel=0.01) and gb200.memory_bandwidth_gbs == 576e3 / 72
+    assert hardware_preset("gb300").peak_flops("fp8") == pytest.approx(360e15 / 72)
+    assert hardware_preset("b300").peak_flops("fp8") == hardware_preset("b200").peak_flops("fp8")  # same FP8 as B200
+    mi355x = hardware_preset("mi355x")
+    assert (mi355x.memory_bandwidth_gbs, mi355x.memory_gib, mi355x.board_power_w) == (8000, 288, 1400)
+    assert mi355x.peak_flops("fp8") == pytest.approx(5e15)
+    assert hardware_preset("mi325x").peak_flops("bf16") == hardware_preset("mi300x").peak_flops("bf16")  # same CDNA 3 compute
+    assert [hardware_preset(f"apple-{c}").memory_bandwidth_gbs for c in ("m1", "m1-max", "m2-ultra", "m4-pro")] == [68.25, 400, 800, 273]
 
 
 def test_new_presets_carry_the_datasheet_figures():

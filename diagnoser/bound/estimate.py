@@ -69,9 +69,12 @@ LACKING = {"workload.context": NO_CONTEXT, "workload.precision": NO_PRECISION}
 
 
 def unlisted(hw: Hardware) -> str:
-    """Said when the device is known only by a measured bandwidth: what the floor could not count."""
-    return (f"{hw.name!r} is not a preset: the floor times its bytes at the measured {hw.memory_bandwidth_gbs:g} GB/s, "
-            "but its peak FLOP/s and memory size are unknown, so compute is not counted and the fit is not checked")
+    """Said when the device is known only by its bandwidth (measured, or the one figure its vendor publishes): what the
+    floor could not count."""
+    known = (f"is not a preset: the floor times its bytes at the measured {hw.memory_bandwidth_gbs:g} GB/s"
+             if hw.bandwidth_is_measured else
+             f"is a preset of its published bandwidth only: the floor times its bytes at {hw.memory_bandwidth_gbs:g} GB/s")
+    return f"{hw.name!r} {known}, but its peak FLOP/s and memory size are unknown, so compute is not counted and the fit is not checked"
 
 
 class RankEstimate(BaseModel):

@@ -82,7 +82,14 @@ def hardware_preset(name: str) -> Hardware:
 
 
 def _name_tokens(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
+    """The name's words, and each pair of neighbouring words as a phrase ("m2 pro"): a chip's tier is the word right
+    after it, so "Apple M2 (MacBook Pro)" is an M2, not an M2 Pro."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return set(words) | {f"{a} {b}" for a, b in zip(words, words[1:])}
+
+
+def _specificity(tokens: list[str]) -> int:
+    return sum(len(token.split()) for token in tokens)
 
 
 # Where a written machine lists several devices: "RTX 3090 + 2x RTX 3060", "A100, A100", "4090 and 3090".
@@ -110,7 +117,7 @@ def match_hardware(device_name: str | None) -> Hardware | None:
 def _match_one(device_name: str) -> Hardware | None:
     found = _name_tokens(device_name)
     scored = [
-        (max(len(tokens) for tokens in hw.device_names if set(tokens) <= found), hw)
+        (max(_specificity(tokens) for tokens in hw.device_names if set(tokens) <= found), hw)
         for hw in hardware_presets().values()
         if any(set(tokens) <= found for tokens in hw.device_names) and not found & set(hw.other_variants)
     ]
