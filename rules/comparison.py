@@ -230,6 +230,7 @@ CLOCK_SETTINGS = ("power_mode", "nvpmodel", "power_limit", "jetson_clocks", "clo
 ABLATIONS = {
     **{name: any_change for name in CLOCK_SETTINGS},  # clock-throttle
     "cuda_graphs": switched_off,  # graphs-off (compile-off on a CPU, where the eager flag turns compilation off)
+    "async_scheduling": switched_off,  # host-overhead: the host's work between steps, which the overlap hides
     "torch_compile": switched_off,  # compile-off
     "attention_backend": any_change,  # slow-attention-backend
     "kernel_backend": any_change,  # slow-kernel-path
