@@ -235,6 +235,21 @@ def idle_while_one_stream_decodes() -> tuple:
     )
 
 
+def spill_finding(d, spilled, what: str) -> Finding:
+    """An A/B of an allocation's size, further apart than the size: the delta is the spill's cost, all of it at most,
+    the part beyond the sizes' ratio at least."""
+    beyond, unit = beyond_the_size(d), UNITS.get(d["figure"], "")
+    return Finding(
+        evidence=[spilled, ev(f"runs[{d['setting']}].slower", d["slower"]), ev(f"runs[{d['setting']}].faster", d["faster"]),
+                  ev("runs.figure", d["figure"]), ev("runs.slower_time", d["slower_time"], unit),
+                  ev("runs.faster_time", d["faster_time"], unit)],
+        removable_ms=d["slower_time"] - d["faster_time"],
+        step_ms=d["slower_time"],
+        detail=f"{d['setting']} {d['slower']} runs {d['slowdown']:.2f}x slower than {d['faster']}, more than the "
+        f"{d['slower']}/{d['faster']}-fold work sized by it could take: at least {beyond:.3g} {unit} of the delta came with {what}.",
+    )
+
+
 class MachineRules(RuleSet):
     @rule(SPECS["cpu-oversubscribed"], *ablation("threads"))
     def more_threads_slower(self, d):
@@ -418,17 +433,21 @@ class MachineRules(RuleSet):
         configured maximum context, the cache's capacity) are further apart than work following that size allows: the
         larger allocation no longer fit the device, and what lies in host memory is read over the host link each step.
         The A/B's delta bounds the spill's cost: all of it at most, the part beyond the sizes' ratio at least."""
-        beyond, unit = beyond_the_size(d), UNITS.get(d["figure"], "")
-        return Finding(
-            evidence=[ev("memory.spilled_to_host_gb", gb, "GB"), ev(f"runs[{d['setting']}].slower", d["slower"]),
-                      ev(f"runs[{d['setting']}].faster", d["faster"]), ev("runs.figure", d["figure"]),
-                      ev("runs.slower_time", d["slower_time"], unit), ev("runs.faster_time", d["faster_time"], unit)],
-            removable_ms=d["slower_time"] - d["faster_time"],
-            step_ms=d["slower_time"],
-            detail=f"{d['setting']} {d['slower']} runs {d['slowdown']:.2f}x slower than {d['faster']}, more than the "
-            f"{d['slower']}/{d['faster']}-fold work sized by it could take: at least {beyond:.3g} {unit} of the delta came with "
-            f"the {gb:g} GB that spilled to host memory.",
-        )
+        return spill_finding(d, ev("memory.spilled_to_host_gb", gb, "GB"), f"the {gb:g} GB that spilled to host memory")
+
+    @rule(
+        SPECS["cpu-offload"],
+        Platform(sysmem_fallback=True),
+        NOT(Memory(spilled_to_host_gb=W())),
+        AS.d << RunDiff(setting=P(lambda s: s in SIZED), slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda d, slower, faster: larger(slower, faster) and beyond_the_size(d) > 0),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+    def spill_on_a_spilling_driver(self, d):
+        """The same A/B on a driver that places what does not fit in host memory instead of failing the allocation
+        (WDDM's shared GPU memory, unified memory): how much spilled is not stated, but a larger allocation costing
+        more than its size allows is what a spill of it looks like, and the A/B's delta bounds the cost the same way."""
+        return spill_finding(d, ev("platform.sysmem_fallback", True), "the part of the larger allocation the driver placed in host memory")
 
     @rule(
         SPECS["cpu-offload"],
