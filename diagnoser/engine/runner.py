@@ -321,13 +321,14 @@ def common_to_runs(hypotheses: list[Hypothesis], shared: dict[str, str]) -> froz
 
 
 def merely_possible(hypotheses: list[Hypothesis]) -> frozenset[str]:
-    """Rules whose every cause is only possible, when a measured cause locates the runs' difference in one setting that
-    changes a single thing: a candidate named by what the case states (a weight format, an engine's class) is stated
-    alike on both sides of such an A/B, so it cannot be what separates them, and it ranks with the located change,
-    after it. A change of engine, release, build, machine or OS replaces every path at once: any mechanism may lie
-    inside it, and the mechanisms keep their place before it, except one the bound alone names (a short floor under a
-    long step): both sides of the A/B share that floor, so it says nothing of what the change did."""
-    located = [h for h in hypotheses if h.locates and h.grade is Grade.measured]
+    """Rules whose every cause is only possible, when a cause locates the runs' difference in one setting that changes a
+    single thing (measured, or possible where the delta is within what benchmarks repeat within): a candidate named by
+    what the case states (a weight format, an engine's class) is stated alike on both sides of such an A/B, so it
+    cannot be what separates them, however small the separation, and it ranks with the located change, after it. A
+    change of engine, release, build, machine or OS replaces every path at once: any mechanism may lie inside it, and
+    the mechanisms keep their place before it, except one the bound alone names (a short floor under a long step):
+    both sides of the A/B share that floor, so it says nothing of what the change did."""
+    located = [h for h in hypotheses if h.locates and h.grade in (Grade.measured, Grade.possible)]
     if not located:
         return frozenset()
     causes = [h for h in hypotheses if h.kind is Kind.cause and not h.locates]
