@@ -81,6 +81,9 @@ def claimed_by_a_mechanism(c) -> bool:
 
 
 def host_cost_finding(c, step: float | None) -> Finding | None:
+    """A host cost on the decode path: measured when timed. Untimed, it is indicated by the kind of work named; one
+    of no named kind ("other") says only that someone saw host work there, so it is possible, and a physical fact of
+    the case (weights that do not fit, a device idle) comes before it."""
     if claimed_by_a_mechanism(c):
         return None
     ms = timed_ms(c, step)
@@ -89,7 +92,8 @@ def host_cost_finding(c, step: float | None) -> Finding | None:
     detail = ""
     if ms is not None and "reference_ms" in c:
         detail = f"It took {c['reference_ms']:.3g} ms in the reference run: {ms - c['reference_ms']:.3g} ms of growth."
-    return Finding(evidence=_evidence(c, ms), removable_ms=ms, key=c["name"], detail=detail)
+    return Finding(evidence=_evidence(c, ms), removable_ms=ms, key=c["name"], detail=detail,
+                   grade=Grade.possible if ms is None and c["name"] == "other" else None)
 
 
 class HostCostRules(RuleSet):
