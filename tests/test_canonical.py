@@ -13,7 +13,6 @@ from conftest import run_cli
 from diagnoser.engine.canonical import EQUIVALENCES, alternative_paths, canonical
 from diagnoser.engine.field_roles import INFORMATIONAL, leaf_paths, role, roles
 from diagnoser.models.case import Case
-from diagnoser.models.serving import ServingMetrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -111,22 +110,6 @@ def test_the_servers_emission_interval_from_its_engine_metrics_behind_a_bursty_s
     assert big_chunks.observations.boundaries.server_emission_ms is None  # two chunks of six tokens a burst
     no_client = canonical(case(metrics=engine))
     assert no_client.observations.boundaries is None
-
-
-def test_a_client_median_gap_far_under_its_streams_interval_is_a_burst_pattern_not_the_step():
-    # 32 streams through an nginx front door: 2235 tokens/s in all is 14.3 ms a token each, yet the median gap the
-    # client saw was 1.58 ms, 0.11 of it: most tokens came with the one before them, so the interval is the rate's
-    through_proxy = {"boundary": "client_receipt", "output_tokens_per_s": 2235, "concurrency": 32, "itl_ms": {"p50": 1.58}}
-    assert ServingMetrics.model_validate(through_proxy).per_token_ms() == pytest.approx(1e3 * 32 / 2235)
-    # direct, the same streams' median gap (5.49 ms) is 0.57 of the rate's 9.7 ms (it counts each prompt's TTFT too)
-    direct = {**through_proxy, "output_tokens_per_s": 3294, "itl_ms": {"p50": 5.49}}
-    assert ServingMetrics.model_validate(direct).per_token_ms() == 5.49
-    at_engine = {**through_proxy, "boundary": "engine"}  # an engine's ITL histogram times its own outputs
-    assert ServingMetrics.model_validate(at_engine).per_token_ms() == 1.58
-    tpot = {**through_proxy, "tpot_ms": {"mean": 14.0}}  # a request's TPOT is its mean gap already
-    assert ServingMetrics.model_validate(tpot).per_token_ms() == 14.0
-    own_rate = {"boundary": "client_receipt", "per_user_tokens_per_s": 50, "itl_ms": {"p50": 3.0}}
-    assert ServingMetrics.model_validate(own_rate).per_token_ms() == 20.0
 
 
 def test_a_rate_that_is_the_output_over_the_request_latency_includes_prefill():

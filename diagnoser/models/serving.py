@@ -59,10 +59,6 @@ class Percentiles(_Obs):
         return self.p50 if self.p50 is not None else self.mean
 
 
-# A client's median gap under this share of its stream's mean interval is a burst pattern: see _gaps_are_bursts.
-BURST_SHARE = 0.2
-
-
 class ServingMetrics(_Obs):
     """What the benchmark or the server reported for the slow configuration."""
 
@@ -94,34 +90,13 @@ class ServingMetrics(_Obs):
     )
 
     def per_token_ms(self) -> float | None:
-        """The per-token decode interval of one stream, from the most direct figure reported; a client's median gap
-        that is a burst pattern gives way to the interval the stream's own rate implies."""
-        if self.tpot_ms is not None and self.tpot_ms.typical is not None:
-            return self.tpot_ms.typical
-        from_rate = self._stream_interval_ms()
-        if self.itl_ms is not None and self.itl_ms.typical is not None:
-            if self._gaps_are_bursts(from_rate):
-                return from_rate
-            return self.itl_ms.typical
-        return 1e3 / self.per_user_tokens_per_s if self.per_user_tokens_per_s is not None else None
-
-    def _stream_interval_ms(self) -> float | None:
-        """One stream's time per token from its rate, or from the aggregate shared by the streams in flight."""
+        """The per-token decode interval of one stream, from the most direct figure reported."""
+        for figure in (self.tpot_ms, self.itl_ms):
+            if figure is not None and figure.typical is not None:
+                return figure.typical
         if self.per_user_tokens_per_s is not None:
             return 1e3 / self.per_user_tokens_per_s
-        if self.output_tokens_per_s is not None and self.concurrency is not None:
-            return 1e3 * self.concurrency / self.output_tokens_per_s
         return None
-
-    def _gaps_are_bursts(self, from_rate: float | None) -> bool:
-        """A median gap at the client under BURST_SHARE of the interval the stream's rate implies: most tokens arrived
-        together with the one before them (a proxy or client buffer released them in bursts), so the median gap is
-        the read pattern, not the step. A rate that counts the prompt's time stretches its interval too, but only a
-        prompt whose processing took four times as long as all the decoding could put a steady median this far below it."""
-        if self.boundary is not MetricBoundary.client_receipt or from_rate is None or self.itl_ms is None:
-            return False
-        median = self.itl_ms.p50
-        return median is not None and median < BURST_SHARE * from_rate
 
 
 class ExpectedKind(str, Enum):
