@@ -90,6 +90,13 @@ def speculating(method) -> bool:
     return bool(method)
 
 
+def stream_interval_ms(m) -> float | None:
+    """One stream's time per token from its rate: its own, else the aggregate shared by the streams in flight."""
+    if m.get("per_user_tokens_per_s"):
+        return 1e3 / m["per_user_tokens_per_s"]
+    return m.get("implied_per_token_ms")
+
+
 def burst_finding(s, client_field: str, client_what: str, client: float, served_what: str, served: float) -> Finding:
     """The client's per-token figure from a bursty stream beside the engine-side one it disagrees with."""
     return Finding(
@@ -708,6 +715,26 @@ class RateGuards(RuleSet):
     def client_itl_in_bursts(self, s, client, served):
         """A client-side median ITL from a bursty stream against the traced step."""
         return burst_finding(s, "metrics.itl_p50_ms", "median inter-token interval", client, "the traced step", served)
+
+    @rule(
+        SPECS["client-timing-bursty"],
+        AS.m << Metrics(boundary="client_receipt", itl_p50_ms=MATCH.client),
+        Bound(floor_ms=MATCH.floor),
+        NOT(Server(speculative=P(speculating))),
+        TEST(lambda m, client, floor: client < floor <= (stream_interval_ms(m) or 0.0)),
+    )
+    def client_itl_under_the_floor(self, m, client, floor):
+        """A client's median gap shorter than the step's bytes could take, while the stream's own rate gives it more
+        than that per token: most tokens reached the client together with the one before them, released in bursts
+        (a proxy or a client buffer), so the median gap is the read pattern, not a step. A stream that stalls now and
+        then (prefills in its steps) has its median at the step, above the floor, and stays out."""
+        interval = stream_interval_ms(m)
+        return Finding(
+            evidence=[ev("metrics.itl_p50_ms", client, "ms"), ev("bound.floor_ms", floor, "ms"),
+                      ev("metrics.stream_interval_ms", interval, "ms")],
+            detail=f"The client's median gap is {client:.4g} ms, under the {floor:.4g} ms floor, while the stream's rate "
+            f"gives {interval:.4g} ms a token.",
+        )
 
     def flags(self, *names: str) -> list[str]:
         metrics = next(f for f in self.facts.values() if isinstance(f, Metrics))
