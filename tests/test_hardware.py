@@ -47,7 +47,7 @@ from diagnoser.models.hardware import hardware_preset, hardware_presets, match_h
         ("Apple M2 Ultra", "apple-m2-ultra"),
         ("Apple M4 Max 64GB", "apple-m4-max"),
         ("Apple M2 (MacBook Pro 16GB)", "apple-m2"),  # the tier is the word after the chip, not the laptop's name
-        ("Apple M4 Pro (MacBook Pro 24GB)", "apple-m4-pro"),
+        ("Apple M4 Pro (MacBook Pro, 24 GB unified memory)", "apple-m4-pro"),  # a comma in a remark lists nothing
         ("Apple M3 Pro", "apple-m3-pro"),
     ],
 )

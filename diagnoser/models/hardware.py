@@ -92,8 +92,9 @@ def _specificity(tokens: list[str]) -> int:
     return sum(len(token.split()) for token in tokens)
 
 
-# Where a written machine lists several devices: "RTX 3090 + 2x RTX 3060", "A100, A100", "4090 and 3090".
-DEVICE_LIST = re.compile(r"\s*(?:\+|,|\band\b)\s*", re.IGNORECASE)
+# Where a written machine lists several devices: "RTX 3090 + 2x RTX 3060", "A100, A100", "4090 and 3090"; not inside
+# a remark in parentheses ("Apple M4 Pro (MacBook Pro, 24 GB)" is one device).
+DEVICE_LIST = re.compile(r"\s*(?:\+|,|\band\b)\s*(?![^()]*\))", re.IGNORECASE)
 
 
 def match_hardware(device_name: str | None) -> Hardware | None:
