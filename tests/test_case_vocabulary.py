@@ -8,7 +8,9 @@ from conftest import REPO, run_cli
 from diagnoser.engine import diagnose, load_rulebook
 from diagnoser.engine.comparison import run_deltas, sweep_points
 from diagnoser.engine.facts import reference_step_ms, with_derived_budget
+from diagnoser.bound import compute_bound
 from diagnoser.models.case import Case, load_case
+from diagnoser.models.workload import Workload
 from diagnoser.models.serving import Run
 
 NEW_MODELS = {
@@ -188,3 +190,15 @@ def test_a_link_beside_a_change_to_or_from_one_device_is_that_change():
     assert one.values == (("devices", "4", "1"),)
     (both,) = run_deltas([run("four", True, devices=4, interconnect="pcie"), run("eight", devices=8, interconnect="nvlink")])
     assert both.changed == ("devices", "interconnect")
+
+
+def test_a_format_the_datasheet_gives_no_peak_for_is_said_not_timed_as_free():
+    """NVIDIA publishes the GB10's FP4 and FP32 peaks, not a BF16 one: a bf16 step's arithmetic is left out of the compute
+    floor, and the bound says so instead of counting it as free; on an H100 the same step is timed whole."""
+    pinned = {"model": "qwen3-8b", "hardware": "NVIDIA GB10", "batch": 1, "context": 0, "observed": {"step_ms": 70}}
+    bf16 = compute_bound(Workload.model_validate({**pinned, "precision": {"weights": "bf16", "kv_cache": "bf16"}}))
+    assert bf16.per_rank[0].untimed_flops_dtypes == ["bf16"] and bf16.compute_floor_ms == 0
+    assert any("no datasheet peak for bf16" in n for n in bf16.notes)
+    h100 = compute_bound(Workload.model_validate({**pinned, "hardware": "h100-sxm", "precision": {"weights": "bf16", "kv_cache": "bf16"}}))
+    assert h100.per_rank[0].untimed_flops_dtypes == [] and h100.compute_floor_ms > 0
+    assert not any("no datasheet peak" in n for n in h100.notes)

@@ -77,6 +77,12 @@ def unlisted(hw: Hardware) -> str:
     return f"{hw.name!r} {known}, but its peak FLOP/s and memory size are unknown, so compute is not counted and the fit is not checked"
 
 
+def peaks_missing(hw: Hardware, dtypes: list[str]) -> str:
+    """Said when a listed device's datasheet gives no peak for a format the step multiplies in."""
+    return (f"{hw.name!r} has no datasheet peak for {', '.join(dtypes)} arithmetic: those FLOPs are not timed, so the "
+            "compute floor counts only the rest")
+
+
 class RankEstimate(BaseModel):
     rank: int = Field(description="the first rank with these figures")
     ranks_alike: int = Field(default=1, ge=1, description="ranks of this stage with the same figures, this one included")
@@ -86,6 +92,9 @@ class RankEstimate(BaseModel):
     flops: float
     memory_ms: float
     compute_ms: float
+    untimed_flops_dtypes: list[str] = Field(
+        default_factory=list, description="formats whose arithmetic the device's datasheet gives no peak for: not in compute_ms"
+    )
     routed_experts_touched_per_layer: float | None = None
 
 
@@ -230,8 +239,9 @@ def _rank_estimate(
     for name, value in workload.other_state_bytes.items():
         comp[f"other:{name}"] = value
     total = sum(comp.values())
-    # a device without known peaks: its arithmetic is not timed (the floor is memory-only, and says so)
+    # a format the device's datasheet gives no peak for: its arithmetic is not timed (and the report says so)
     compute_ms = sum(value / peak for dtype, value in flops.items() if (peak := hw.peak_flops(dtype))) * 1e3
+    untimed = sorted(DType(dtype).value for dtype, value in flops.items() if value and hw.peak_flops(dtype) is None)
     return RankEstimate(
         rank=rank + stage * layout.tp * layout.dp,
         stage=stage,
@@ -240,6 +250,7 @@ def _rank_estimate(
         flops=sum(flops.values()),
         memory_ms=total / (hw.memory_bandwidth_gbs * 1e9) * 1e3,
         compute_ms=compute_ms,
+        untimed_flops_dtypes=untimed,
         routed_experts_touched_per_layer=touched_per_layer,
     )
 
@@ -351,7 +362,9 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     held = residency(spec, workload, hw)
     lacks = ([] if workload.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
     shortfall = does_not_fit(held)
-    notes = [LACKING[name] for name in lacks] + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
+    untimed = sorted({d for r in ranks for d in r.untimed_flops_dtypes})
+    notes = ([LACKING[name] for name in lacks] + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
+             + ([peaks_missing(hw, untimed)] if untimed and hw.listed else []))
     return BoundReport(
         **compared.model_dump(exclude={"floor_ms", "sanity"}),
         model=spec.name,

@@ -46,7 +46,8 @@ def render_bound(report: BoundReport, console: Console) -> None:
         table.add_row(name, *(size(est.components.get(name, 0.0)) for est in firsts))
     table.add_row("[bold]total[/]", *(f"[bold]{size(est.bytes_total)}[/]" for est in firsts))
     table.add_row("memory time", *(ms(est.memory_ms) for est in firsts))
-    table.add_row("compute time", *(ms(est.compute_ms) for est in firsts))
+    table.add_row("compute time", *(ms(est.compute_ms) if not est.untimed_flops_dtypes else
+                                    f"{ms(est.compute_ms)} + {', '.join(est.untimed_flops_dtypes)} untimed" for est in firsts))
     console.print(table)
 
     if report.expert_union:
