@@ -172,6 +172,8 @@ LATER_CORPORA = (
     ("corpus118", 5, 4, 4),
     ("corpus119", 5, 4, 4),
     ("corpus120", 3, 1, 2),
+    ("corpus121", 2, 1, 2),
+    ("corpus122", 3, 2, 2),
 )
 
 
