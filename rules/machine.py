@@ -235,6 +235,17 @@ def idle_while_one_stream_decodes() -> tuple:
     )
 
 
+def larger_allocation_beyond_its_size() -> tuple:
+    """Patterns for runs differing only in a size that sets an allocation (the configured maximum context, the cache's
+    capacity), the larger one slower by more than work following the size allows, with no trace timing the host
+    copies. Binds ``d``; claim with ``spill_finding``."""
+    return (
+        AS.d << RunDiff(setting=P(lambda s: s in SIZED), slower=MATCH.slower, faster=MATCH.faster),
+        TEST(lambda d, slower, faster: larger(slower, faster) and beyond_the_size(d) > 0),
+        NOT(Budget(h2d_exposed_ms=W())),
+    )
+
+
 def spill_finding(d, spilled, what: str) -> Finding:
     """An A/B of an allocation's size, further apart than the size: the delta is the spill's cost, all of it at most,
     the part beyond the sizes' ratio at least."""
@@ -424,9 +435,7 @@ class MachineRules(RuleSet):
         SPECS["cpu-offload"],
         Memory(spilled_to_host_gb=MATCH.gb),
         TEST(lambda gb: gb > 0),
-        AS.d << RunDiff(setting=P(lambda s: s in SIZED), slower=MATCH.slower, faster=MATCH.faster),
-        TEST(lambda d, slower, faster: larger(slower, faster) and beyond_the_size(d) > 0),
-        NOT(Budget(h2d_exposed_ms=W())),
+        *larger_allocation_beyond_its_size(),
     )
     def spill_beyond_the_larger_allocation(self, gb, d):
         """Device allocations spilled to host memory, and runs differing only in a size that sets the allocation (the
@@ -439,9 +448,7 @@ class MachineRules(RuleSet):
         SPECS["cpu-offload"],
         Platform(sysmem_fallback=True),
         NOT(Memory(spilled_to_host_gb=W())),
-        AS.d << RunDiff(setting=P(lambda s: s in SIZED), slower=MATCH.slower, faster=MATCH.faster),
-        TEST(lambda d, slower, faster: larger(slower, faster) and beyond_the_size(d) > 0),
-        NOT(Budget(h2d_exposed_ms=W())),
+        *larger_allocation_beyond_its_size(),
     )
     def spill_on_a_spilling_driver(self, d):
         """The same A/B on a driver that places what does not fit in host memory instead of failing the allocation

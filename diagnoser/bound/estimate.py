@@ -240,8 +240,9 @@ def _rank_estimate(
         comp[f"other:{name}"] = value
     total = sum(comp.values())
     # a format the device's datasheet gives no peak for: its arithmetic is not timed (and the report says so)
-    compute_ms = sum(value / peak for dtype, value in flops.items() if (peak := hw.peak_flops(dtype))) * 1e3
-    untimed = sorted(DType(dtype).value for dtype, value in flops.items() if value and hw.peak_flops(dtype) is None)
+    peaks = {dtype: hw.peak_flops(dtype) for dtype in flops}
+    compute_ms = sum(value / peaks[dtype] for dtype, value in flops.items() if peaks[dtype]) * 1e3
+    untimed = sorted(DType(dtype).value for dtype, value in flops.items() if value and peaks[dtype] is None)
     return RankEstimate(
         rank=rank + stage * layout.tp * layout.dp,
         stage=stage,
