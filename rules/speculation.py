@@ -165,10 +165,13 @@ class SpeculationRules(RuleSet):
     @rule(
         SPECS["speculation-low-acceptance"],
         AS.s << Speculation(acceptance_rate=MATCH.rate),
-        NOT(RunDiff(setting="speculative")),
+        NOT(RunDiff(setting="speculative", includes_observed=P(lambda v: v is not False))),
         TEST(lambda s: low_acceptance(s) and "ordinary_step_ms" not in s),
     )
     def low_acceptance_from_counters(self, s):
+        """The counters alone name the waste. An A/B of speculation itself either measures it or shows it repays; but
+        one whose sides are both other runs than the one the counters were read on (another prompt set, another
+        load) says nothing of these counters: acceptance follows the text."""
         return Finding(evidence=acceptance_evidence(s), detail=f"{kept(s)} An ordinary step or a run with speculation off would bound the loss.")
 
     @rule(

@@ -125,7 +125,8 @@ class RunDiff(Fact):
     """One run against the baseline: ``setting`` (or ``several``), ``ratio`` of time per unit (above 1 is slower),
     ``base_time``/``other_time`` and the ``figure`` they come from; ``slower``/``faster`` are the setting's values
     in the slower and faster run, ``slowdown`` (>= 1) and ``slower_time``/``faster_time`` read it either way round;
-    ``in_flight`` is the load both runs kept in flight, when they state the same."""
+    ``in_flight`` is the load both runs kept in flight, when they state the same; ``includes_observed`` whether one
+    side is the run the observation comes from (None: not known)."""
 
 
 class ConfoundedChange(Fact):
@@ -503,12 +504,27 @@ def _metrics(m: ServingMetrics) -> Metrics:
     return Metrics(**flat)
 
 
-def _run_diff(d: RunDelta) -> RunDiff:
+# A run is the observed one when its time per token is the observation's within rounding of a quoted rate.
+SAME_RUN = 0.01
+PER_TOKEN_RUN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
+
+
+def _includes_observed(d: RunDelta, observed_ms: float | None) -> bool | None:
+    """Whether one side of the A/B is the run the observation's figures come from (its time per token is the
+    observation's), so that counters read beside the observation describe one of its sides; None where the case
+    gives no time per token, or the A/B compares another figure."""
+    if observed_ms is None or d.figure not in PER_TOKEN_RUN_FIGURES:
+        return None
+    return any(abs(t - observed_ms) <= SAME_RUN * observed_ms for t in (d.base_time, d.other_time))
+
+
+def _run_diff(d: RunDelta, observed_ms: float | None = None) -> RunDiff:
     slower, slower_time, faster, faster_time = d.slower_side
     return RunDiff(
         base=d.base, other=d.other, setting=d.setting, changed=list(d.changed), before=d.before, after=d.after,
         figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
         slower=slower, faster=faster, slower_time=slower_time, faster_time=faster_time, slowdown=slower_time / faster_time,
+        includes_observed=_includes_observed(d, observed_ms),
         **({"in_flight": d.in_flight} if d.in_flight is not None else {}),
         **({"repeat_spread": d.repeat_spread} if d.repeat_spread is not None else {}),
     )
@@ -529,7 +545,9 @@ def _confounded(d: RunDelta) -> list[ConfoundedChange]:
 
 def _run_diffs(case: Case) -> list[Fact]:
     deltas = run_deltas(case.observations.runs)
-    return [_run_diff(d) for d in deltas] + [c for d in deltas for c in _confounded(d)]
+    metrics = case.observations.metrics
+    observed_ms = metrics.per_token_ms() if metrics is not None else None
+    return [_run_diff(d, observed_ms) for d in deltas] + [c for d in deltas for c in _confounded(d)]
 
 
 def _host_cost(c: HostCost) -> HostCostFact:
