@@ -361,7 +361,8 @@ class ComparisonRules(RuleSet):
 
 def ablation(*settings: str, other_way: bool = False) -> tuple:
     """Patterns for a mechanism rule that an A/B of a named setting (any of ``settings``) measures: the runs differ
-    only in it (or in it and others: a suspect, ``ablation_finding`` says so), one is clearly slower, and it is
+    only in it (or in it and others: a suspect, ``ablation_finding`` says so), one is slower beyond noise (SLOWER, or
+    beyond the runs' own repeats where they state them), and it is
     the run with the mechanism (``ABLATIONS``, or ``OTHER_WAY`` for the mechanism of the other side). Binds ``d``;
     claim with ``ablation_finding``."""
     readings = OTHER_WAY if other_way else ABLATIONS
@@ -369,7 +370,7 @@ def ablation(*settings: str, other_way: bool = False) -> tuple:
     fields = {"setting": named, "slowdown": MATCH.slowdown, "slower": MATCH.slower, "faster": MATCH.faster}
     return (
         OR(AS.d << RunDiff(**fields), AS.d << ConfoundedChange(**fields)),
-        TEST(lambda d, slowdown, slower, faster: slowdown >= SLOWER and readings[d["setting"]](slower, faster)),
+        TEST(lambda d, slowdown, slower, faster: slower_beyond_noise(d, slowdown) and readings[d["setting"]](slower, faster)),
     )
 
 
