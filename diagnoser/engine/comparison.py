@@ -102,6 +102,8 @@ OFF = frozenset({"unset", "false", "off", "no", "0", "none"})
 # against pcie) is part of that change, the device count's.
 LINK_SETTINGS = frozenset({"interconnect"})
 ONE_DEVICE = "1"
+# A release number belongs to its engine: a version that differs beside a change of engine is part of that change.
+ENGINE_COMPANIONS = frozenset({"engine_version"})
 
 
 # A penalty at its identity changes no logit: repetition 1 (divide by one), frequency and presence 0 (subtract nothing).
@@ -134,11 +136,14 @@ def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
 def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(setting, before, after) for each change, a group's companions folded into its lead: a draft
     length that changed with speculation is part of that one change, and a draft length against none
-    is speculation switched."""
+    is speculation switched; a link beside a change to or from one device, and a release beside a change of
+    engine, are part of that change."""
     folded = []
     left = set(changed)
     if "devices" in left and ONE_DEVICE in (setting_value(base, "devices"), setting_value(other, "devices")):
         left -= LINK_SETTINGS
+    if "engine" in left:
+        left -= ENGINE_COMPANIONS
     for lead, companions in SETTING_GROUPS.items():
         members = left & {lead, *companions}
         if not members:
