@@ -620,6 +620,12 @@ class MachineRules(RuleSet):
         slower than reading all of its memory; the heavier weights were paged out or spilled to host memory."""
         return ablation_finding(d, ev("device_sweep_ms", DEVICE_STEP_CEILING_MS, "ms"))
 
+    @rule(SPECS["cpu-offload"], *ablation("quantization"), Memory(weights_fit_without_offload=False), TEST(lambda d: heavier_format(d)))
+    def heavier_format_beyond_the_device(self, d):
+        """Weights that do not fit the device, and the format with more bits slower: what does not fit is read from
+        host memory every step, and the heavier format leaves more of its bytes there; the A/B measures what they cost."""
+        return ablation_finding(d, ev("memory.weights_fit_without_offload", False))
+
     def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str,
                    reading: tuple[Grade | None, str]) -> Finding | None:
         """A token past the sweep, read one of two ways (``reading``: the grade and the fact that would settle it)."""
