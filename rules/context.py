@@ -11,7 +11,6 @@ from diagnoser.engine import (
     Boundaries,
     ContextSweep,
     Finding,
-    Grade,
     HostCostFact,
     KernelClass,
     Metrics,
@@ -45,8 +44,6 @@ ATTENTION_BW = 0.5
 # Attention's share of the step's time against the KV read's share of its bytes, and the least share worth it.
 TIME_OVER_BYTES = 2.5
 MIN_ATTENTION_SHARE = 0.15
-# A decode attention grid of under a quarter of the SMs: the split-free kernel's sequences x KV heads at a small batch.
-UNDERFILLED = 0.25
 # A step that grows by twice its own length for every 1k tokens generated is redoing the sequence: history-wide host
 # work (a penalty scan, a re-detokenization) costs micro- to milliseconds per 1k tokens, and a KV read per token is a
 # small fraction of the weights' bytes, but a forward pass over the whole sequence adds a prompt token's work per token.
@@ -204,25 +201,6 @@ class ContextRules(RuleSet):
             evidence=evidence,
             removable_ms=parent_cap_ms,
             detail="Each CTA walks a whole sequence's KV: at small batch and long context few CTAs run and most SMs idle.",
-        )
-
-    @rule(
-        SPECS["attention-split-kv-off"],
-        AS.k << KernelClass(kernel_class="attention", share_of_step=MATCH.share, grid_ctas=MATCH.ctas, sm_count=MATCH.sms),
-        NOT(KernelClass(kernel_class="attention", split_kv=W())),
-        TEST(lambda share, ctas, sms: share >= MIN_ATTENTION_SHARE and ctas < UNDERFILLED * sms),
-    )
-    def attention_grid_underfilled(self, k, share, ctas, sms, parent_cap_ms):
-        """The split unstated, but the decode attention kernel's grid covers under a quarter of the SMs at a large share
-        of the step: the CTAs are sequences x KV heads, each walking its whole KV, which is what a kernel without the
-        split launches at a small batch. Its time, less what it would take over every SM, is the most a split saves."""
-        step = self.reference_step_ms
-        removable = share * step * (1 - ctas / sms) if step is not None else None
-        return Finding(
-            evidence=[ev(f"kernel_classes[attention].{n}", k[n]) for n in ("share_of_step", "grid_ctas", "sm_count", "backend") if n in k],
-            removable_ms=removable,
-            grade=None if removable is not None else Grade.indicated,
-            detail=f"Attention takes {share:.0%} of the step on {ctas:g} CTAs of {sms} SMs.",
         )
 
     @rule(SPECS["max-context-work"], AS.k << KernelClass(scales_with_max_context=True))

@@ -38,6 +38,7 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, switched_on
+from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
@@ -179,6 +180,21 @@ def in_step_host_ms(b, host: float, step: float, between: float) -> float:
     unprofiled = b.get("unprofiled_step_ms")
     inside = max(0.0, host - between)
     return host_without_profiler(inside, step, unprofiled) if unprofiled else inside
+
+
+def a_few_sms(share: float, ctas: int, sms: int) -> bool:
+    """A class large enough to lead that runs on under UNDERFILLED of the SMs."""
+    return share >= MIN_SHARE and ctas < UNDERFILLED * sms
+
+
+def underfilled_attention() -> tuple:
+    """Patterns for a decode attention grid on a few SMs whose KV split nobody stated. Binds ``k``, ``share``,
+    ``ctas``, ``sms``."""
+    return (
+        AS.k << KernelClass(kernel_class="attention", share_of_step=MATCH.share, grid_ctas=MATCH.ctas, sm_count=MATCH.sms),
+        NOT(KernelClass(kernel_class="attention", split_kv=W())),
+        TEST(lambda share, ctas, sms: a_few_sms(share, ctas, sms)),
+    )
 
 
 class KernelRules(RuleSet):
@@ -436,9 +452,23 @@ class KernelRules(RuleSet):
     def underfilled_grid_untimed(self, k, share, ctas, sms):
         """No device time to take the share of: the class's launches and their median duration time it, and with no
         measured step its share says what device time that is."""
+        return self.untimed_underfilled_finding(k, share)
+
+    def untimed_underfilled_finding(self, k, share: float) -> Finding:
         class_ms = class_time_ms(k, None)
         implied = class_ms / share if class_ms is not None and self.reference_step_ms is None else None
         return _underfilled_finding(k, class_ms, implied)
+
+    @rule(CONTEXT_SPECS["attention-split-kv-off"], *underfilled_attention(), Budget(device_ms=MATCH.device))
+    def attention_grid_underfilled(self, k, share, ctas, sms, device, parent_cap_ms):
+        """The split unstated, but the decode attention kernel's grid covers under a quarter of the SMs at a large share
+        of the step: its CTAs are sequences x KV heads, each walking its whole KV, which is what a kernel without the
+        split launches at a small batch. Its time, less what it would take over every SM, is the most a split saves."""
+        return _underfilled_finding(k, class_time_ms(k, device))
+
+    @rule(CONTEXT_SPECS["attention-split-kv-off"], *underfilled_attention(), NOT(Budget(device_ms=W())))
+    def attention_grid_underfilled_untimed(self, k, share, ctas, sms, parent_cap_ms):
+        return self.untimed_underfilled_finding(k, share)
 
     @rule(
         SPECS["slow-kernel-path"],
@@ -568,7 +598,7 @@ def class_time_ms(k, device_ms: float | None) -> float | None:
 
 
 def underfilled(k, share: float, ctas: int, sms: int) -> bool:
-    return k["kernel_class"] not in OWN_GRID_RULES and share >= MIN_SHARE and ctas < UNDERFILLED * sms
+    return k["kernel_class"] not in OWN_GRID_RULES and a_few_sms(share, ctas, sms)
 
 
 def _underfilled_finding(k, class_ms: float | None, step_ms: float | None = None) -> Finding:
