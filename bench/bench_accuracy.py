@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from diagnoser.engine import load_rulebook
-from diagnoser.engine.accuracy import score_corpus, top_n
+from diagnoser.engine.accuracy import hits_within, score_corpus, share
 from diagnoser.errors import InputError
 
 FOLDER = Path(__file__).resolve().parent.parent / "tests" / "data" / "cases"
@@ -32,8 +32,8 @@ def main(argv: list[str]) -> int:
             where = f"rank {s.rank}" if s.rank else "not named"
             print(f"miss {s.case} ({s.category}): {where}; first: {', '.join(s.named[:3]) or 'nothing'}")
     print(f"cases: {len(scores)}")
-    print(f"top-1: {top_n(scores, 1):.1%} ({sum(1 for s in scores if s.rank == 1)}/{len(scores)})")
-    print(f"top-3: {top_n(scores, 3):.1%} ({sum(1 for s in scores if s.rank and s.rank <= 3)}/{len(scores)})")
+    print(f"top-1: {share(hits_within(scores, 1), len(scores))}")
+    print(f"top-3: {share(hits_within(scores, 3), len(scores))}")
     return 0
 
 

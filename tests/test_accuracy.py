@@ -229,3 +229,18 @@ def test_the_bench_prints_the_figures_and_refuses_a_folder_without_answers(tmp_p
     assert out.returncode == 0 and "cases: 44" in out.stdout and "top-1: " in out.stdout and "top-3: " in out.stdout
     out = subprocess.run([*bench, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "no answers.yaml" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_blind_scores_adds_up_the_recorded_first_scores_beside_todays():
+    """corpus121 records its first score in its own README (1 first and 2 in the top three of 2, at 8f91d74), corpus16
+    only in the repository README's table (91 % of 11 is 10): both are read and summed beside today's scores, and a
+    bad range is one line and exit 2."""
+    bench = [sys.executable, str(REPO / "bench" / "blind_scores.py")]
+    out = subprocess.run([*bench, "121", "121"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "corpus121: 2 cases; first 1/2 at 8f91d74" in out.stdout and "first: top-1 50.0% (1/2), top-3 100.0% (2/2)" in out.stdout
+    out = subprocess.run([*bench, "16", "16"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "corpus16: 11 cases; first 10/10 at 4a4330a" in out.stdout
+    for bad in (["5", "x"], ["9", "3"], ["900", "901"]):
+        out = subprocess.run([*bench, *bad], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -75,5 +75,15 @@ def score_corpus(folder: Path, rulebook: Rulebook, answers_file: str = "answers.
     return scores
 
 
+def hits_within(scores: list[CaseScore], n: int) -> int:
+    """Cases whose true cause is among the first ``n`` named."""
+    return sum(1 for s in scores if s.rank is not None and s.rank <= n)
+
+
 def top_n(scores: list[CaseScore], n: int) -> float:
-    return sum(1 for s in scores if s.rank is not None and s.rank <= n) / len(scores) if scores else 0.0
+    return hits_within(scores, n) / len(scores) if scores else 0.0
+
+
+def share(hits: int, cases: int) -> str:
+    """A count of hits as the benches print it: the per cent, then the count it comes from."""
+    return f"{hits / cases:.1%} ({hits}/{cases})"
