@@ -31,6 +31,7 @@ from diagnoser.engine import (
     rule,
 )
 
+from diagnoser.engine.facts import PER_TOKEN_FIGURES
 from diagnoser.models.serving import WHOLESALE_SETTINGS, WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import (
     CLOCK_SETTINGS, FAST_PATH_GAP, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, heavier_format,
@@ -70,8 +71,6 @@ CORES_SATURATED = 0.9
 # by tens of per cent, graph capture, a kernel family or a weight format by a few times; twenty is another processor
 # doing the work (a CPU path, a runtime the driver cannot run), not a slower path on this one.
 OFF_DEVICE_GAP = 20.0
-# Run figures that are one stream's time per token (UNITS' ms per token, not the aggregate's or a job's).
-PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 # References taken on this device: another release, setting or engine, or a published row for it.
 SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
 # References that are this very engine on this device: an earlier version, or another configuration of it.

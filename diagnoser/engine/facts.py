@@ -506,14 +506,15 @@ def _metrics(m: ServingMetrics) -> Metrics:
 
 # A run is the observed one when its time per token is the observation's within rounding of a quoted rate.
 SAME_RUN = 0.01
-PER_TOKEN_RUN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
+# Run figures that are one stream's time per token (ms per token, not the aggregate's or a job's).
+PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 
 
 def _includes_observed(d: RunDelta, observed_ms: float | None) -> bool | None:
     """Whether one side of the A/B is the run the observation's figures come from (its time per token is the
     observation's), so that counters read beside the observation describe one of its sides; None where the case
     gives no time per token, or the A/B compares another figure."""
-    if observed_ms is None or d.figure not in PER_TOKEN_RUN_FIGURES:
+    if observed_ms is None or d.figure not in PER_TOKEN_FIGURES:
         return None
     return any(abs(t - observed_ms) <= SAME_RUN * observed_ms for t in (d.base_time, d.other_time))
 
