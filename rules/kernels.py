@@ -281,6 +281,7 @@ class KernelRules(RuleSet):
         Bound(source="compute_bound", rows_per_touched_expert=MATCH.rows, floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
         NOT(KernelClass(kernel_class="moe")),
         NOT(Budget()),
+        NOT(Expectation(kind=SAME_SETUP_EARLIER)),
         TEST(lambda rows, floor, observed: rows < SMALL_ROWS_PER_EXPERT and observed >= FAR_FROM_FLOOR * floor),
     )
     def small_expert_shape_untraced(self, rows, floor, observed):
@@ -288,7 +289,8 @@ class KernelRules(RuleSet):
         that launch few CTAs and stream weights below the bandwidth the floor assumes, and the step is well above that
         floor. Possible: the MoE kernels' share of a trace, or their achieved bandwidth, decides it. Only on the floor
         recomputed from the pinned model, at a batch the case states: a quoted byte count may leave bytes out, and the
-        calculator's default batch of one is no evidence of the rows."""
+        calculator's default batch of one is no evidence of the rows. Not when the expected figure is the same setup on
+        an earlier build: the same rows per expert reached it there, so the shape is not what the builds differ in."""
         return Finding(
             evidence=[ev("bound.rows_per_touched_expert", rows), ev("bound.floor_ms", floor, "ms"),
                       ev("bound.observed_step_ms", observed, "ms")],
