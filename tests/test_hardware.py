@@ -49,6 +49,53 @@ from diagnoser.models.hardware import hardware_preset, hardware_presets, match_h
         ("Apple M2 (MacBook Pro 16GB)", "apple-m2"),  # the tier is the word after the chip, not the laptop's name
         ("Apple M4 Pro (MacBook Pro, 24 GB unified memory)", "apple-m4-pro"),  # a comma in a remark lists nothing
         ("Apple M3 Pro", "apple-m3-pro"),
+        # presets added from datasheets and spec pages: names as drivers report them and as users write them
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000-blackwell"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "rtx-pro-6000-blackwell-max-q"),
+        ("NVIDIA GeForce RTX 4070", "rtx-4070"),
+        ("NVIDIA GeForce RTX 4070 Ti", "rtx-4070-ti"),
+        ("NVIDIA GeForce RTX 4080", "rtx-4080"),
+        ("NVIDIA GeForce RTX 4080 SUPER", "rtx-4080-super"),
+        ("RTX 3060 12GB", "rtx-3060-12gb"),
+        ("NVIDIA GeForce RTX 3060 (12 GB)", "rtx-3060-12gb"),
+        ("RTX 3060 8GB", "rtx-3060-8gb"),
+        ("NVIDIA L20", "l20"),
+        ("Tesla P40", "tesla-p40"),
+        ("Apple M5", "apple-m5"),
+        ("Apple M5 Pro", "apple-m5-pro"),
+        ("Apple M5 Max", "apple-m5-max"),
+        ("AMD Radeon RX 9070 XT", "rx-9070-xt"),
+        ("Intel(R) Arc(TM) Pro B60 Graphics", "arc-pro-b60"),
+        ("NVIDIA GeForce RTX 5060 Ti", "rtx-5060-ti"),  # the driver does not say which memory: bandwidth only
+        ("NVIDIA GeForce RTX 5060 Ti 16GB", "rtx-5060-ti-16gb"),
+        ("RTX 5060 Ti 8 GB", "rtx-5060-ti-8gb"),
+        ("AMD Radeon RX 7900 XT", "rx-7900-xt"),
+        ("NVIDIA H800", "h800-sxm"),
+        ("NVIDIA A800-SXM4-80GB", "a800-sxm-80gb"),
+        ("Tesla V100-PCIE-32GB", "v100-pcie-32gb"),
+        ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+        ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),
+        ("NVIDIA GeForce RTX 5080", "rtx-5080"),
+        ("NVIDIA GeForce RTX 5070 Ti", "rtx-5070-ti"),
+        ("Jetson Orin Nano 8GB", "jetson-orin-nano-8gb"),
+        ("Jetson Orin Nano Super 8GB", "jetson-orin-nano-super"),
+        ("AMD Instinct MI100", "mi100"),
+        ("AMD Instinct MI250X", "mi250x"),
+        ("AMD Instinct MI250", "mi250"),
+        ("AMD Instinct MI350X", "mi350x"),
+        ("AMD Radeon 8060S Graphics", "radeon-8060s"),
+        ("Intel Arc A770 16GB", "arc-a770-16gb"),
+        ("Intel Arc A770 8GB", "arc-a770-8gb"),
+        ("Intel(R) Arc(TM) B580 Graphics", "arc-b580"),
+        ("RTX 3080 10GB", "rtx-3080-10gb"),
+        ("NVIDIA GeForce RTX 3080 12GB", "rtx-3080-12gb"),
+        ("NVIDIA RTX 4000 Ada Generation", "rtx-4000-ada"),
+        ("NVIDIA RTX A5000", "rtx-a5000"),
+        ("NVIDIA GH200 480GB", "gh200-96gb"),  # the first GH200: 96 GB HBM3 beside 480 GB LPDDR5X
+        ("TPU v5 lite", "tpu-v5e"),  # as JAX's device_kind names them
+        ("TPU v6 lite", "tpu-v6e"),
+        ("TPU7x", "tpu-v7x"),
     ],
 )
 def test_reported_names_get_their_own_variant(reported, preset):
@@ -71,24 +118,37 @@ _SUPERSET_VARIANTS = [
         None,
         "",
         "Some NPU",
-        "NVIDIA GH200 480GB",
         "NVIDIA A100-PCIE-40GB",
         "NVIDIA H100",
-        # no preset: figures not verifiable from a vendor datasheet
-        "NVIDIA H20",
-        "NVIDIA L20",
-        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+        # no preset: figures not verified from a datasheet or spec page
         "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "NVIDIA GH200 144G HBM3e",
+        "NVIDIA A30",
+        "AMD Radeon AI PRO R9700",
+        "Jetson AGX Orin 64GB",
+        # names that leave open which of two boards with different figures it is
+        "NVIDIA RTX PRO 6000 Blackwell",  # Workstation (600 W) or Max-Q (300 W)
+        "NVIDIA GeForce RTX 3060",  # 12 GB at 360 GB/s or 8 GB at 240
+        "NVIDIA GeForce RTX 3080",  # 10 GB at 760 GB/s or 12 GB at 912
+        "Intel(R) Arc(TM) A770 Graphics",  # 16 GB at 560 GB/s or 8 GB at 512
+        "AMD Instinct MI250X / MI250",  # ROCm's name for either
         # neighbours of a preset that are other chips or boards
         "NVIDIA A10G",
         "NVIDIA RTX 6000 Ada Generation",
-        "NVIDIA GeForce RTX 3080",
-        "AMD Radeon RX 7900 XT",
         "AMD Radeon RX 7900 GRE",
         "Samsung 990 PRO M2",  # an M.2 drive, not an Apple chip: a bare M2 needs the vendor
-        "Tesla V100-PCIE-16GB",
         "Tesla V100S-PCIE-32GB",
+        "NVIDIA GeForce RTX 4070 Ti SUPER",  # 16 GB, 672 GB/s
+        "NVIDIA GeForce RTX 4070 SUPER",
+        "NVIDIA GeForce RTX 3060 Ti",
+        "NVIDIA GeForce RTX 3080 Ti",
+        "NVIDIA GeForce RTX 5060",
+        "NVIDIA GeForce RTX 5070",
+        "AMD Radeon RX 9070",
+        "NVIDIA H800 PCIe",
+        "NVIDIA RTX 4000 SFF Ada Generation",  # 320 GB/s, 70 W
+        "NVIDIA RTX 5000 Ada Generation",
+        "TPU v5p",
         *_SUPERSET_VARIANTS,
     ],
 )
@@ -111,11 +171,17 @@ def test_every_preset_can_be_matched_by_a_name_of_its_own():
         assert match_hardware(" ".join(hw.device_names[0])) is hw, key
 
 
+# Presets of a bandwidth only: a unified-memory APU whose memory size and power the system sets, and a board whose
+# driver name does not say which memory it carries.
+_BANDWIDTH_ONLY = ("radeon-8060s", "rtx-5060-ti")
+
+
 def test_every_listed_board_states_its_board_power():
-    # Apple publishes bandwidth, not a memory size or a power limit per chip: those presets time bytes only
+    # Apple publishes bandwidth, not a memory size or a power limit per chip: those presets time bytes only; Google
+    # publishes no per-chip power for its TPUs
     for key, hw in hardware_presets().items():
-        assert hw.listed == (hw.board_power_w is not None), key
-        assert hw.listed or key.startswith("apple-"), key
+        assert (hw.board_power_w is not None) == (hw.listed and not key.startswith("tpu-")), key
+        assert hw.listed or key.startswith("apple-") or key in _BANDWIDTH_ONLY, key
 
 
 def test_later_presets_carry_the_datasheet_figures():
@@ -161,3 +227,42 @@ def test_new_presets_carry_the_datasheet_figures():
     assert (v32.memory_gib, v16.memory_gib) == (32, 16)
     assert v32.memory_bandwidth_gbs == v16.memory_bandwidth_gbs == 900
     assert v32.peak_flops("bf16") == pytest.approx(125e12) and v32.interconnect_gbs == 150
+
+
+def test_near_names_take_their_own_figures_not_a_neighbours():
+    # the variants that differ from the name they contain get the figures of their own datasheets
+    assert match_hardware("NVIDIA GeForce RTX 4070 Ti") is not hardware_preset("rtx-4070")
+    assert hardware_preset("rtx-4070-ti").sm_count == 60 and hardware_preset("rtx-4070").sm_count == 46
+    assert match_hardware("NVIDIA GeForce RTX 4080 SUPER").memory_bandwidth_gbs == 736
+    assert match_hardware("NVIDIA GeForce RTX 4080").memory_bandwidth_gbs == 716.8
+    assert match_hardware("RTX 3060 8GB").memory_bandwidth_gbs == 128 / 8 * 15  # not the 12 GB board's 192-bit bus
+    assert match_hardware("RTX 3060 12GB").memory_bandwidth_gbs == 192 / 8 * 15
+    maxq = match_hardware("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition")
+    assert maxq.board_power_w == 300 and hardware_preset("rtx-pro-6000-blackwell").board_power_w == 600
+    assert match_hardware("Jetson Orin Nano Super").memory_bandwidth_gbs == 102  # not the 68 GB/s default mode
+    bare, sized = match_hardware("NVIDIA GeForce RTX 5060 Ti"), match_hardware("NVIDIA GeForce RTX 5060 Ti 16GB")
+    assert bare.memory_bandwidth_gbs == sized.memory_bandwidth_gbs == 448
+    assert (bare.memory_gib, sized.memory_gib, hardware_preset("rtx-5060-ti-8gb").memory_gib) == (None, 16, 8)
+    assert not bare.listed and sized.listed
+
+
+def test_added_presets_carry_the_datasheet_figures():
+    # hand-checked against the datasheets, spec pages and documentation named in each preset's source
+    h20 = hardware_preset("h20")
+    assert (h20.memory_bandwidth_gbs, h20.memory_gib, h20.board_power_w) == (4000, 96, 400)
+    assert h20.peak_flops("bf16") == pytest.approx(148e12) and h20.peak_flops("fp8") == pytest.approx(296e12)
+    assert hardware_preset("rtx-4080").peak_flops("bf16") == pytest.approx(390e12 / 4)  # 390 sparse, FP16 accumulate
+    assert hardware_preset("rtx-5080").peak_flops("fp8") == pytest.approx(1801e12 / 8, rel=1e-3)  # 1801 FP4 sparse
+    assert hardware_preset("rtx-pro-6000-blackwell").peak_tflops["nvfp4"] == 4000 / 2
+    assert hardware_preset("rx-9070-xt").peak_flops("int8") == pytest.approx(779e12 / 2, rel=1e-3)
+    mi250x = hardware_preset("mi250x")  # one of the two GCDs the runtime shows per module
+    assert mi250x.memory_gib == 128 / 2 and mi250x.peak_flops("bf16") == pytest.approx(383e12 / 2)
+    assert hardware_preset("v100-pcie-32gb").memory_bandwidth_gbs == hardware_preset("v100-sxm2-32gb").memory_bandwidth_gbs
+    assert hardware_preset("v100-pcie-32gb").peak_flops("bf16") < hardware_preset("v100-sxm2-32gb").peak_flops("bf16")
+    assert hardware_preset("h800-sxm").peak_flops("fp8") == hardware_preset("h100-sxm").peak_flops("fp8")
+    assert hardware_preset("h800-sxm").interconnect_gbs == 400 / 2  # NVLink cut from 900 to 400 GB/s both ways
+    assert [hardware_preset(f"apple-{c}").memory_bandwidth_gbs for c in ("m5", "m5-pro", "m5-max")] == [153, 307, 614]
+    v6e, v7x = hardware_preset("tpu-v6e"), hardware_preset("tpu-v7x")
+    assert (v6e.peak_flops("bf16"), v6e.memory_bandwidth_gbs, v6e.memory_gib) == (918e12, 1638, 32)
+    assert v7x.peak_flops("fp8") == pytest.approx(2 * v7x.peak_flops("bf16"), rel=1e-3)
+
