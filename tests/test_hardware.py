@@ -266,3 +266,16 @@ def test_added_presets_carry_the_datasheet_figures():
     assert (v6e.peak_flops("bf16"), v6e.memory_bandwidth_gbs, v6e.memory_gib) == (918e12, 1638, 32)
     assert v7x.peak_flops("fp8") == pytest.approx(2 * v7x.peak_flops("bf16"), rel=1e-3)
 
+
+
+def test_a_devices_sweep_is_its_memory_read_or_on_slow_half_precision_the_arithmetic():
+    from diagnoser.engine.facts import sweep_ms
+
+    # H100 SXM: 80 GiB over 3350 GB/s; its bf16 peak multiplies that much int4 in 0.34 ms, far under the read.
+    assert sweep_ms(hardware_preset("h100-sxm")) == pytest.approx(80 * 2**30 / 3350e9 * 1e3)
+    # Tesla P40: 24 GiB read in 74.5 ms, but fp16 at 0.18 TFLOPS multiplies the ~49.97e9 int4 weights it could hold
+    # (two multiply-add FLOPs each, 0.515625 bytes a weight) in 555 ms.
+    weights = 24 * 2**30 / 0.515625
+    assert sweep_ms(hardware_preset("tesla-p40")) == pytest.approx(weights * 2 / 0.18e12 * 1e3)
+    assert sweep_ms(hardware_preset("tesla-p40")) == pytest.approx(555.3, abs=0.1)
+    assert sweep_ms(hardware_preset("apple-m4-max")) is None  # memory not fixed by the name

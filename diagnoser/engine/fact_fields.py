@@ -177,7 +177,7 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
         f.Traffic: _derived(kv_read_share=("", "the KV cache read's share of the busiest rank's bytes per step")),
         f.QuotedBound: _model_fields(BoundInputs),
         f.Device: _derived(name=("text", "the preset the workload's hardware matched"), bandwidth_gbs=("GB/s", "its datasheet memory bandwidth"),
-                           memory_gib=("GiB", "its memory"), sweep_ms=("ms", "reading all of its memory once at that bandwidth")),
+                           memory_gib=("GiB", "its memory"), sweep_ms=("ms", "reading all of its memory once at that bandwidth, or multiplying the weights it could hold at its half-precision rate where that is longer")),
         f.Layout: _derived(tp=("", "tensor-parallel ranks"), ep=("", "expert-parallel ranks"), pp=("", "pipeline stages"),
                            dp=("", "data-parallel attention ranks"), batch=("", "sequences decoding together, when stated"),
                            routed_experts=("", "the pinned model routes tokens to experts (absent when no known model is pinned)")),

@@ -16,8 +16,9 @@ from pydantic import BaseModel
 from diagnoser.experta_compat import Fact
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
-from diagnoser.models.hardware import hardware_preset
+from diagnoser.models.hardware import Hardware, hardware_preset
 from diagnoser.models.model_spec import ModelFeature, resolve_model
+from diagnoser.models.precision import DType, bytes_per_element
 from diagnoser.models.hypothesis import BoundSummary
 from diagnoser.engine.comparison import RunDelta, run_deltas, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
@@ -153,7 +154,8 @@ class Platform(Fact):
 
 class Device(Fact):
     """The pinned device's datasheet (a preset the workload's hardware names): ``sweep_ms`` is the time it takes to
-    read every byte of its memory once, the longest any decode step on it can spend reading."""
+    read every byte of its memory once, the longest any decode step on it can spend reading (or, on a part with slow
+    half-precision arithmetic, to multiply the weights that memory could hold, when that is longer)."""
 
 
 class Stream(Fact):
@@ -584,8 +586,25 @@ def _device(case: Case) -> Device | None:
         hw = hardware_preset(name)
     except InputError:
         return None
-    sweep = None if hw.memory_gib is None else hw.memory_gib * 2**30 / (hw.memory_bandwidth_gbs * 1e9) * 1e3
-    return Device(**_fields(None, name=hw.name, bandwidth_gbs=hw.memory_bandwidth_gbs, memory_gib=hw.memory_gib, sweep_ms=sweep))
+    return Device(**_fields(None, name=hw.name, bandwidth_gbs=hw.memory_bandwidth_gbs, memory_gib=hw.memory_gib, sweep_ms=sweep_ms(hw)))
+
+
+# The most arithmetic a byte of weights asks of a decode step: a weight-only 4-bit format holds about two weights a byte,
+# each one multiply-add (2 FLOPs) per token.
+FLOPS_PER_WEIGHT_BYTE = 2 / bytes_per_element(DType.int4)
+
+
+def sweep_ms(hw: Hardware) -> float | None:
+    """The longest a working device needs for one step over every byte it holds: reading them, or, on a part whose
+    half-precision arithmetic is slow (fp16 at a fraction of its fp32 rate, no tensor cores), multiplying the weights
+    they could hold at that rate, whichever is longer. On every part with tensor cores the read is hundreds of times
+    longer."""
+    if hw.memory_gib is None:
+        return None
+    nbytes = hw.memory_gib * 2**30
+    read = nbytes / (hw.memory_bandwidth_gbs * 1e9) * 1e3
+    half = hw.peak_tflops.get(DType.fp16) or hw.peak_tflops.get(DType.bf16)
+    return read if half is None else max(read, nbytes * FLOPS_PER_WEIGHT_BYTE / (half * 1e12) * 1e3)
 
 
 def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
