@@ -37,11 +37,12 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, switched_on
+from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, larger, switched_on
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
+from diagnoser.rules.output_path import FEWER_TOKENS_WITH_MORE_STREAMS, LONG_PROMPT_TOKENS
 
 SPECS = load_specs(__file__)
 
@@ -82,6 +83,8 @@ SAMPLING_SHARE = 0.03
 # The one reference that served the same weights in the same format on the same machine: the setup itself on an
 # earlier build. (Another configuration may be another format; another machine may lack the format's fast kernel.)
 SAME_SETUP_EARLIER = "older_version"
+# Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
+BATCH_SETTINGS = frozenset({"batch", "concurrency"})
 # Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
 SORT_FREE = ("sort-free", "sortfree", "sort_free", "no-sort", "nosort", "without sort", "rejection")
 
@@ -433,6 +436,31 @@ class KernelRules(RuleSet):
             key="quantized",
             grade=Grade.possible,
             detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
+        )
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.d << RunDiff(setting=P(lambda s: s in BATCH_SETTINGS) & MATCH.setting, figure="output_tokens_per_s",
+                        slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        NOT(Metrics(input_tokens=P(lambda n: n >= LONG_PROMPT_TOKENS))),
+        TEST(lambda slowdown, slower, faster: slowdown >= FEWER_TOKENS_WITH_MORE_STREAMS and larger(slower, faster)),
+    )
+    def batched_step_slower_than_serial(self, d, setting, slowdown, slower, faster):
+        """More sequences in a step made fewer tokens per second in all: the batched step took longer than running its
+        sequences one after another, each re-reading every weight. A step at several rows reads the weights once, so
+        only its kernels can make it dearer than that: the engine's path for more than one row (a dequantise-then-dense
+        GEMM, a generic fallback, a kernel tuned for one row or for prefill) is slower than its single-row one. Not with
+        long prompts, whose prefill in the decode steps does the same (prefill-stalls). Indicated where the runs vary the
+        batch itself or the prompts are stated short; possible where they vary the requests in flight and the prompts
+        are not stated."""
+        stated = any(isinstance(f, Metrics) and "input_tokens" in f for f in self.facts.values())
+        return Finding(
+            evidence=[ev("runs.changed", setting), ev("runs.faster", faster), ev("runs.slower", slower), ev("runs.ratio", slowdown)],
+            key="batched",
+            grade=Grade.indicated if setting == "batch" or stated else Grade.possible,
+            detail=f"{slower} sequences a step made {slowdown:.3g}x fewer tokens per second in all than {faster}: the "
+            "batched step cost more than its sequences one by one. The kernels' names and times at both batches in a trace "
+            "show which path the larger batch takes.",
         )
 
     @rule(
