@@ -218,6 +218,22 @@ def fewer(slower: str, faster: str) -> bool:
     return larger(faster, slower)
 
 
+# A memory size as people write it: 16, 16GB, 18 GiB, 0.5 TB.
+MEMORY_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(t|g|m)?i?b?\s*$", re.IGNORECASE)
+GB_PER_UNIT = {"t": 1024.0, "g": 1.0, "m": 1 / 1024, None: 1.0}
+
+
+def memory_gb(value: str) -> float | None:
+    found = MEMORY_SIZE.match(value)
+    return None if found is None else float(found.group(1)) * GB_PER_UNIT[found.group(2) and found.group(2).lower()]
+
+
+def less_memory(slower: str, faster: str) -> bool:
+    """The slower run had the device with less memory."""
+    a, b = memory_gb(slower), memory_gb(faster)
+    return a is not None and b is not None and a < b
+
+
 # Settings that set a processor's clocks or the power it may draw: a power mode or cap (nvpmodel, a power limit), a clock
 # lock (jetson_clocks, locked clocks), a frequency governor or the CPU's own frequency control (Speed Shift), a
 # power-saving mode. They change no work, only the clocks it runs at, so the slower side of their A/B ran slower clocks.
@@ -239,6 +255,7 @@ ABLATIONS = {
     "cpu_affinity": wider_affinity,  # cpu-oversubscribed: threads on slower cores (E-cores, SMT siblings) hold the others at each barrier
     "proxy": through_a_proxy,  # proxy-buffering: the proxy's hold (or its own queue) is the delta
     "gpu_layers": fewer,  # cpu-offload: the layers left off the device are read from host memory every step
+    "device_memory": less_memory,  # cpu-offload: what no longer fits the smaller memory is read from host memory or paged
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead
     "speculative": switched_on,  # speculation-slowdown (speculation-low-acceptance when the counters show why)

@@ -372,10 +372,11 @@ class MachineRules(RuleSet):
             detail=f"The same setup ran this work {gap:.3g}x faster, with no setting named between the two.",
         )
 
-    @rule(SPECS["cpu-offload"], *ablation("gpu_layers"))
+    @rule(SPECS["cpu-offload"], *ablation("gpu_layers", "device_memory"))
     def fewer_layers_on_device_slower(self, d):
-        """The same model with fewer layers on the device ran slower: the delta is what the layers left in host
-        memory cost, read at host speed every step."""
+        """The same model with fewer layers on the device, or on a device with less memory, ran slower: a working set
+        that fits decodes at the same speed in any memory larger than it, so the delta is what did not fit (layers
+        left, or pages pushed, to host memory) cost, read at host speed every step."""
         return ablation_finding(d)
 
     @rule(
