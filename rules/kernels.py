@@ -440,6 +440,27 @@ class KernelRules(RuleSet):
 
     @rule(
         SPECS["slow-kernel-path"],
+        Server(quantization=MATCH.scheme),
+        Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
+        NOT(Expectation()),
+        NOT(KernelClass(share_of_step=W())),
+        NOT(RunDiff(setting="quantization")),
+        TEST(lambda floor, observed: observed >= FAR_FROM_FLOOR * floor),
+    )
+    def quantized_path_below_its_floor(self, scheme, floor, observed):
+        """No expected figure, but the bound is one: quantized weights, and a step at least twice the floor that reads
+        their bytes at full bandwidth. The format saves bytes only where its kernels stream them near that bandwidth,
+        so, nothing measured yet, its GEMMs are a candidate for the gap, as they are against a figure short of what was
+        expected."""
+        return Finding(
+            evidence=[ev("server.quantization", scheme), ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms")],
+            key="quantized",
+            grade=Grade.possible,
+            detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
+        )
+
+    @rule(
+        SPECS["slow-kernel-path"],
         AS.d << RunDiff(setting=P(lambda s: s in BATCH_SETTINGS) & MATCH.setting, figure="output_tokens_per_s",
                         slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
         NOT(Metrics(input_tokens=P(lambda n: n >= LONG_PROMPT_TOKENS))),
