@@ -11,6 +11,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    OR,
     TEST,
     W,
     Bound,
@@ -32,6 +33,7 @@ from diagnoser.engine import (
     RuleSet,
     RunDiff,
     Server,
+    Speculation,
     ev,
     load_specs,
     rule,
@@ -43,6 +45,7 @@ from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
 from diagnoser.rules.output_path import FEWER_TOKENS_WITH_MORE_STREAMS, LONG_PROMPT_TOKENS
+from diagnoser.rules.speculation import drafts_per_cycle, yield_per_cycle
 
 SPECS = load_specs(__file__)
 
@@ -54,6 +57,10 @@ SMALL_ROWS_PER_EXPERT = 16
 # A step at least this many times its floor has room for the expert GEMMs' loss: at a few rows per expert they stream
 # their weights at a fraction of the bandwidth the floor assumes.
 FAR_FROM_FLOOR = 2.0
+# A verify of one stream's k+1 tokens is dearer than its rows make it at twice the ordinary step, and a GEMM of up to 16
+# rows still reads its weights rather than computing (the verify step's time is the weights' read).
+VERIFY_DEARER = 2.0
+VERIFY_ROWS = 16
 # Under 60 % of peak bandwidth a weight-streaming kernel is not bandwidth-limited.
 LOW_BW_FRACTION = 0.6
 # A backend is a slow path, not merely below par, when it reaches under 1/1.5 of that (40 % of peak).
@@ -83,6 +90,12 @@ SAMPLING_SHARE = 0.03
 # The one reference that served the same weights in the same format on the same machine: the setup itself on an
 # earlier build. (Another configuration may be another format; another machine may lack the format's fast kernel.)
 SAME_SETUP_EARLIER = "older_version"
+def few_verify_rows(s) -> bool:
+    """The verify runs few enough rows (k drafts and the stream's own token) that reading the weights is its step."""
+    k = drafts_per_cycle(s)
+    return k is not None and k + 1 <= VERIFY_ROWS
+
+
 # Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
 BATCH_SETTINGS = frozenset({"batch", "concurrency"})
 # Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
@@ -458,6 +471,28 @@ class KernelRules(RuleSet):
             grade=Grade.possible,
             detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
         )
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.s << Speculation(verify_ms=MATCH.verify, ordinary_step_ms=MATCH.ordinary),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        TEST(lambda s, verify, ordinary: verify >= VERIFY_DEARER * ordinary and few_verify_rows(s)),
+    )
+    def verify_step_dearer_than_its_rows(self, s, verify, ordinary):
+        """One stream's verify of its k drafts and its own token runs k+1 rows through a step that still reads every
+        weight once, as the ordinary step does; at a few rows the extra arithmetic and KV reads are small, so a verify
+        twice the ordinary step (VERIFY_DEARER) is its kernels' path for several rows: a quantized GEMM with no fast
+        multi-row kernel, attention dispatched to a prefill kernel. The measured cycle says what it costs a token: the
+        verify's excess over an ordinary step, over the tokens a cycle emits."""
+        rows, emitted = drafts_per_cycle(s) + 1, yield_per_cycle(s)
+        evidence = [ev("speculation.verify_ms", verify, "ms"), ev("speculation.ordinary_step_ms", ordinary, "ms"),
+                    ev("verified_tokens_per_cycle", rows)]
+        detail = f"A verify of {rows:g} tokens takes {verify / ordinary:.3g} ordinary steps ({verify:.4g} against {ordinary:.4g} ms)."
+        if not emitted:
+            return Finding(evidence=evidence, key="verify", grade=Grade.indicated, detail=detail)
+        return Finding(evidence=[*evidence, ev("emitted_tokens_per_cycle", emitted)], key="verify",
+                       removable_ms=(verify - ordinary) / emitted,
+                       detail=f"{detail} At the {emitted:.3g} tokens a cycle emits that is {(verify - ordinary) / emitted:.3g} ms a token.")
 
     @rule(
         SPECS["slow-kernel-path"],
