@@ -149,6 +149,11 @@ def headroom_ms(device_ms: float, share: float, bw_fraction: float | None, refer
     return class_ms * max(0.0, 1.0 - bw_fraction / reference)
 
 
+def _slow_backend_finding(k, backend: str, frac: float, removable: float) -> Finding:
+    return Finding(evidence=_kernel_evidence(k), removable_ms=removable, key=k["kernel_class"],
+                   detail=f"{k['kernel_class']} on {backend} reaches {frac:.0%} of peak bandwidth.")
+
+
 def small_expert_work(k) -> bool:
     underfilled = "grid_ctas" in k and "sm_count" in k and k["grid_ctas"] < k["sm_count"]
     skinny = "tokens_per_expert" in k and k["tokens_per_expert"] < SMALL_ROWS_PER_EXPERT
@@ -346,12 +351,18 @@ class KernelRules(RuleSet):
         TEST(lambda share, frac: share >= MIN_SHARE and frac < LOW_BW_FRACTION / SLOW_PATH_MARGIN),
     )
     def slow_kernel_path(self, k, backend, share, frac, device):
-        return Finding(
-            evidence=_kernel_evidence(k),
-            removable_ms=headroom_ms(device, share, frac),
-            key=k["kernel_class"],
-            detail=f"{k['kernel_class']} on {backend} reaches {frac:.0%} of peak bandwidth.",
-        )
+        return _slow_backend_finding(k, backend, frac, headroom_ms(device, share, frac))
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.k << KernelClass(backend=MATCH.backend, share_of_step=MATCH.share, achieved_bw_fraction=MATCH.frac),
+        Reference(step_ms=MATCH.step),
+        NOT(Budget()),
+        TEST(lambda share, frac: share >= MIN_SHARE and frac < LOW_BW_FRACTION / SLOW_PATH_MARGIN),
+    )
+    def slow_kernel_path_of_step(self, k, backend, share, frac, step):
+        """No budget: the class's share of the measured step, at the bandwidth it reached, is what full bandwidth saves."""
+        return _slow_backend_finding(k, backend, frac, headroom_ms(step, share, frac))
 
     @rule(
         SPECS["sort-sampling"],
