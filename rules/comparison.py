@@ -9,8 +9,9 @@ cannot be pinned on any one of them.
 
 import re
 
-from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
+from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, Metrics, RuleSet, RunDiff, ev, load_specs, rule
 from diagnoser.engine.comparison import OFF
+from diagnoser.engine.facts import PER_TOKEN_FIGURES
 from diagnoser.models.hardware import DEVICE_LIST
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
@@ -24,6 +25,8 @@ BEYOND_REPEATS = 2.0
 # A mean per-token time over a benchmark repeats within about two per cent on one machine: a few per cent slower,
 # below SLOWER and with no repeats stated, is the runs' only lead but no measurement yet.
 SLIGHTLY_SLOWER = 1.025
+# An observed token at least twice the slower side of an A/B is not either side's: that A/B is an experiment beside it.
+APART = 2.0
 
 
 def slower_beyond_noise(d, ratio: float) -> bool:
@@ -312,6 +315,15 @@ def _delta_evidence(d) -> list:
     ]
 
 
+def beside_the_observation(facts, d) -> bool:
+    """The observed stream's token takes at least APART times the slower side of this A/B: the A/B is an experiment
+    beside the slowdown (a reference engine's thread sweep), not where it happened."""
+    if d.get("figure") not in PER_TOKEN_FIGURES:
+        return False
+    observed = [f["per_token_ms"] for f in facts.values() if isinstance(f, Metrics) and "per_token_ms" in f]
+    return any(t >= APART * d["slower_time"] for t in observed)
+
+
 # Two runs that differ in one named setting (binds d, setting, ratio, before, after).
 ONE_SETTING_CHANGED = AS.d << RunDiff(setting=MATCH.setting, ratio=MATCH.ratio, before=MATCH.before, after=MATCH.after)
 
@@ -339,6 +351,8 @@ class ComparisonRules(RuleSet):
     )
     def regression_located(self, d, setting, ratio, before, after):
         """Several runs changing the same setting give one hypothesis per setting: the largest delta ranks first."""
+        if beside_the_observation(self.facts, d):
+            return None
         spread = [ev("runs.repeat_spread", d["repeat_spread"])] if "repeat_spread" in d else []
         return Finding(
             evidence=[ev("runs.changed", setting), ev("runs.before", before), ev("runs.after", after), *_delta_evidence(d), *spread],
