@@ -59,3 +59,14 @@ def test_unsupported_architecture_and_bad_values():
             "architectures": ["MixtralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
             "intermediate_size": 128, "vocab_size": 100, "num_local_experts": 2, "num_experts_per_tok": 4,
         })
+
+
+def test_an_inline_excerpt_named_by_model_type_alone():
+    """A config pasted without its "architectures" line is still a config: model_type names the family."""
+    excerpt = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+               "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": False}
+    spec = resolve_model(excerpt)
+    assert spec.architecture == "Qwen2ForCausalLM" and spec.attention_bias  # Qwen2's q/k/v biases, as from the file
+    assert spec.num_kv_heads == 4 and spec.head_dim == 128
+    with pytest.raises(InputError, match="architecture '\\(none\\)' not supported"):
+        resolve_model({**excerpt, "model_type": "gpt2"})

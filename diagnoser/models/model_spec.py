@@ -109,6 +109,13 @@ _ARCH_DENSE = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Mist
 _ARCH_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"}
 _ARCH_MLA = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
 SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
+# A config's model_type, as Hugging Face writes it, names its architecture where a pasted excerpt leaves out
+# "architectures".
+MODEL_TYPES = {
+    "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+}
 
 
 # No released model has a dimension, layer count or vocabulary beyond this; a larger figure
@@ -160,7 +167,7 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
     archs = cfg.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise InputError(f"{where}: architectures: expected a list of class names")
-    arch = archs[0] if archs else ""
+    arch = archs[0] if archs else MODEL_TYPES.get(str(cfg.get("model_type", "")).lower(), "")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise InputError(f"{where}: architecture {arch or '(none)'!r} not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
     hidden = _need(cfg, "hidden_size", where)
@@ -259,7 +266,7 @@ def resolve_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
-        if "architectures" in ref:
+        if "architectures" in ref or "model_type" in ref:
             return spec_from_hf_config(ref, where="inline model config")
         try:
             return ModelSpec.model_validate(ref)
