@@ -70,3 +70,37 @@ def test_an_inline_excerpt_named_by_model_type_alone():
     assert spec.num_kv_heads == 4 and spec.head_dim == 128
     with pytest.raises(InputError, match="architecture '\\(none\\)' not supported"):
         resolve_model({**excerpt, "model_type": "gpt2"})
+
+
+@pytest.mark.parametrize(
+    ("name", "preset", "billions"),
+    [
+        # published parameter counts, embedding and output layer included
+        ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b", 6.74),
+        ("meta-llama/Llama-2-70b-hf", "llama-2-70b", 68.98),
+        ("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", 1.24),  # tied output layer
+        ("meta-llama/Llama-3.2-3B", "llama-3.2-3b", 3.21),
+        ("mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1", 7.24),
+        ("Qwen/Qwen3-0.6B", "qwen3-0.6b", 0.60),
+        ("Qwen/Qwen3-4B", "qwen3-4b", 4.02),
+        ("Qwen/Qwen3-32B", "qwen3-32b", 32.76),
+        ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b", 72.71),
+    ],
+)
+def test_presets_count_the_published_parameters(name, preset, billions):
+    from diagnoser.bound.estimate import active_parameters
+
+    spec = resolve_model(name)
+    assert spec == model_presets()[preset]
+    assert active_parameters(spec) / 1e9 == pytest.approx(billions, abs=0.01)
+
+
+def test_a_release_with_a_presets_numbers_is_that_preset_under_its_own_name():
+    presets = model_presets()
+    for alias, preset in [("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"), ("meta-llama/Meta-Llama-3-8B", "llama-3.1-8b"),
+                          ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("mistralai/Mistral-7B-Instruct-v0.2", "mistral-7b-v0.1")]:
+        spec = resolve_model(alias)
+        assert spec.model_copy(update={"name": presets[preset].name, "source": presets[preset].source}) == presets[preset]
+        assert spec.name != preset and preset in spec.source
+    with pytest.raises(InputError, match="unknown model"):
+        resolve_model("meta-llama/Llama-3.2-11B-Vision")  # a sibling with other numbers is not an alias

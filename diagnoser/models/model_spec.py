@@ -247,6 +247,9 @@ def model_presets() -> dict[str, ModelSpec]:
         out[key] = spec_from_hf_config(entry["config"], name=key, where=f"preset {key}").model_copy(
             update={"source": entry["source"]}
         )
+    for alias, key in raw["aliases"].items():
+        if alias != "note":
+            out[alias] = out[key].model_copy(update={"name": alias, "source": f"{out[key].source}: the same numbers as {key}"})
     return out
 
 
