@@ -518,6 +518,7 @@ class RateGuards(RuleSet):
         AS.b << Bound(floor_ms=MATCH.floor),
         NOT(Server(speculative=W())),
         NOT(Layout(batch=P(lambda b: b > 1))),
+        NOT(RunDiff(setting="quantization")),
         TEST(lambda e, b, floor: not precision_assumed(b)
              and (per_stream_rate(e, expected_rate(e)) or 0) >= BEYOND_CEILING * stream_ceiling(floor)),
     )
@@ -526,7 +527,9 @@ class RateGuards(RuleSet):
         stream of it runs faster than one token per floor: an expected stream faster than that measured other work
         (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth). Only
         with one sequence pinned (or none): a floor of many sequences' KV is longer than one stream alone needs. Not
-        on a floor that assumed bf16 for want of a stated precision: the expected figure may be the served format's."""
+        on a floor that assumed bf16 for want of a stated precision: the expected figure may be the served format's.
+        Not where runs of two weight formats are compared: the other format's figure is then stated as such, and the
+        A/B measures what the format changes."""
         rate = per_stream_rate(e, expected_rate(e))
         return Finding(
             evidence=[ev("expected.per_stream_tokens_per_s", rate), ev("bound.floor_ms", floor, "ms"),
