@@ -90,14 +90,10 @@ SAMPLING_SHARE = 0.03
 # The one reference that served the same weights in the same format on the same machine: the setup itself on an
 # earlier build. (Another configuration may be another format; another machine may lack the format's fast kernel.)
 SAME_SETUP_EARLIER = "older_version"
-def few_verify_rows(s) -> bool:
-    """The verify runs few enough rows (k drafts and the stream's own token) that reading the weights is its step."""
-    k = drafts_per_cycle(s)
-    return k is not None and k + 1 <= VERIFY_ROWS
-
-
 # Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
 BATCH_SETTINGS = frozenset({"batch", "concurrency"})
+# What settles a quantized format's GEMMs as the loss, however they came to be suspected.
+QUANTIZED_CHECK = "An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it."
 # Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
 SORT_FREE = ("sort-free", "sortfree", "sort_free", "no-sort", "nosort", "without sort", "rejection")
 
@@ -152,6 +148,12 @@ def headroom_ms(device_ms: float, share: float, bw_fraction: float | None, refer
 def _slow_backend_finding(k, backend: str, frac: float, removable: float) -> Finding:
     return Finding(evidence=_kernel_evidence(k), removable_ms=removable, key=k["kernel_class"],
                    detail=f"{k['kernel_class']} on {backend} reaches {frac:.0%} of peak bandwidth.")
+
+
+def few_verify_rows(s) -> bool:
+    """The verify runs few enough rows (k drafts and the stream's own token) that reading the weights is its step."""
+    k = drafts_per_cycle(s)
+    return k is not None and k + 1 <= VERIFY_ROWS
 
 
 def small_expert_work(k) -> bool:
@@ -459,7 +461,7 @@ class KernelRules(RuleSet):
             evidence=[ev("server.quantization", scheme), ev("expected.kind", kind)],
             key="quantized",
             grade=Grade.possible,
-            detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
+            detail=QUANTIZED_CHECK,
         )
 
     @rule(
@@ -480,7 +482,7 @@ class KernelRules(RuleSet):
             evidence=[ev("server.quantization", scheme), ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms")],
             key="quantized",
             grade=Grade.possible,
-            detail="An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it.",
+            detail=QUANTIZED_CHECK,
         )
 
     @rule(
