@@ -372,6 +372,8 @@ class ComparisonRules(RuleSet):
     def regression_within_noise(self, d, setting, ratio, before, after):
         """A change of a few per cent, inside what serving benchmarks are taken to repeat within: the only lead the
         runs give, possible until repeats of both sides show a spread tighter than the delta (then it is measured)."""
+        if beside_the_observation(self.facts, d):
+            return None
         return Finding(
             evidence=[ev("runs.changed", setting), ev("runs.before", before), ev("runs.after", after), *_delta_evidence(d)],
             key=setting,
