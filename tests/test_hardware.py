@@ -279,3 +279,18 @@ def test_a_devices_sweep_is_its_memory_read_or_on_slow_half_precision_the_arithm
     assert sweep_ms(hardware_preset("tesla-p40")) == pytest.approx(weights * 2 / 0.18e12 * 1e3)
     assert sweep_ms(hardware_preset("tesla-p40")) == pytest.approx(555.3, abs=0.1)
     assert sweep_ms(hardware_preset("apple-m4-max")) is None  # memory not fixed by the name
+
+
+@pytest.mark.parametrize(
+    ("written", "preset"),
+    [
+        ("AMD Ryzen AI Max+ 395 w/ Radeon 8060S", "radeon-8060s"),  # the "+" ends a word of the product's name
+        ("Ryzen AI Max+ 395", "radeon-8060s"),
+        ("NVIDIA GeForce RTX 4090+NVIDIA GeForce RTX 4090", "rtx-4090"),  # after a model number it lists two alike
+        ("RTX 3090 + 2x RTX 3060", None),  # unlike devices are no one datasheet
+        ("3090+3060", None),
+    ],
+)
+def test_a_plus_in_a_name_against_a_plus_between_devices(written, preset):
+    found = match_hardware(written)
+    assert (found is None) if preset is None else (found == hardware_presets()[preset])

@@ -92,9 +92,10 @@ def _specificity(tokens: list[str]) -> int:
     return sum(len(token.split()) for token in tokens)
 
 
-# Where a written machine lists several devices: "RTX 3090 + 2x RTX 3060", "A100, A100", "4090 and 3090"; not inside
-# a remark in parentheses ("Apple M4 Pro (MacBook Pro, 24 GB)" is one device).
-DEVICE_LIST = re.compile(r"\s*(?:\+|,|\band\b)\s*(?![^()]*\))", re.IGNORECASE)
+# Where a written machine lists several devices: "RTX 3090 + 2x RTX 3060", "3090+3060", "A100, A100", "4090 and 3090";
+# not inside a remark in parentheses ("Apple M4 Pro (MacBook Pro, 24 GB)" is one device), nor at a "+" that ends a
+# word of a product's name ("Ryzen AI Max+ 395"): a list's "+" stands after a space or a model number.
+DEVICE_LIST = re.compile(r"\s*(?:(?:(?<=\s)|(?<=\d))\+|,|\band\b)\s*(?![^()]*\))", re.IGNORECASE)
 
 
 def match_hardware(device_name: str | None) -> Hardware | None:
