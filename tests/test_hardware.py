@@ -125,7 +125,7 @@ _SUPERSET_VARIANTS = [
         "NVIDIA GH200 144G HBM3e",
         "NVIDIA A30",
         "AMD Radeon AI PRO R9700",
-        "Jetson AGX Orin 64GB",
+        "NVIDIA Jetson AGX Orin",  # 32 or 64 GB
         # names that leave open which of two boards with different figures it is
         "NVIDIA RTX PRO 6000 Blackwell",  # Workstation (600 W) or Max-Q (300 W)
         "NVIDIA GeForce RTX 3060",  # 12 GB at 360 GB/s or 8 GB at 240
@@ -171,9 +171,9 @@ def test_every_preset_can_be_matched_by_a_name_of_its_own():
         assert match_hardware(" ".join(hw.device_names[0])) is hw, key
 
 
-# Presets of a bandwidth only: a unified-memory APU whose memory size and power the system sets, and a board whose
-# driver name does not say which memory it carries.
-_BANDWIDTH_ONLY = ("radeon-8060s", "rtx-5060-ti")
+# Presets of a bandwidth only: a unified-memory APU whose memory size and power the system sets, a board whose
+# driver name does not say which memory it carries, and a module whose cut-down GPU's peaks are not published.
+_BANDWIDTH_ONLY = ("radeon-8060s", "rtx-5060-ti", "jetson-agx-orin-32gb")
 
 
 def test_every_listed_board_states_its_board_power():
@@ -294,3 +294,10 @@ def test_a_devices_sweep_is_its_memory_read_or_on_slow_half_precision_the_arithm
 def test_a_plus_in_a_name_against_a_plus_between_devices(written, preset):
     found = match_hardware(written)
     assert (found is None) if preset is None else (found == hardware_presets()[preset])
+
+
+def test_jetson_agx_orin_modules_by_their_memory():
+    big, small = match_hardware("NVIDIA Jetson AGX Orin 64GB"), match_hardware("Jetson AGX Orin 32GB")
+    assert big is hardware_presets()["jetson-agx-orin-64gb"] and small is hardware_presets()["jetson-agx-orin-32gb"]
+    assert big.memory_bandwidth_gbs == small.memory_bandwidth_gbs == 256 / 8 * 6400 / 1000  # 256-bit LPDDR5-6400
+    assert big.peak_tflops["int8"] == 170 / 2 and not small.listed  # the GPU's sparse INT8 halved; the 32 GB's peaks unknown
