@@ -82,15 +82,15 @@ def test_a_gpu_named_as_tools_print_it_is_matched_or_marked_unknown():
 
 def test_a_device_no_preset_knows_is_timed_by_its_measured_bandwidth_only():
     """qwen3-8b in bf16 at batch 1 and context 0 reads its weights once: the same bytes on an H100 preset and on an
-    unlisted device, so the unlisted floor is the H100 floor scaled by the bandwidths (3350 / 1792), compute uncounted."""
+    unlisted device, so the unlisted floor is the H100 floor scaled by the bandwidths (3350 / 933), compute uncounted."""
     pinned = {"model": "qwen3-8b", "batch": 1, "context": 0, "precision": {"weights": "bf16", "kv_cache": "bf16"},
               "observed": {"step_ms": 70}}
     h100 = diagnose(Case.model_validate({"workload": {**pinned, "hardware": "h100-sxm"}}), load_rulebook())
-    name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
-    pro = diagnose(Case.model_validate({"workload": {**pinned, "hardware": name, "measured_bandwidth_gbs": 1792}}),
+    name = "NVIDIA A30"  # no preset: its datasheet figures were not confirmed
+    pro = diagnose(Case.model_validate({"workload": {**pinned, "hardware": name, "measured_bandwidth_gbs": 933}}),
                    load_rulebook())
     assert pro.bound is not None and pro.bound_note is None
-    assert pro.bound.floor_ms == pytest.approx(h100.bound.floor_ms * 3350 / 1792)
+    assert pro.bound.floor_ms == pytest.approx(h100.bound.floor_ms * 3350 / 933)
     assert pro.bound.critical_rank_bytes == pytest.approx(h100.bound.critical_rank_bytes)
     assert pro.bound.resident_share is None and pro.bound.limited_by == "memory"
     assert any(f"{name!r} is not a preset" in n and "compute is not counted" in n for n in pro.bound.notes)
