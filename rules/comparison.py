@@ -9,9 +9,8 @@ cannot be pinned on any one of them.
 
 import re
 
-from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, Metrics, RuleSet, RunDiff, ev, load_specs, rule
+from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
 from diagnoser.engine.comparison import OFF
-from diagnoser.engine.facts import PER_TOKEN_FIGURES
 from diagnoser.models.hardware import DEVICE_LIST
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
@@ -315,13 +314,10 @@ def _delta_evidence(d) -> list:
     ]
 
 
-def beside_the_observation(facts, d) -> bool:
+def beside_the_observation(d) -> bool:
     """The observed stream's token takes at least APART times the slower side of this A/B: the A/B is an experiment
     beside the slowdown (a reference engine's thread sweep), not where it happened."""
-    if d.get("figure") not in PER_TOKEN_FIGURES:
-        return False
-    observed = [f["per_token_ms"] for f in facts.values() if isinstance(f, Metrics) and "per_token_ms" in f]
-    return any(t >= APART * d["slower_time"] for t in observed)
+    return d.get("observed_time", 0.0) >= APART * d["slower_time"]
 
 
 # Two runs that differ in one named setting (binds d, setting, ratio, before, after).
@@ -351,7 +347,7 @@ class ComparisonRules(RuleSet):
     )
     def regression_located(self, d, setting, ratio, before, after):
         """Several runs changing the same setting give one hypothesis per setting: the largest delta ranks first."""
-        if beside_the_observation(self.facts, d):
+        if beside_the_observation(d):
             return None
         spread = [ev("runs.repeat_spread", d["repeat_spread"])] if "repeat_spread" in d else []
         return Finding(
@@ -372,7 +368,7 @@ class ComparisonRules(RuleSet):
     def regression_within_noise(self, d, setting, ratio, before, after):
         """A change of a few per cent, inside what serving benchmarks are taken to repeat within: the only lead the
         runs give, possible until repeats of both sides show a spread tighter than the delta (then it is measured)."""
-        if beside_the_observation(self.facts, d):
+        if beside_the_observation(d):
             return None
         return Finding(
             evidence=[ev("runs.changed", setting), ev("runs.before", before), ev("runs.after", after), *_delta_evidence(d)],

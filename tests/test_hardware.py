@@ -267,7 +267,6 @@ def test_added_presets_carry_the_datasheet_figures():
     assert v7x.peak_flops("fp8") == pytest.approx(2 * v7x.peak_flops("bf16"), rel=1e-3)
 
 
-
 def test_a_devices_sweep_is_its_memory_read_or_on_slow_half_precision_the_arithmetic():
     from diagnoser.engine.facts import sweep_ms
 

@@ -126,8 +126,9 @@ class RunDiff(Fact):
     """One run against the baseline: ``setting`` (or ``several``), ``ratio`` of time per unit (above 1 is slower),
     ``base_time``/``other_time`` and the ``figure`` they come from; ``slower``/``faster`` are the setting's values
     in the slower and faster run, ``slowdown`` (>= 1) and ``slower_time``/``faster_time`` read it either way round;
-    ``in_flight`` is the load both runs kept in flight, when they state the same; ``includes_observed`` whether one
-    side is the run the observation comes from (None: not known)."""
+    ``in_flight`` is the load both runs kept in flight, when they state the same; ``observed_time`` the observation's
+    time per token where the A/B compares one, and ``includes_observed`` whether one side is the run it comes from
+    (None: not known)."""
 
 
 class ConfoundedChange(Fact):
@@ -512,22 +513,25 @@ SAME_RUN = 0.01
 PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 
 
-def _includes_observed(d: RunDelta, observed_ms: float | None) -> bool | None:
+def _includes_observed(d: RunDelta, observed: float | None) -> bool | None:
     """Whether one side of the A/B is the run the observation's figures come from (its time per token is the
     observation's), so that counters read beside the observation describe one of its sides; None where the case
     gives no time per token, or the A/B compares another figure."""
-    if observed_ms is None or d.figure not in PER_TOKEN_FIGURES:
+    if observed is None:
         return None
-    return any(abs(t - observed_ms) <= SAME_RUN * observed_ms for t in (d.base_time, d.other_time))
+    return any(abs(t - observed) <= SAME_RUN * observed for t in (d.base_time, d.other_time))
 
 
 def _run_diff(d: RunDelta, observed_ms: float | None = None) -> RunDiff:
     slower, slower_time, faster, faster_time = d.slower_side
+    # the observation's time per token, where the A/B compares one too: the two are then on one scale
+    observed = observed_ms if d.figure in PER_TOKEN_FIGURES else None
     return RunDiff(
         base=d.base, other=d.other, setting=d.setting, changed=list(d.changed), before=d.before, after=d.after,
         figure=d.figure, base_time=d.base_time, other_time=d.other_time, ratio=d.ratio,
         slower=slower, faster=faster, slower_time=slower_time, faster_time=faster_time, slowdown=slower_time / faster_time,
-        includes_observed=_includes_observed(d, observed_ms),
+        includes_observed=_includes_observed(d, observed),
+        **({"observed_time": observed} if observed is not None else {}),
         **({"in_flight": d.in_flight} if d.in_flight is not None else {}),
         **({"repeat_spread": d.repeat_spread} if d.repeat_spread is not None else {}),
     )

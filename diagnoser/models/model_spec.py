@@ -248,8 +248,7 @@ def model_presets() -> dict[str, ModelSpec]:
             update={"source": entry["source"]}
         )
     for alias, key in raw["aliases"].items():
-        if alias != "note":
-            out[alias] = out[key].model_copy(update={"name": alias, "source": f"{out[key].source}: the same numbers as {key}"})
+        out[alias] = out[key].model_copy(update={"name": alias, "source": f"{out[key].source}: the same numbers as {key}"})
     return out
 
 
