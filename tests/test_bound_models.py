@@ -158,3 +158,26 @@ def test_measured_bandwidth_replaces_datasheet():
     measured = compute_bound(Workload(model="llama-3.1-8b", measured_bandwidth_gbs=3350 * 0.8))
     assert measured.floor_ms == pytest.approx(base.floor_ms / 0.8)
     assert measured.bandwidth_is_measured and not any("datasheet" in s for s in measured.sanity)
+
+
+def test_gpt_oss_sliding_layers_read_the_window_and_its_experts_are_mxfp4_by_hand():
+    report = compute_bound(Workload(model="gpt-oss-120b", hardware="h100-sxm", batch=1, context=8192))
+    comp = report.per_rank[0].components
+    kv_per_token_layer = 2 * 8 * 64 * 2  # K and V, 8 heads of 64, bf16
+    # 18 full layers read 8192 tokens, 18 sliding ones the last 128
+    assert comp["kv_cache_read"] == pytest.approx((18 * 8192 + 18 * 128) * kv_per_token_layer)  # 306,708,480 bytes
+    # four experts a layer (one token), each 3 x 2880 x 2880 in MXFP4: 4 bits and an 8-bit scale per 32
+    assert comp["routed_experts"] == pytest.approx(4 * 36 * 3 * 2880 * 2880 * (0.5 + 1 / 32))
+    assert comp["attention_weights"] == pytest.approx(36 * (2880 * 64 * 64 * 2 + 2 * 2880 * 8 * 64 + (64 + 16) * 64) * 2)
+    assert report.lacks == [] and any("published checkpoint's formats" in n and "experts mxfp4" in n for n in report.notes)
+    stated = compute_bound(Workload(model="gpt-oss-120b", hardware="h100-sxm", batch=1, context=8192, precision={"weights": "bf16"}))
+    assert stated.per_rank[0].components["routed_experts"] == pytest.approx(4 * 36 * 3 * 2880 * 2880 * 2)  # as the case states
+
+
+def test_per_sequence_contexts_are_capped_at_the_window_one_by_one():
+    short_and_long = compute_bound(Workload(model="gpt-oss-20b", hardware="h100-sxm", batch=2, context=[100, 10000]))
+    read = short_and_long.per_rank[0].components["kv_cache_read"]
+    # 12 full layers read both sequences whole; 12 sliding layers read 100 + 128, not the mean's 2 x 128
+    assert read == pytest.approx((12 * 10100 + 12 * (100 + 128)) * 2 * 8 * 64 * 2)
+    held = short_and_long.memory.kv_bytes
+    assert held == pytest.approx((12 * 10100 + 12 * 228) * 2 * 8 * 64 * 2)  # an engine keeps only the window there

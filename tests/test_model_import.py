@@ -95,6 +95,52 @@ def test_presets_count_the_published_parameters(name, preset, billions):
     assert active_parameters(spec) / 1e9 == pytest.approx(billions, abs=0.01)
 
 
+@pytest.mark.parametrize(("name", "billions"), [("openai/gpt-oss-120b", 5.13), ("openai/gpt-oss-20b", 3.61)])
+def test_gpt_oss_presets_count_the_model_cards_active_parameters(name, billions):
+    """OpenAI's model card counts the output layer but not the embedding table among a token's active parameters
+    (its router and biases, 0.01 B, the preset leaves out)."""
+    from diagnoser.bound.estimate import active_parameters
+
+    spec = resolve_model(name)
+    assert active_parameters(spec) / 1e9 - spec.vocab_size * spec.hidden_size / 1e9 == pytest.approx(billions, abs=0.02)
+    assert spec.moe.num_experts in (128, 32) and spec.moe.top_k == 4 and spec.moe_layers == spec.num_layers
+    # half the layers slide over the last 128 tokens: the odd ones attend to the whole context
+    assert spec.sliding_window == 128 and spec.full_attention_every == 2
+    assert spec.windowed_layers(range(spec.num_layers)) == spec.num_layers // 2
+    assert spec.windowed_layers(range(1, 4)) == 1  # layers 1 and 3 full, 2 slides
+    assert spec.checkpoint_precision.experts.value == "mxfp4" and spec.checkpoint_precision.weights.value == "bf16"
+
+
+def test_layer_types_name_the_sliding_layers_and_a_pattern_the_bound_cannot_read_is_refused():
+    base = {"model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "vocab_size": 100, "sliding_window": 32}
+    third = resolve_model({**base, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2})
+    assert third.full_attention_every == 3 and third.windowed_layers(range(6)) == 4
+    every = resolve_model({**base, "layer_types": ["sliding_attention"] * 6})
+    assert every.full_attention_every is None and every.windowed_layers(range(2, 5)) == 3
+    assert resolve_model({**base, "layer_types": ["full_attention"] * 6}).sliding_window is None
+    with pytest.raises(InputError, match="only a full-attention layer every n-th layer"):
+        resolve_model({**base, "layer_types": ["full_attention"] + ["sliding_attention"] * 5})
+    with pytest.raises(InputError, match="expected 6 entries"):
+        resolve_model({**base, "layer_types": ["sliding_attention"] * 5})
+    # Mistral's family slides in every layer when its config gives a window; a null window is none
+    mistral = {"architectures": ["MistralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100}
+    assert resolve_model({**mistral, "sliding_window": 4096}).windowed_layers(range(4)) == 4
+    assert resolve_model({**mistral, "sliding_window": None}).sliding_window is None
+
+
+def test_a_checkpoints_quantization_config_names_its_formats():
+    presets = model_presets()
+    ds = presets["deepseek-v3"].checkpoint_precision
+    assert (ds.weights.value, ds.experts.value, ds.head.value) == ("fp8", "fp8", "bf16")
+    assert presets["llama-3.1-8b"].checkpoint_precision is None
+    awq = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    assert resolve_model(awq).checkpoint_precision is None  # a method the table does not hold leaves it to the case
+
+
 def test_a_release_with_a_presets_numbers_is_that_preset_under_its_own_name():
     presets = model_presets()
     for alias, preset in [("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"), ("meta-llama/Meta-Llama-3-8B", "llama-3.1-8b"),

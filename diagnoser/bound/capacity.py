@@ -81,11 +81,15 @@ def residency(spec: ModelSpec, workload: Workload, hw: Hardware) -> Residency:
     check_layout(spec, workload.layout)
     kv_per_token = attention_shard(spec, workload.layout.tp).kv_elements_per_token
     kv_bytes_per_token = kv_per_token * bytes_per_element(workload.precision.kv_cache)
-    busiest_share = max(
-        share.context_tokens for _, share in dp_shares(workload.context, workload.batch, workload.layout.dp)
-    )
+    shares = [share for _, share in dp_shares(workload.context, workload.batch, workload.layout.dp, spec.sliding_window)]
+
+    def kv_tokens(layers: range) -> float:
+        """Token-layers the fullest share's cache holds: an engine keeps only the window for a sliding-window layer."""
+        windowed = spec.windowed_layers(layers)
+        return max(share.context_tokens * (len(layers) - windowed) + share.windowed_tokens * windowed for share in shares)
+
     stages = [
-        (_stage_weights(spec, workload, stage, layers), busiest_share * kv_bytes_per_token * len(layers))
+        (_stage_weights(spec, workload, stage, layers), kv_tokens(layers) * kv_bytes_per_token)
         for stage, layers in enumerate(stage_layers(spec.num_layers, workload.layout.pp))
     ]
     fullest = max(stages, key=sum)

@@ -29,7 +29,7 @@ from diagnoser.errors import InputError
 from diagnoser.models.hardware import Hardware, hardware_preset, unlisted_device
 from diagnoser.models.model_spec import ModelSpec, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
-from diagnoser.models.workload import Boundary, Context, Layout, Workload
+from diagnoser.models.workload import Boundary, Context, Layout, Precision, Workload
 
 COUNTED = [
     "attention weights (per-rank head shard; K/V projections replicated when TP > KV heads)",
@@ -40,7 +40,7 @@ COUNTED = [
     "norm weights",
     "embedding rows actually read (one per token)",
     "LM head (vocabulary shard)",
-    "KV-cache reads for every sequence at its context, and the new token's KV write",
+    "KV-cache reads for every sequence at its context (a sliding-window layer's at most its window), and the new token's KV write",
     "named other state from the workload (other_state_bytes)",
 ]
 
@@ -66,6 +66,15 @@ NO_PRECISION = (
     "it does not move; give workload.precision (weights, kv_cache) as served"
 )
 LACKING = {"workload.context": NO_CONTEXT, "workload.precision": NO_PRECISION}
+
+
+def from_checkpoint(precision: Precision) -> str:
+    """Said when the case names no precision and the model's checkpoint states its own: a re-quantized copy moves
+    other bytes."""
+    formats = ", ".join(f"{part} {fmt.value}" for part, fmt in
+                        (("weights", precision.weights), ("experts", precision.experts), ("output layer", precision.head)))
+    return (f"no precision given: the floor takes the published checkpoint's formats ({formats}); give "
+            "workload.precision when the served copy was quantized otherwise")
 
 
 def unlisted(hw: Hardware) -> str:
@@ -202,10 +211,12 @@ def _rank_estimate(
     if n_dense:
         comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
     add_flops(prec.weights, 2 * tokens * mlp_elements(d, spec.intermediate_size) / tp * n_dense)
-    context_tokens = share.context_tokens
-    comp["kv_cache_read"] = context_tokens * attn.kv_elements_per_token * len(layers) * kvb
+    windowed = spec.windowed_layers(layers)
+    # token-layers of cache read: a sliding-window layer reads each sequence's last window only
+    read = share.context_tokens * (len(layers) - windowed) + share.windowed_tokens * windowed
+    comp["kv_cache_read"] = read * attn.kv_elements_per_token * kvb
     comp["kv_cache_write"] = tokens * attn.kv_elements_per_token * len(layers) * kvb
-    add_flops(prec.activations, q * context_tokens * attn.score_flops_per_context_token * len(layers))
+    add_flops(prec.activations, q * read * attn.score_flops_per_context_token)
     comp["norms"] = norm_elements(spec, len(layers)) * act
     touched_per_layer = None
     if spec.moe and n_moe:
@@ -286,7 +297,7 @@ def _stage_estimates(
         else:
             alike[figures] = known.model_copy(update={"ranks_alike": known.ranks_alike + count})
 
-    for dp_ranks, share in dp_shares(workload.context, workload.batch, layout.dp):
+    for dp_ranks, share in dp_shares(workload.context, workload.batch, layout.dp, spec.sliding_window):
         if histograms is None:
             add(dp_ranks[0] * tp, len(dp_ranks) * tp, share, 0)
         elif _spans_group(layout):  # ep x expert_tp = tp x dp: bounded by the experts the histogram lists
@@ -332,6 +343,9 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     if workload.model is None:
         raise InputError("no model: name a preset, a config.json, or give the dimensions inline")
     spec = resolve_model(workload.model)
+    stated = workload
+    if not workload.precision_given and spec.checkpoint_precision is not None:
+        workload = workload.model_copy(update={"precision": spec.checkpoint_precision})
     hw = resolve_hardware(workload, hardware)
     layout = workload.layout
     check_layout(spec, layout)
@@ -361,10 +375,11 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
     held = residency(spec, workload, hw)
-    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
+    lacks = ([] if stated.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
     shortfall = does_not_fit(held)
     untimed = sorted({d for r in ranks for d in r.untimed_flops_dtypes})
-    notes = ([LACKING[name] for name in lacks] + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
+    notes = ([LACKING[name] for name in lacks] + ([] if stated is workload else [from_checkpoint(workload.precision)])
+             + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
              + ([peaks_missing(hw, untimed)] if untimed and hw.listed else []))
     return BoundReport(
         **compared.model_dump(exclude={"floor_ms", "sanity"}),

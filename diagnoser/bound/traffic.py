@@ -97,13 +97,15 @@ def stage_layers(num_layers: int, pp: int) -> list[range]:
 
 @dataclass(frozen=True)
 class SequenceShare:
-    """The sequences one DP rank decodes: how many, and their context tokens together."""
+    """The sequences one DP rank decodes: how many, their context tokens together, and the tokens a sliding-window
+    layer reads of them (each sequence's context capped at the window)."""
 
     sequences: int
     context_tokens: float
+    windowed_tokens: float
 
 
-def dp_shares(context: Context, batch: int, dp: int) -> list[tuple[range | list[int], SequenceShare]]:
+def dp_shares(context: Context, batch: int, dp: int, window: int | None = None) -> list[tuple[range | list[int], SequenceShare]]:
     """Each distinct share of the batch with the DP ranks that hold it.
 
     Sequences go to DP ranks in contiguous equal chunks (batch is a multiple of ``dp``). A mean
@@ -111,11 +113,14 @@ def dp_shares(context: Context, batch: int, dp: int) -> list[tuple[range | list[
     per-sequence lengths are as many as the file lists, so walking them is bounded by its size.
     """
     per_rank = batch // dp
+    cap = (lambda tokens: min(tokens, window)) if window else (lambda tokens: tokens)
     if context.per_sequence is None:
-        return [(range(dp), SequenceShare(per_rank, float(context.mean or 0.0) * per_rank))]
+        mean = float(context.mean or 0.0)
+        return [(range(dp), SequenceShare(per_rank, mean * per_rank, cap(mean) * per_rank))]
     holders: dict[SequenceShare, list[int]] = {}
     lengths = context.per_sequence
     for index in range(dp):
-        share = SequenceShare(per_rank, float(sum(lengths[index * per_rank : (index + 1) * per_rank])))
+        mine = lengths[index * per_rank : (index + 1) * per_rank]
+        share = SequenceShare(per_rank, float(sum(mine)), float(sum(cap(n) for n in mine)))
         holders.setdefault(share, []).append(index)
     return [(ranks, share) for share, ranks in holders.items()]

@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from diagnoser.errors import InputError
+from diagnoser.models.precision import DType
+from diagnoser.models.workload import Precision
 
 
 class MoESpec(BaseModel):
@@ -71,6 +73,15 @@ class ModelSpec(BaseModel):
     tie_word_embeddings: bool = False
     mla: MLASpec | None = None
     moe: MoESpec | None = None
+    sliding_window: int | None = Field(default=None, gt=0, description="tokens a sliding-window layer attends to")
+    full_attention_every: int | None = Field(
+        default=None, gt=0, description="with a sliding window, every n-th layer attends to the whole context; none: "
+        "every layer slides",
+    )
+    checkpoint_precision: Precision | None = Field(
+        default=None, description="the formats the published checkpoint stores (its quantization_config): what is "
+        "served when a case names none",
+    )
     source: str = Field(default="", description="where these numbers came from")
 
     @model_validator(mode="after")
@@ -92,6 +103,17 @@ class ModelSpec(BaseModel):
         first = (low + every) // every * every - 1  # the first i >= low with (i + 1) % every == 0
         return range(first, max(first, layers.stop), every)
 
+    def windowed_layers(self, layers: range) -> int:
+        """How many of ``layers`` read only the sliding window of the context, in closed form (a config may claim a
+        billion layers)."""
+        if self.sliding_window is None:
+            return 0
+        every = self.full_attention_every
+        if every is None:
+            return len(layers)
+        full = layers.stop // every - layers.start // every  # the i in layers with (i + 1) % every == 0
+        return len(layers) - full
+
     @property
     def features(self) -> frozenset[ModelFeature]:
         return frozenset({ModelFeature.moe} if self.moe else ())
@@ -106,7 +128,7 @@ class ModelSpec(BaseModel):
 
 
 _ARCH_DENSE = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
-_ARCH_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"}
+_ARCH_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM"}
 _ARCH_MLA = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
 SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
 # A config's model_type, as Hugging Face writes it, names its architecture where a pasted excerpt leaves out
@@ -114,7 +136,14 @@ SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
 MODEL_TYPES = {
     "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM", "gpt_oss": "GptOssForCausalLM",
+}
+# Checkpoint formats a config's quantization_config states (quant_method), as the bound's storage formats: gpt-oss
+# ships its experts in MXFP4 beside bf16 attention; DeepSeek-V3 its linear layers in block-scaled fp8 beside a bf16
+# output layer.
+CHECKPOINT_FORMATS = {
+    "mxfp4": Precision(expert_weights=DType.mxfp4),
+    "fp8": Precision(weights=DType.fp8, lm_head=DType.bf16),
 }
 
 
@@ -202,6 +231,12 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
             shared_intermediate_size=shared,
             layer_frequency=_opt(cfg, "decoder_sparse_step", where) or 1,
         )
+    elif arch == "GptOssForCausalLM":  # every layer routes; each expert is as wide as the config's intermediate_size
+        fields["moe"] = MoESpec(
+            num_experts=_need(cfg, "num_local_experts", where),
+            top_k=_need(cfg, "num_experts_per_tok", where),
+            expert_intermediate_size=fields["intermediate_size"],
+        )
     elif arch in _ARCH_MLA:
         nope = _need(cfg, "qk_nope_head_dim", where)
         rope = _need(cfg, "qk_rope_head_dim", where)
@@ -224,7 +259,36 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
             first_dense_layers=_opt(cfg, "first_k_dense_replace", where),
             layer_frequency=_opt(cfg, "moe_layer_freq", where) or 1,
         )
+    fields.update(_sliding_window(cfg, arch, fields["num_layers"], where))
+    fields["checkpoint_precision"] = _checkpoint_precision(cfg)
     return ModelSpec(**fields)
+
+
+def _sliding_window(cfg: dict[str, Any], arch: str, layers: int, where: str) -> dict[str, Any]:
+    """Which layers read only a window of the context. Mistral's family slides in every layer when its config gives a
+    window; a config listing ``layer_types`` names each layer, and the pattern the bound reads is every n-th layer
+    attending fully (gpt-oss alternates, so n is 2). Qwen's configs carry a window their released models leave off."""
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not set(types) <= {"sliding_attention", "full_attention"}:
+            raise InputError(f"{where}: layer_types: expected {layers} entries, each sliding_attention or full_attention")
+        if "sliding_attention" not in types:
+            return {}
+        full = [i for i, kind in enumerate(types) if kind == "full_attention"]
+        every = full[0] + 1 if full else None
+        if every is not None and full != list(range(every - 1, layers, every)):
+            raise InputError(f"{where}: layer_types: only a full-attention layer every n-th layer is supported")
+        return {"sliding_window": _need(cfg, "sliding_window", where), "full_attention_every": every}
+    if arch in ("MistralForCausalLM", "MixtralForCausalLM") and cfg.get("sliding_window") is not None:
+        return {"sliding_window": _count(cfg, "sliding_window", where, minimum=1)}
+    return {}
+
+
+def _checkpoint_precision(cfg: dict[str, Any]) -> Precision | None:
+    """A method the table does not hold (AWQ, GPTQ and their group sizes) leaves the formats to the case."""
+    quant = cfg.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    return CHECKPOINT_FORMATS.get(method) if isinstance(method, str) else None
 
 
 def _first_error(err: ValidationError) -> str:
