@@ -147,3 +147,19 @@ def test_a_cause_ranked_on_the_step_a_stream_sees_says_so(book):
     assert host.stream_step_ms == pytest.approx(8.21) and host.stream_speedup == pytest.approx(8.21 / 5.97)
     assert [h.rule for h in d.of_kind(Kind.cause)][:2] == ["prefill-stalls", "host-overhead"]
     assert "ranked on the 8.21 ms a stream sees: 1.375x" in render_text(d)
+
+
+def test_a_cause_the_case_names_ranks_before_one_the_floor_alone_names(book):
+    """gpt-oss at batch 1, its step 2.5x the floor: few rows per expert holds for every deployment of the model at that
+    batch, the quantized format on this GPU is what this case states; both are possible, the stated one leads."""
+    case = Case.model_validate({
+        "workload": {"model": "openai/gpt-oss-120b", "hardware": "NVIDIA GB10", "batch": 1, "precision": {"weights": "mxfp4"}},
+        "observations": {"metrics": {"boundary": "engine", "per_user_tokens_per_s": 40, "concurrency": 1},
+                         "server": {"quantization": "mxfp4"}},
+    })
+    causes = [h for h in diagnose(case, book).of_kind(Kind.cause) if h.grade is Grade.possible]
+    ranked = [h.rule for h in causes]
+    assert {"small-expert-kernels", "slow-kernel-path"} <= set(ranked)
+    small = next(h for h in causes if h.rule == "small-expert-kernels")
+    assert all(e.name.startswith("bound.") for e in small.evidence)
+    assert ranked.index("slow-kernel-path") < ranked.index("small-expert-kernels")

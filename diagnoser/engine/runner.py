@@ -247,9 +247,17 @@ def _rank_key(h: Hypothesis, streams: dict[float, float], common: frozenset[str]
     refinement_first = h.gain is None and h.grade is not Grade.measured
     family = (h.parent is None) if refinement_first else (h.parent is not None)
     return (
-        not h.leads, KIND_ORDER[h.kind], standing, grade, -round(speedup, SPEEDUP_DIGITS), h.implied_by is not None, family,
-        -len(h.evidence), h.id, h.model_dump_json(),
+        not h.leads, KIND_ORDER[h.kind], standing, grade, -round(speedup, SPEEDUP_DIGITS), h.implied_by is not None,
+        named_by_the_bound_alone(h), family, -len(h.evidence), h.id, h.model_dump_json(),
     )
+
+
+def named_by_the_bound_alone(h: Hypothesis) -> bool:
+    """A possible cause whose only evidence is the pinned model's shape against its floor (few rows per expert, a step
+    far above the floor) holds for every deployment of that model at that batch; one that something stated about this
+    deployment names (its format, its backend, a setting) says more about this one, so at the same grade and gain it
+    comes first."""
+    return h.grade is Grade.possible and bool(h.evidence) and all(e.name.startswith("bound.") for e in h.evidence)
 
 
 # A measured refinement that accounts for at least half of its measured parent's time says where
