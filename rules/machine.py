@@ -23,6 +23,7 @@ from diagnoser.engine import (
     Metrics,
     Platform,
     Probe,
+    RepeatDecline,
     RuleSet,
     RunDiff,
     Server,
@@ -58,6 +59,12 @@ MIN_H2D_MS = 0.1
 HOT_C = 85.0
 # Drawing 95 % of the enforced power limit during the run: the power governor, not the load, sets the clocks.
 POWER_CAP_SHARE = 0.95
+# Back-to-back repeats of the same work agree within a few per cent; every later one a quarter slower than the first
+# is a state that built up under the load.
+SUSTAINED_DECLINE = 1.25
+# Two readings are one first and one later, faster or slower by chance alike; from three on, a first that beats every
+# later one is a trend.
+TREND_REPEATS = 3
 # A power limit set a tenth or more below the board's default caps the clocks whenever the load would draw more:
 # boards ship their default as the limit they sustain rated boost under.
 CAPPED_BELOW_DEFAULT = 0.9
@@ -314,6 +321,20 @@ class MachineRules(RuleSet):
         return Finding(
             evidence=[ev("platform.cpu_clock_mhz", now, "MHz"), ev("platform.cpu_max_clock_mhz", top, "MHz")],
             detail=f"The cores ran at {now / top:.0%} of their rated clock.",
+        )
+
+    @rule(SPECS["clock-throttle"],
+          AS.r << RepeatDecline(decline=P(lambda x: x >= SUSTAINED_DECLINE), repeats=P(lambda n: n >= TREND_REPEATS)))
+    def slower_after_the_first_repeat(self, r):
+        """The same work, run again back to back, ran fastest the first time and at least a quarter slower every time
+        after: a state that builds under sustained load and stays. Heat is the usual one: the chip reaches its
+        temperature or power limit and steps its clocks down, a laptop or a small box sooner than a server. Clocks
+        read during a later repeat, or a pause to cool before each, decide it."""
+        run = r["run"]
+        return Finding(
+            evidence=[ev(f"runs[{run}].repeats", r["repeats"]), ev(f"runs[{run}].figure", r["figure"]),
+                      ev(f"runs[{run}].decline", r["decline"], "x")],
+            detail=f"Run {run!r}: its first repeat ran {r['decline']:.3g}x faster than any of the {r['repeats'] - 1} after it.",
         )
 
     @rule(

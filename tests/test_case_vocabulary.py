@@ -6,7 +6,7 @@ import pytest
 
 from conftest import REPO, run_cli
 from diagnoser.engine import diagnose, load_rulebook
-from diagnoser.engine.comparison import run_deltas, sweep_points
+from diagnoser.engine.comparison import repeat_decline, run_deltas, sweep_points
 from diagnoser.engine.facts import reference_step_ms, with_derived_budget
 from diagnoser.bound import compute_bound
 from diagnoser.models.case import Case, load_case
@@ -129,6 +129,20 @@ def test_runs_differing_in_one_setting_give_a_delta_and_several_settings_are_con
     assert (one.setting, one.before, one.after, one.figure) == ("engine_version", "1", "2", "output_tokens_per_s")
     assert one.base_time == pytest.approx(1.0) and one.other_time == pytest.approx(1.25) and one.ratio == pytest.approx(1.25)
     assert both.setting == "several" and both.changed == ("engine_version", "tp")
+
+
+def test_repeats_in_the_order_they_ran_say_whether_the_first_was_the_fastest():
+    def run(figures, repeats):
+        return Run.model_validate({"name": "r", "figures": figures, "repeats": repeats})
+
+    figure, decline = repeat_decline(run({"per_user_tokens_per_s": 10.8}, [19.3, 10.8, 12.1]))
+    assert figure == "per_user_tokens_per_s" and decline == pytest.approx(19.3 / 12.1)
+    figure, decline = repeat_decline(run({"per_token_ms": 27}, [21, 27, 30]))  # a time: smaller is faster
+    assert figure == "per_token_ms" and decline == pytest.approx(27 / 21)
+    assert repeat_decline(run({"per_token_ms": 21}, [30, 27, 21])) is None  # the first was the slowest
+    assert repeat_decline(run({"per_user_tokens_per_s": 50}, [19.3, 10.8])) is None  # no figure inside the repeats' band
+    # two stated figures inside the band: which one the repeats are of is not known
+    assert repeat_decline(run({"per_token_ms": 20, "per_user_tokens_per_s": 20}, [19, 21])) is None
 
 
 def test_a_context_sweep_from_runs_needs_every_other_setting_equal():

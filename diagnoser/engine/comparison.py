@@ -229,3 +229,29 @@ def sweep_points(runs: list[Run], setting: str) -> list[tuple[float, float]]:
     if any(o != others[0] for o in others):
         return []
     return sorted((v, t) for _, v, t in points)
+
+
+# A rate is faster when larger, a time when smaller.
+RATE_FIGURES = frozenset({"per_user_tokens_per_s", "output_tokens_per_s"})
+# How close a run's stated figure must lie to the band of its repeats to be the figure they repeat.
+SAME_FIGURE = 0.01
+
+
+def repeated_figure(run: Run) -> str | None:
+    """Which of the run's figures its repeats are of: the one stated figure inside their band (the run's value is one
+    of them, or their mean or median). None when none is, or more than one is."""
+    low, high = min(run.repeats) * (1 - SAME_FIGURE), max(run.repeats) * (1 + SAME_FIGURE)
+    inside = [name for name in FIGURES if (value := getattr(run.figures, name)) is not None and low <= value <= high]
+    return inside[0] if len(inside) == 1 else None
+
+
+def repeat_decline(run: Run) -> tuple[str, float] | None:
+    """(the figure, how many times slower the fastest later repeat ran than the first) when the first of a run's repeats,
+    in the order they ran, was its fastest: the same work slowing once it has run a while. None otherwise."""
+    figure = repeated_figure(run) if len(run.repeats) >= 2 else None
+    if figure is None:
+        return None
+    speeds = [value if figure in RATE_FIGURES else 1 / value for value in run.repeats]
+    first, later = speeds[0], max(speeds[1:])
+    return (figure, first / later) if first > later else None
+

@@ -192,6 +192,10 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
         ),
         f.Expectation: _model_fields(Expected),
         f.RunDiff: _run_diff_fields(),
+        f.RepeatDecline: _derived(
+            run=("text", "the run"), figure=("text", "the figure its repeats are of"), repeats=("count", "how many repeats it states"),
+            decline=("x", "the first repeat's speed over the fastest later repeat's (> 1: every later one ran slower)"),
+        ),
         f.ConfoundedChange: _run_diff_fields() | _derived(
             setting=("text", "one of the settings that differ"), with_=("text", "the other settings that differ with it"),
         ),
@@ -218,7 +222,7 @@ SECTION = {
     "Probe": "probe", "Speculation": "speculation", "Server": "server", "Host": "host", "Bound": "bound",
     "QuotedBound": "bound_inputs", "Traffic": "traffic", "Layout": "workload.layout", "KernelSum": "kernel_sum_across_ranks",
     "ClaimedStep": "claimed_step", "BoundaryPair": "boundaries", "Claim": "claims", "Metrics": "metrics",
-    "Expectation": "expected", "RunDiff": "runs", "ConfoundedChange": "runs", "HostCostFact": "host_costs", "Routing": "routing",
+    "Expectation": "expected", "RunDiff": "runs", "RepeatDecline": "runs", "ConfoundedChange": "runs", "HostCostFact": "host_costs", "Routing": "routing",
     "Memory": "memory", "Platform": "platform", "Stream": "stream", "StepMix": "step_mix", "Shares": "budget_shares",
     "ObservedStep": "workload.observed", "Holds": "holds", "Unevaluable": "unevaluable",
 }

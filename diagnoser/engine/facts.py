@@ -20,7 +20,7 @@ from diagnoser.models.hardware import Hardware, hardware_preset
 from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.engine.comparison import RunDelta, run_deltas, sweep_points
+from diagnoser.engine.comparison import RunDelta, repeat_decline, run_deltas, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
 from diagnoser.models.runtime import HostCost, RoutingObs
 from diagnoser.models.serving import Percentiles, ServingMetrics
@@ -129,6 +129,11 @@ class RunDiff(Fact):
     ``in_flight`` is the load both runs kept in flight, when they state the same; ``observed_time`` the observation's
     time per token where the A/B compares one, and ``includes_observed`` whether one side is the run it comes from
     (None: not known)."""
+
+
+class RepeatDecline(Fact):
+    """A run whose first repeat, in the order they ran, was its fastest: ``decline`` (> 1) is how many times slower the
+    fastest later repeat ran, over ``repeats`` repeats of ``figure``."""
 
 
 class ConfoundedChange(Fact):
@@ -557,6 +562,15 @@ def _run_diffs(case: Case) -> list[Fact]:
     return [_run_diff(d, observed_ms) for d in deltas] + [c for d in deltas for c in _confounded(d)]
 
 
+def _repeat_declines(case: Case) -> list[Fact]:
+    found = []
+    for run in case.observations.runs:
+        decline = repeat_decline(run)
+        if decline is not None:
+            found.append(RepeatDecline(run=run.name, figure=decline[0], decline=decline[1], repeats=len(run.repeats)))
+    return found
+
+
 def _host_cost(c: HostCost) -> HostCostFact:
     return HostCostFact(**_fields(c, grows_with=[g.value for g in c.grows_with] or None))
 
@@ -662,6 +676,7 @@ def case_facts(case: Case, bound: BoundSummary | None) -> list[Fact]:
     if obs.expected is not None:
         facts.append(Expectation(**_fields(obs.expected)))
     facts += _run_diffs(case)
+    facts += _repeat_declines(case)
     facts += [_host_cost(c) for c in obs.host_costs]
     if obs.routing is not None:
         facts.append(_routing(obs.routing))

@@ -292,8 +292,9 @@ class Run(_Obs):
         "lowest (repeats of 0.5 and 1.0 are 1.0 apart); a smaller difference between runs counts when the repeats are tighter than it",
     )
     repeats: list[Positive] = Field(
-        default_factory=list, description="its figure in each repeat of the same run (any one figure, rate or time): "
-        "their spread is the repeat_spread",
+        default_factory=list, description="its figure in each repeat of the same run (any one figure, rate or time), in "
+        "the order they ran: their spread is the repeat_spread, and a first repeat faster than every later one is the "
+        "work slowing under sustained load",
     )
 
     @model_validator(mode="after")
