@@ -93,7 +93,7 @@ def _shared_figure(a: Run, b: Run, changed: tuple[str, ...]) -> tuple[str, float
 # lead and its companions differ in one change, the lead's; runs that differ only in companions (a
 # draft length against none) differ in whether the lead is on.
 SETTING_GROUPS: dict[str, tuple[str, ...]] = {
-    "speculative": ("draft_length", "speculative_method", "num_speculative_tokens"),
+    "speculative": ("draft_length", "speculative_method", "num_speculative_tokens", "draft_model", "draft_device"),
     "penalties": ("repetition_penalty", "frequency_penalty", "presence_penalty"),
 }
 # How a run with a feature off writes it.
