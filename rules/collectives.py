@@ -15,6 +15,7 @@ from diagnoser.engine import (
     Collective,
     Expectation,
     Finding,
+    Grade,
     Layout,
     Shares,
     Probe,
@@ -30,6 +31,9 @@ from diagnoser.rules.comparison import OTHER_WAY, SPREAD_SETTINGS, ablation, abl
 from diagnoser.rules.launch import share_finding
 
 SPECS = load_specs(__file__)
+
+# References taken on the same machine under other software: whatever links its devices linked them there too.
+LINK_ON_BOTH_SIDES = frozenset({"older_version", "other_engine"})
 
 # Exposed communication above a tenth of the step is worth its own hypothesis.
 COMM_SHARE = 0.1
@@ -258,13 +262,21 @@ class CollectiveRules(RuleSet):
 
     @rule(SPECS["pcie-topology"], Server(interconnect="pcie"), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_setting(self, parent_cap_ms):
-        return Finding(evidence=[ev("server.interconnect", "pcie")], removable_ms=parent_cap_ms)
+        return self.link_finding(ev("server.interconnect", "pcie"), parent_cap_ms)
 
     @rule(SPECS["pcie-topology"], Probe(nvlink_active_links=0), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_probe(self, parent_cap_ms):
-        return Finding(evidence=[ev("probe.nvlink_active_links", 0)], removable_ms=parent_cap_ms)
+        return self.link_finding(ev("probe.nvlink_active_links", 0), parent_cap_ms)
 
     @rule(SPECS["pcie-topology"], Probe(peer_access=False), NOT(Layout(tp=1, ep=1, pp=1)))
     def no_peer_access(self, parent_cap_ms):
         """Without peer access every transfer between the GPUs stages through host memory, whatever the link."""
-        return Finding(evidence=[ev("probe.peer_access", False)], removable_ms=parent_cap_ms)
+        return self.link_finding(ev("probe.peer_access", False), parent_cap_ms)
+
+    def link_finding(self, link, parent_cap_ms: float | None) -> Finding:
+        """Against the same machine under other software (an earlier release, another engine) the link was on both
+        sides: with nothing measuring what it cost this run, it is only possible there, behind what differs."""
+        if parent_cap_ms is None and any(isinstance(f, Expectation) and f.get("kind") in LINK_ON_BOTH_SIDES
+                                         for f in self.facts.values()):
+            return Finding(evidence=[link], grade=Grade.possible)
+        return Finding(evidence=[link], removable_ms=parent_cap_ms)
