@@ -78,6 +78,13 @@ class CollectiveRules(RuleSet):
         for the slowest device)."""
         return ablation_finding(d)
 
+    @rule(SPECS["exposed-comm"], *ablation("interconnect"))
+    def slower_link(self, d):
+        """The same devices, split the same way, doing the same work over another link or collective transport (TCP
+        against RDMA, PCIe against NVLink, peer-to-peer off): nothing but what passes between the devices differs, so
+        the delta is what the slower link costs."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["exposed-comm"],
         *ablation(*SPREAD_SETTINGS),

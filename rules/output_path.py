@@ -525,6 +525,23 @@ class OutputPathRules(RuleSet):
 
     @rule(
         SPECS["prefill-stalls"],
+        StepMix(decode_step_ms=MATCH.decode, mixed_step_ms=MATCH.mixed),
+        NOT(StepMix(mixed_steps=P(lambda n: n > 0))),
+        TEST(lambda decode, mixed: mixed >= MIXED_STEP_RATIO * decode),
+    )
+    def mixed_steps_uncounted(self, decode, mixed):
+        """A step that prefilled beside running decodes against a decode-only step, with no count of how many steps
+        mixed: every decoding stream waits the difference at each one, so the stall is measured, its share of the
+        run is not (how often prompts arrive sets it)."""
+        return Finding(
+            evidence=[ev("step_mix.mixed_step_ms", mixed, "ms"), ev("step_mix.decode_step_ms", decode, "ms")],
+            missing=["step_mix.mixed_steps", "step_mix.decode_steps"],
+            detail=f"A step that prefilled beside the decodes took {mixed / decode:.3g}x a decode-only step: every decoding "
+            f"stream stalls {mixed - decode:.3g} ms each time one runs.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
         Metrics(itl_p99_ms=MATCH.tail),
         AS.x << StepMix(decode_step_ms=MATCH.decode, longest_prefill_step_ms=MATCH.longest, longest_prefill_tokens=MATCH.prompt),
         TEST(lambda x, tail, decode, longest, prompt: prompt >= LONG_PROMPT_TOKENS and tail >= STALL_RATIO * decode
