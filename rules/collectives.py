@@ -21,13 +21,16 @@ from diagnoser.engine import (
     Probe,
     Reference,
     RuleSet,
+    RunDiff,
     Server,
     ev,
     load_specs,
     rule,
 )
 
-from diagnoser.rules.comparison import OTHER_WAY, SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta
+from diagnoser.rules.comparison import (
+    OTHER_WAY, SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta, slower_beyond_noise,
+)
 from diagnoser.rules.launch import share_finding
 
 SPECS = load_specs(__file__)
@@ -78,11 +81,13 @@ class CollectiveRules(RuleSet):
         for the slowest device)."""
         return ablation_finding(d)
 
-    @rule(SPECS["exposed-comm"], *ablation("interconnect"))
+    @rule(SPECS["exposed-comm"], AS.d << RunDiff(setting="interconnect", slowdown=MATCH.slowdown),
+          TEST(lambda d, slowdown: slower_beyond_noise(d, slowdown)))
     def slower_link(self, d):
         """The same devices, split the same way, doing the same work over another link or collective transport (TCP
         against RDMA, PCIe against NVLink, peer-to-peer off): nothing but what passes between the devices differs, so
-        the delta is what the slower link costs."""
+        the delta is what the slower link costs. The located change stays beside it: a transport is a library as well
+        as a wire, and its own host work (a synchronisation per operation) moves with it."""
         return ablation_finding(d)
 
     @rule(

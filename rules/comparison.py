@@ -269,7 +269,6 @@ ABLATIONS = {
     "tp": larger,  # exposed-comm: each rank reads less, yet the step grew: the added collectives cost more
     "devices": more_devices,  # exposed-comm: as tp, however the model is split: what passes between the devices grew
     "split_mode": split_by_tensor,  # exposed-comm: as tp; a layer split passes activations once per device instead
-    "interconnect": any_change,  # exposed-comm: the same devices and work over another link or transport
     "custom_allreduce": switched_off,  # custom-allreduce-off
     "gpu_scheduling": switched_off,  # launch-gaps: the OS on the CPU schedules each submission, the GPU waits for it
     "build": any_change,  # build-mismatch: the same engine built another way, so the binary is what differs
