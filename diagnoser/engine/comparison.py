@@ -82,10 +82,13 @@ def _shared_figure(a: Run, b: Run, changed: tuple[str, ...]) -> tuple[str, float
     for field in order:
         x, y = getattr(a.figures, field), getattr(b.figures, field)
         if x is not None and y is not None:
-            if field.endswith("tokens_per_s"):
-                return field, 1e3 / x, 1e3 / y
-            return field, x, y
+            return field, as_time(field, x), as_time(field, y)
     return None
+
+
+def as_time(figure: str, value: float) -> float:
+    """A figure as time per unit of work (smaller is faster): a rate's reciprocal in ms, a time as it is."""
+    return 1e3 / value if figure.endswith("tokens_per_s") else value
 
 
 # One switch sets several settings: speculation on sets its method and draft length, a penalties
@@ -231,8 +234,6 @@ def sweep_points(runs: list[Run], setting: str) -> list[tuple[float, float]]:
     return sorted((v, t) for _, v, t in points)
 
 
-# A rate is faster when larger, a time when smaller.
-RATE_FIGURES = frozenset({"per_user_tokens_per_s", "output_tokens_per_s"})
 # How close a run's stated figure must lie to the band of its repeats to be the figure they repeat.
 SAME_FIGURE = 0.01
 
@@ -251,7 +252,7 @@ def repeat_decline(run: Run) -> tuple[str, float] | None:
     figure = repeated_figure(run) if len(run.repeats) >= 2 else None
     if figure is None:
         return None
-    speeds = [value if figure in RATE_FIGURES else 1 / value for value in run.repeats]
-    first, later = speeds[0], max(speeds[1:])
-    return (figure, first / later) if first > later else None
+    times = [as_time(figure, value) for value in run.repeats]
+    first, later = times[0], min(times[1:])
+    return (figure, later / first) if later > first else None
 
