@@ -9,6 +9,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    P,
     TEST,
     W,
     Budget,
@@ -31,7 +32,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import (
     OTHER_WAY, SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta, slower_beyond_noise,
 )
-from diagnoser.rules.launch import share_finding
+from diagnoser.rules.launch import IDLE_DEVICE, share_finding
 
 SPECS = load_specs(__file__)
 
@@ -219,11 +220,14 @@ class CollectiveRules(RuleSet):
     @rule(
         SPECS["pipeline-stages-serialize"],
         Layout(pp=MATCH.pp, batch=MATCH.batch),
+        NOT(Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))),
         TEST(lambda pp, batch: pp > 1 and batch < pp),
     )
     def pipeline_stages_serialize(self, pp, batch):
         """A stage can only work on a sequence no other stage holds: with fewer sequences than stages,
-        at most ``batch`` of the ``pp`` stages are busy at once."""
+        at most ``batch`` of the ``pp`` stages are busy at once. Each still runs its own layers for every token,
+        about batch / pp of the step: a device read idle (IDLE_DEVICE) ran none of them, so its stage's work went
+        elsewhere, and taking turns is not what slowed it."""
         return Finding(
             evidence=[ev("workload.layout.pp", pp), ev("workload.batch", batch)],
             detail=(

@@ -28,6 +28,7 @@ from diagnoser.engine import (
     Metrics,
     P,
     Platform,
+    Probe,
     Reference,
     Routing,
     RuleSet,
@@ -42,7 +43,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, larger, switched_on
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
-from diagnoser.rules.launch import host_without_profiler, notable, on_cpu
+from diagnoser.rules.launch import IDLE_DEVICE, host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
 from diagnoser.rules.output_path import FEWER_TOKENS_WITH_MORE_STREAMS, LONG_PROMPT_TOKENS
 from diagnoser.rules.speculation import drafts_per_cycle, yield_per_cycle
@@ -450,13 +451,16 @@ class KernelRules(RuleSet):
         TEST(lambda kind: kind != SAME_SETUP_EARLIER),
         NOT(KernelClass(share_of_step=W())),
         NOT(RunDiff(setting="quantization")),
+        NOT(Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))),
     )
     def quantized_path_possible(self, scheme, kind):
         """Quantized weights move fewer bytes only if their kernels keep up; a run short of what was
         expected with nothing measured yet makes the quantized GEMMs a candidate, not a finding. Not
         when the expected figure is the same setup's on an earlier build: the same weights in the same
         format reached it on the same machine, so the format has a kernel that keeps up there, and the
-        shortfall is what changed between the builds (the runs locate it), not the format."""
+        shortfall is what changed between the builds (the runs locate it), not the format. Nor on a device
+        read idle while decoding: a slow GEMM keeps its device busy, and one that ran no kernels ran its
+        GEMMs elsewhere."""
         return Finding(
             evidence=[ev("server.quantization", scheme), ev("expected.kind", kind)],
             key="quantized",
@@ -471,13 +475,14 @@ class KernelRules(RuleSet):
         NOT(Expectation()),
         NOT(KernelClass(share_of_step=W())),
         NOT(RunDiff(setting="quantization")),
+        NOT(Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))),
         TEST(lambda floor, observed: observed >= FAR_FROM_FLOOR * floor),
     )
     def quantized_path_below_its_floor(self, scheme, floor, observed):
         """No expected figure, but the bound is one: quantized weights, and a step at least twice the floor that reads
         their bytes at full bandwidth. The format saves bytes only where its kernels stream them near that bandwidth,
         so, nothing measured yet, its GEMMs are a candidate for the gap, as they are against a figure short of what was
-        expected."""
+        expected (not on a device read idle, as above)."""
         return Finding(
             evidence=[ev("server.quantization", scheme), ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", observed, "ms")],
             key="quantized",
