@@ -225,7 +225,7 @@ LATER_CORPORA = (
     ("corpus169", 10, 4, 6),
     ("corpus170", 3, 1, 1),
     ("corpus171", 6, 5, 5),
-    ("corpus172", 7, 2, 4),
+    ("corpus172", 7, 3, 4),
     ("corpus173", 6, 2, 4),
     ("corpus174", 4, 2, 4),
     ("corpus175", 4, 3, 4),
