@@ -9,7 +9,6 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
-    P,
     TEST,
     W,
     Budget,
@@ -32,7 +31,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import (
     OTHER_WAY, SPREAD_SETTINGS, ablation, ablation_finding, idle_through_the_delta, slower_beyond_noise,
 )
-from diagnoser.rules.launch import IDLE_DEVICE, share_finding
+from diagnoser.rules.launch import device_read_idle, share_finding
 
 SPECS = load_specs(__file__)
 
@@ -220,7 +219,7 @@ class CollectiveRules(RuleSet):
     @rule(
         SPECS["pipeline-stages-serialize"],
         Layout(pp=MATCH.pp, batch=MATCH.batch),
-        NOT(Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))),
+        NOT(device_read_idle()),
         TEST(lambda pp, batch: pp > 1 and batch < pp),
     )
     def pipeline_stages_serialize(self, pp, batch):

@@ -28,7 +28,6 @@ from diagnoser.engine import (
     Metrics,
     P,
     Platform,
-    Probe,
     Reference,
     Routing,
     RuleSet,
@@ -43,7 +42,7 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, larger, switched_on
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
-from diagnoser.rules.launch import IDLE_DEVICE, host_without_profiler, notable, on_cpu
+from diagnoser.rules.launch import device_read_idle, host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
 from diagnoser.rules.output_path import FEWER_TOKENS_WITH_MORE_STREAMS, LONG_PROMPT_TOKENS
 from diagnoser.rules.speculation import drafts_per_cycle, yield_per_cycle
@@ -451,7 +450,7 @@ class KernelRules(RuleSet):
         TEST(lambda kind: kind != SAME_SETUP_EARLIER),
         NOT(KernelClass(share_of_step=W())),
         NOT(RunDiff(setting="quantization")),
-        NOT(Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))),
+        NOT(device_read_idle()),
     )
     def quantized_path_possible(self, scheme, kind):
         """Quantized weights move fewer bytes only if their kernels keep up; a run short of what was
@@ -475,7 +474,7 @@ class KernelRules(RuleSet):
         NOT(Expectation()),
         NOT(KernelClass(share_of_step=W())),
         NOT(RunDiff(setting="quantization")),
-        NOT(Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))),
+        NOT(device_read_idle()),
         TEST(lambda floor, observed: observed >= FAR_FROM_FLOOR * floor),
     )
     def quantized_path_below_its_floor(self, scheme, floor, observed):

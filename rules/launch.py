@@ -61,6 +61,11 @@ MAX_BUSY = 0.8
 IDLE_DEVICE = 0.02
 
 
+def device_read_idle() -> Probe:
+    """A probe that read the device idle (IDLE_DEVICE) while decoding: no kernel of the step ran there."""
+    return Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))
+
+
 # GPU idle between decode steps that is worth naming with no step to hold it against: a millisecond is dozens of
 # kernel launches' worth of host work (5-20 us each), more than any engine's per-step bookkeeping should take.
 IDLE_GAP_MS = 1.0

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from diagnoser.bound.traffic import attention_shard, check_layout, dp_shares, mlp_elements, norm_elements, stage_layers
+from diagnoser.bound.traffic import (
+    attention_shard, cached_token_layers, check_layout, dp_shares, mlp_elements, norm_elements, stage_layers,
+)
 from diagnoser.models.hardware import Hardware
 from diagnoser.models.model_spec import ModelSpec
 from diagnoser.models.precision import bytes_per_element
@@ -83,13 +85,9 @@ def residency(spec: ModelSpec, workload: Workload, hw: Hardware) -> Residency:
     kv_bytes_per_token = kv_per_token * bytes_per_element(workload.precision.kv_cache)
     shares = [share for _, share in dp_shares(workload.context, workload.batch, workload.layout.dp, spec.sliding_window)]
 
-    def kv_tokens(layers: range) -> float:
-        """Token-layers the fullest share's cache holds: an engine keeps only the window for a sliding-window layer."""
-        windowed = spec.windowed_layers(layers)
-        return max(share.context_tokens * (len(layers) - windowed) + share.windowed_tokens * windowed for share in shares)
-
     stages = [
-        (_stage_weights(spec, workload, stage, layers), kv_tokens(layers) * kv_bytes_per_token)
+        (_stage_weights(spec, workload, stage, layers),
+         max(cached_token_layers(spec, share, layers) for share in shares) * kv_bytes_per_token)
         for stage, layers in enumerate(stage_layers(spec.num_layers, workload.layout.pp))
     ]
     fullest = max(stages, key=sum)

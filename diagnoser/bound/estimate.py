@@ -18,6 +18,7 @@ from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct
 from diagnoser.bound.floor import FloorResult, compare_with_observation
 from diagnoser.bound.traffic import (
     attention_shard,
+    cached_token_layers,
     check_layout,
     mlp_elements,
     norm_elements,
@@ -211,9 +212,7 @@ def _rank_estimate(
     if n_dense:
         comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
     add_flops(prec.weights, 2 * tokens * mlp_elements(d, spec.intermediate_size) / tp * n_dense)
-    windowed = spec.windowed_layers(layers)
-    # token-layers of cache read: a sliding-window layer reads each sequence's last window only
-    read = share.context_tokens * (len(layers) - windowed) + share.windowed_tokens * windowed
+    read = cached_token_layers(spec, share, layers)
     comp["kv_cache_read"] = read * attn.kv_elements_per_token * kvb
     comp["kv_cache_write"] = tokens * attn.kv_elements_per_token * len(layers) * kvb
     add_flops(prec.activations, q * read * attn.score_flops_per_context_token)
@@ -343,8 +342,8 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     if workload.model is None:
         raise InputError("no model: name a preset, a config.json, or give the dimensions inline")
     spec = resolve_model(workload.model)
-    stated = workload
-    if not workload.precision_given and spec.checkpoint_precision is not None:
+    checkpoint_formats = not workload.precision_given and spec.checkpoint_precision is not None
+    if checkpoint_formats:  # the copy's precision counts as given: it is the checkpoint's, not an assumption
         workload = workload.model_copy(update={"precision": spec.checkpoint_precision})
     hw = resolve_hardware(workload, hardware)
     layout = workload.layout
@@ -375,10 +374,10 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
     held = residency(spec, workload, hw)
-    lacks = ([] if stated.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
+    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
     shortfall = does_not_fit(held)
     untimed = sorted({d for r in ranks for d in r.untimed_flops_dtypes})
-    notes = ([LACKING[name] for name in lacks] + ([] if stated is workload else [from_checkpoint(workload.precision)])
+    notes = ([LACKING[name] for name in lacks] + ([from_checkpoint(workload.precision)] if checkpoint_formats else [])
              + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
              + ([peaks_missing(hw, untimed)] if untimed and hw.listed else []))
     return BoundReport(

@@ -105,6 +105,13 @@ class SequenceShare:
     windowed_tokens: float
 
 
+def cached_token_layers(spec: ModelSpec, share: SequenceShare, layers: range) -> float:
+    """Cached tokens over ``layers`` that one step reads for a share of the batch (and that its cache holds): every
+    context token in a full-attention layer, at most the window of each sequence in a sliding-window one."""
+    windowed = spec.windowed_layers(layers)
+    return share.context_tokens * (len(layers) - windowed) + share.windowed_tokens * windowed
+
+
 def dp_shares(context: Context, batch: int, dp: int, window: int | None = None) -> list[tuple[range | list[int], SequenceShare]]:
     """Each distinct share of the batch with the DP ranks that hold it.
 
