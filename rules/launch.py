@@ -61,9 +61,15 @@ MAX_BUSY = 0.8
 IDLE_DEVICE = 0.02
 
 
+def idle_utilization() -> P:
+    """A device utilisation at or under IDLE_DEVICE: no kernel of the step ran there. Join it with ``& MATCH.x`` to
+    bind the reading too."""
+    return P(lambda busy: busy <= IDLE_DEVICE)
+
+
 def device_read_idle() -> Probe:
-    """A probe that read the device idle (IDLE_DEVICE) while decoding: no kernel of the step ran there."""
-    return Probe(device_utilization=P(lambda busy: busy <= IDLE_DEVICE))
+    """A probe that read the device idle (IDLE_DEVICE) while decoding."""
+    return Probe(device_utilization=idle_utilization())
 
 
 # GPU idle between decode steps that is worth naming with no step to hold it against: a millisecond is dozens of

@@ -39,7 +39,7 @@ from diagnoser.rules.comparison import (
     idle_through_the_delta, larger,
 )
 from diagnoser.rules.capacity import USABLE_SHARE
-from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, device_read_idle, names_off_device_work, on_cpu
+from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, idle_utilization, names_off_device_work, on_cpu
 from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
 
 SPECS = load_specs(__file__)
@@ -234,8 +234,7 @@ def idle_while_one_stream_decodes() -> tuple:
     """Patterns for a device read idle (IDLE_DEVICE) while one stream decodes, on a platform not stated to be a CPU.
     Binds ``busy``."""
     return (
-        device_read_idle(),
-        Probe(device_utilization=MATCH.busy),
+        Probe(device_utilization=idle_utilization() & MATCH.busy),
         NOT(Platform(device_api=P(lambda api: on_cpu(api)))),
         OR(Layout(batch=1), Metrics(concurrency=1)),
     )

@@ -27,7 +27,7 @@ from diagnoser.engine.facts import INPUTS
 from diagnoser.engine.limits import RULE_TIME_LIMIT_S, RuleTimeout, rules_print_to_stderr, time_limit
 from diagnoser.engine.spec import PARENT_CAP, PARENT_STEP, RuleSet, RuleSpec
 from diagnoser.errors import InputError, nearest
-from diagnoser.experta_compat import TEST, Fact, KnowledgeEngine, P, Rule
+from diagnoser.experta_compat import ANDFC, NOTFC, ORFC, TEST, Fact, KnowledgeEngine, P, Rule
 from diagnoser.models.hypothesis import Kind
 
 ENTRY_POINT_GROUP = "diagnoser.rules"
@@ -109,15 +109,24 @@ def tests_in(element: Any) -> Iterable[Any]:
 
 
 def field_predicates_in(element: Any) -> Iterable[Any]:
-    """The functions a pattern's fields are tested with (``Fact(x=P(...))``, inside NOT or OR too): they read
-    cut-offs as TESTs do."""
+    """The functions a pattern's fields are tested with (``Fact(x=P(...))``, inside NOT or OR too, and joined with a
+    binding, ``P(...) & MATCH.x``): they read cut-offs as TESTs do."""
     if isinstance(element, Fact):
         for value in element.values():
-            if isinstance(value, P):
-                yield value[0]
+            yield from _predicates_of(value)
     elif isinstance(element, tuple):
         for child in element:
             yield from field_predicates_in(child)
+
+
+def _predicates_of(constraint: Any) -> Iterable[Any]:
+    """The predicates in one field's constraint: a P, or Ps combined with &, | and ~ (experta's field constraints
+    are tuples of their parts)."""
+    if isinstance(constraint, P):
+        yield constraint[0]
+    elif isinstance(constraint, (ANDFC, ORFC, NOTFC)):
+        for part in constraint:
+            yield from _predicates_of(part)
 
 
 def lint_rule(name: str, compiled: Rule) -> list[str]:
