@@ -275,9 +275,18 @@ class CollectiveRules(RuleSet):
         evidence = [ev("server.custom_allreduce", False), ev("probe.peer_access", False)]
         return Finding(evidence=evidence, removable_ms=parent_cap_ms, consequence=True)
 
-    @rule(SPECS["pcie-topology"], Server(interconnect="pcie"), NOT(Layout(tp=1, ep=1, pp=1)))
+    @rule(SPECS["pcie-topology"], Server(link="pcie"), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_setting(self, parent_cap_ms):
-        return self.link_finding(ev("server.interconnect", "pcie"), parent_cap_ms)
+        return self.link_finding(ev("server.link", "pcie"), parent_cap_ms)
+
+    @rule(SPECS["exposed-comm"], Server(link="network"), AS.layout << Layout(),
+          TEST(lambda layout: max(layout.get("tp", 1), layout.get("ep", 1)) > 1))
+    def layers_split_over_a_network(self, parent_cap_ms):
+        """Tensor- or expert-parallel ranks on different machines: every layer's all-reduce (or dispatch and combine)
+        crosses the network, two or more a layer, each tens of microseconds at best where NVLink takes a few; over a
+        model's layers that is milliseconds a token, a large share of a decode step. (Pipeline stages hand on one
+        activation per stage, which a network carries cheaply.) A trace's collective intervals measure it."""
+        return self.link_finding(ev("server.link", "network"), parent_cap_ms)
 
     @rule(SPECS["pcie-topology"], Probe(nvlink_active_links=0), NOT(Layout(tp=1, ep=1, pp=1)))
     def pcie_by_probe(self, parent_cap_ms):

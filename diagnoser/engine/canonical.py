@@ -396,6 +396,24 @@ def _no_peer_access(data: dict) -> Any:
     return False if NO_PEER_ACCESS.search(_at("observations.server.interconnect")(data) or "") else None
 
 
+# How people name the link between devices, by kind. A link named as absent ("no NVLink") is not that link; a text
+# naming links of two kinds (NVLink inside a node, InfiniBand between nodes) does not say which the collectives cross.
+LINK_KINDS = (
+    ("nvlink", re.compile(r"\bnvlink\b|\bnvswitch\b|\bnvl\d+\b", re.IGNORECASE)),
+    ("xgmi", re.compile(r"\bxgmi\b|\binfinity fabric\b", re.IGNORECASE)),
+    ("pcie", re.compile(r"\bpci-?e\b|\bpci express\b|\bplx\b", re.IGNORECASE)),
+    ("network", re.compile(r"\bethernet\b|\b\d+\s*gbe\b|\broce\b|\binfiniband\b|\brdma\b|\btcp\b|\bthunderbolt\b"
+                           r"|\bwi-?fi\b|\blan\b|\bbetween (?:nodes|machines|hosts)\b|\bconnectx\b|\befa\b", re.IGNORECASE)),
+)
+NO_LINK = re.compile(r"\b(?:no|without)\s+(?:nvlink|nvswitch|xgmi)\b", re.IGNORECASE)
+
+
+def _link_kind(data: dict) -> Any:
+    text = NO_LINK.sub("", _at("observations.server.interconnect")(data) or "")
+    kinds = {kind for kind, named in LINK_KINDS if named.search(text)}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 def _quantized_weights(data: dict) -> Any:
     """A weight format under 16 bits is a quantized one; a case whose runs compare settings already measures what
     changed, so the pinned format stays the bound's there."""
@@ -520,6 +538,12 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     Equivalence("observations.probe.peer_access", "the GPUs read each other's memory directly (false: through host memory)", (
         Alternative("observations.server.interconnect", _no_peer_access,
                     "the interconnect names peer-to-peer as disabled or missing (P2P disabled, no P2P, NCCL_P2P_DISABLE=1)"),
+    )),
+    Equivalence("observations.server.link", "the kind of link the devices' collectives cross", (
+        Alternative("observations.server.interconnect", _link_kind,
+                    "the interconnect as written, by the one kind of link it names (NVLink/NVSwitch, xGMI, PCIe or a PLX "
+                    "switch, or a network: Ethernet, RoCE, InfiniBand, RDMA, TCP, Thunderbolt, Wi-Fi, a link between nodes); "
+                    "a link named as absent (no NVLink) does not count"),
     )),
     Equivalence("observations.probe.default_power_limit_w", "the board's default power limit", (
         Alternative("observations.probe.gpu_name", _board_power,

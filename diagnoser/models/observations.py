@@ -9,7 +9,7 @@ check to run instead of staying silent.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -272,6 +272,11 @@ class ServerConfig(_Obs):
     cuda_graph_max_batch: int | None = Field(default=None, ge=0, description="largest batch size captured in a graph")
     custom_allreduce: bool | None = Field(default=None, description="the engine's custom all-reduce is in use (false: plain NCCL)")
     interconnect: str | None = Field(default=None, description="nvlink, pcie, xgmi")
+    link: Literal["nvlink", "xgmi", "pcie", "network"] | None = Field(
+        default=None,
+        description="the kind of link the devices' collectives cross: a GPU fabric (nvlink, xgmi), pcie, or a network between "
+        "machines (Ethernet, RoCE, InfiniBand, Thunderbolt, TCP)",
+    )
     cpu_offload_gb: float | None = Field(default=None, ge=0, description="weights offloaded to host memory, GB per rank")
     sampling: str | None = Field(default=None, description="where and how sampling runs, e.g. 'gpu-sort', 'cpu', 'flashinfer'")
     repetition_penalty: bool | None = Field(default=None, description="a repetition penalty is applied")
