@@ -446,6 +446,26 @@ class OutputPathRules(RuleSet):
 
     @rule(
         SPECS["prefill-stalls"],
+        Host(itl_spike_ratio=MATCH.ratio),
+        NOT(Host(prefill_interleaved=W())),
+        NOT(Server(chunked_prefill=True)),
+        Metrics(input_tokens=MATCH.prompt, requests_per_s=MATCH.rps, concurrency=MATCH.streams),
+        TEST(lambda ratio, prompt, rps, streams: ratio >= SPIKE_RATIO and prompt >= LONG_PROMPT_TOKENS and rps > 0 and streams > 1),
+    )
+    def long_prompts_arriving_while_streams_decode(self, ratio, prompt, rps, streams):
+        """A served load keeps admitting long prompts while other streams decode, and a long inter-token tail: every
+        prompt is prefilled on the device the decodes run on, in their steps (chunked) or in steps of its own, so some
+        gaps hold a prefill. Whichever way it is scheduled, it is indicated, as above."""
+        return Finding(
+            evidence=[ev("host.itl_spike_ratio", ratio), ev("metrics.input_tokens", prompt), ev("metrics.requests_per_s", rps),
+                      ev("metrics.concurrency", streams)],
+            grade=Grade.indicated,
+            detail=f"Prompts of {prompt:.0f} tokens arrive {rps:.3g} a second among {streams:g} streams in flight; the worst gap "
+            f"is {ratio:.3g}x the median. A trace's step split (steps holding prefill against decode-only steps) would measure it.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
         Host(prefill_interleaved=True),
         NOT(Host(itl_spike_ratio=W())),
         Stream(worst_stall_ms=MATCH.stall),

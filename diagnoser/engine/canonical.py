@@ -526,6 +526,9 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.metrics.itl_ms", _spike_ratio("observations.metrics.itl_ms", "p99", "p50"), "p99 / p50"),
         Alternative("observations.boundaries", _spike_ratio("observations.boundaries", "client_p99_ms", "client_receipt_ms"),
                     "client_p99_ms / client_receipt_ms"),
+        Alternative("observations.metrics.itl_ms", _spike_ratio("observations.metrics.itl_ms", "mean", "p50"),
+                    "mean / p50 where no p99 is given: the worst gap is at least the mean, and a mean several times the "
+                    "median is time held in a few long gaps"),
     )),
     Equivalence("observations.server.cuda_graphs", "decode steps replayed from captured graphs (false: launched one by one)", (
         Alternative("observations.platform.feature_gated_off", _gated_off("cuda_graphs"),
