@@ -107,10 +107,16 @@ def test_no_speculation_figures_without_drafts():
 
 
 @needs_variants
-def test_a_speculating_server_that_drafted_nothing_has_only_its_draft_length():
+def test_a_speculating_server_that_drafted_nothing_while_generating_drafted_zero_a_step():
+    """No acceptance or tokens per cycle (nothing to divide), but the zero itself is measured: speculation configured
+    and inactive, which the canonical facts read as such."""
     facts = from_vllm_window(scrape(VARIANTS / "metrics_before.txt"), scrape(VARIANTS / "metrics_after.txt"))
     assert window_of(VARIANTS, "metrics_before.txt", "metrics_after.txt", "vllm:spec_decode_num_drafts_total") == 0
-    assert [p for p in facts.facts if p.startswith("observations.speculation")] == ["observations.speculation.draft_length"]
+    assert window_of(VARIANTS, "metrics_before.txt", "metrics_after.txt", "vllm:generation_tokens_total") > 0
+    assert sorted(p for p in facts.facts if p.startswith("observations.speculation")) == [
+        "observations.speculation.draft_length", "observations.speculation.drafted_per_cycle"]
+    assert facts.value("observations.speculation.drafted_per_cycle") == 0
+    assert "none over" in facts.facts["observations.speculation.drafted_per_cycle"].source
 
 
 # --- the variants recording: speculation and queueing ----------------------------------------------

@@ -108,7 +108,7 @@ def from_vllm_window(
     _peaks(facts, scrapes, _VLLM_GAUGES, in_load=bool(gauges))
     _kv_waits_unknown(facts)
     _window_count(facts, counted, decoded, "observations.memory.preemptions", "vllm:num_preemptions_total")
-    _vllm_speculation(facts, counted, after)
+    _vllm_speculation(facts, counted, after, decoded)
     return _at_engine(facts)
 
 
@@ -236,15 +236,19 @@ def _window_count(facts: SourcedFacts, counted: Scrape, decoded: float, path: st
 _DRAFTS, _DRAFTED, _ACCEPTED = (f"vllm:spec_decode_num_{n}_total" for n in ("drafts", "draft_tokens", "accepted_tokens"))
 
 
-def _vllm_speculation(facts: SourcedFacts, counted: Scrape, after: Scrape) -> None:
+def _vllm_speculation(facts: SourcedFacts, counted: Scrape, after: Scrape, decoded: float) -> None:
     """Acceptance from the drafting counters: a draft is one verify cycle of one request, which
     emits its accepted draft tokens and one token of its own. vLLM makes one per-position series
-    for each token it may draft, so their number is the configured draft length."""
+    for each token it may draft, so their number is the configured draft length. Configured, with
+    tokens generated in the window and not one drafted, the drafter proposed nothing (an n-gram
+    lookup that found no match): every step was an ordinary one, 0 drafts a step."""
     positions = {labels.get("position") for labels, _ in after.series("vllm:spec_decode_num_accepted_tokens_per_pos_total")}
     if positions:
         source = "/metrics vllm:spec_decode_num_accepted_tokens_per_pos_total (one series per draft position)"
         facts.add(f"{_SPEC}.draft_length", len(positions), source)
     drafts, drafted, accepted = (counted.total(name) or 0 for name in (_DRAFTS, _DRAFTED, _ACCEPTED))
+    if positions and decoded > 0 and drafted == 0 and counted.total(_DRAFTED) is not None:
+        facts.add(f"{_SPEC}.drafted_per_cycle", 0, f"/metrics {_DRAFTED}: none over {decoded:.0f} tokens generated ({WINDOW})")
     if drafts <= 0 or drafted <= 0:
         return
     facts.add(f"{_SPEC}.acceptance_rate", accepted / drafted, f"/metrics {_ACCEPTED} / {_DRAFTED} ({WINDOW})")

@@ -188,13 +188,14 @@ def background(fault: Fault, url: str, model: str = "tiny", limit: int | None = 
         thread.join(timeout=130)
 
 
-def run_fault(name: str, duration_s: float = 90.0, progress=lambda line: None, **live_options):
-    """``diagnoser live`` on a fresh real server with ``name``'s fault: (the Live result, its diagnosis)."""
+def run_fault(fault: Fault | str, duration_s: float = 90.0, progress=lambda line: None, **live_options):
+    """``diagnoser live`` on a fresh real server with the fault (or the lab fault of that name): (the Live result, its
+    diagnosis)."""
     from diagnoser.engine import diagnose, load_rulebook
     from diagnoser.live.measure import Options, measure
     from diagnoser.lab.real import serving
 
-    fault = FAULTS[name]
+    fault = FAULTS[fault] if isinstance(fault, str) else fault
     options = {"duration_s": duration_s, "requests": 8, "concurrency": 4, "max_tokens": 64, **fault.live, **live_options}
     with serving(fault) as lab:
         found = measure(lab.url, Options(**options), progress)
