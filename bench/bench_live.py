@@ -24,6 +24,21 @@ from diagnoser.lab.real import OFFERED, UNMADE
 from diagnoser.real_vllm.faults import FAULTS, healthy_problems, run_fault
 
 
+def rank_text(s) -> str:
+    """Where the true cause ranked, and what ranked first where it did not."""
+    if not s.rank:
+        return f"not named (first: {s.top})"
+    return str(s.rank) + (f" (first: {s.top})" if s.rank > 1 else "")
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
+    """A Markdown table whose last column is the round's time in seconds."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row[:-1]) + f" | {row[-1]:.0f} s |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("faults", nargs="*", help=f"faults to run (default: those the lab makes for real, {', '.join(OFFERED)}; "
@@ -53,16 +68,10 @@ def main() -> int:
             rows.append((name, "-", ", ".join(noisy) or "no cause beyond health", "-", "-", score(result, "").runner_up, took))
             continue
         s = score(result, cause)
-        rank = str(s.rank) if s.rank else f"not named (first: {s.top})"
-        if s.rank and s.rank > 1:
-            rank += f" (first: {s.top})"
+        rank = rank_text(s)
         rows.append((name, cause, rank, s.grade or "-", s.gain, s.runner_up, took))
         print(f"{name}: {rank}", file=sys.stderr)
-    header = ("fault", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row[:-1]) + f" | {row[-1]:.0f} s |")
+    print_table(("fault", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time"), rows)
     failed = [r[0] for r in rows if r[1] != "-" and not r[2].startswith("1")] + [r[0] for r in rows if r[1] == "-" and not r[2].startswith("no ")]
     return 1 if failed else 0
 

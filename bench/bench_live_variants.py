@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench_live import print_table, rank_text  # run as python bench/bench_live_variants.py: bench/ is on the path
 from diagnoser.lab.case import score
 from diagnoser.probes.to_case import write_case
 from diagnoser.real_vllm.faults import FAULTS, NGRAM, Traffic, run_fault
@@ -72,16 +73,10 @@ def main() -> int:
             args.cases.mkdir(parents=True, exist_ok=True)
             write_case(args.cases / f"{name}.yaml", found.case)
         s = score(result, fault.cause)
-        rank = str(s.rank) if s.rank else f"not named (first: {s.top})"
-        if s.rank and s.rank > 1:
-            rank += f" (first: {s.top})"
+        rank = rank_text(s)
         rows.append((name, fault.how, fault.cause, rank, s.grade or "-", s.gain, s.runner_up, time.perf_counter() - start))
         print(f"{name}: {rank}", file=sys.stderr)
-    header = ("variant", "made by", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row[:-1]) + f" | {row[-1]:.0f} s |")
+    print_table(("variant", "made by", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time"), rows)
     return 1 if any(not r[3].startswith("1") for r in rows) else 0
 
 
