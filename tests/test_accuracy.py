@@ -202,7 +202,7 @@ LATER_CORPORA = (
     ("corpus146", 4, 0, 2),
     ("corpus147", 1, 1, 1),
     ("corpus148", 6, 4, 4),
-    ("corpus149", 5, 3, 3),
+    ("corpus149", 5, 4, 4),
     ("corpus150", 6, 5, 5),
     ("corpus151", 7, 5, 5),
     ("corpus152", 6, 4, 5),
@@ -233,6 +233,16 @@ LATER_CORPORA = (
     ("corpus178", 5, 4, 5),
     ("corpus179", 3, 3, 3),
     ("corpus180", 4, 3, 4),
+    ("corpus181", 2, 2, 2),
+    ("corpus182", 4, 3, 3),
+    ("corpus183", 5, 4, 5),
+    ("corpus184", 4, 4, 4),
+    ("corpus185", 1, 1, 1),
+    ("corpus186", 5, 3, 3),
+    ("corpus187", 2, 2, 2),
+    ("corpus188", 5, 1, 1),
+    ("corpus189", 2, 2, 2),
+    ("corpus191", 2, 1, 1),
 )
 
 
