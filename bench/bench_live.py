@@ -31,6 +31,30 @@ def rank_text(s) -> str:
     return str(s.rank) + (f" (first: {s.top})" if s.rank > 1 else "")
 
 
+def add_round_arguments(parser: argparse.ArgumentParser, names: str, help: str, case_name: str) -> None:
+    """What to run, where to keep its cases, and how long each live measurement may take."""
+    parser.add_argument(names, nargs="*", help=help)
+    parser.add_argument("--cases", type=Path, help=f"also write each measured case here, as {case_name}.yaml")
+    parser.add_argument("--duration", type=float, default=90.0, help="seconds each live measurement may take")
+
+
+def check_names(parser: argparse.ArgumentParser, names: list[str], known) -> None:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)} (known: {', '.join(known)})")
+
+
+def measured_round(name: str, fault, args, progress=lambda line: None):
+    """``diagnoser live`` on a fresh real server with the fault, its case kept under ``--cases``: (the diagnosis, the
+    round's seconds, server start-up included)."""
+    start = time.perf_counter()
+    found, result = run_fault(fault, args.duration, progress)
+    if args.cases:
+        args.cases.mkdir(parents=True, exist_ok=True)
+        write_case(args.cases / f"{name}.yaml", found.case)
+    return result, time.perf_counter() - start
+
+
 def print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
     """A Markdown table whose last column is the round's time in seconds."""
     print("| " + " | ".join(header) + " |")
@@ -41,27 +65,17 @@ def print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("faults", nargs="*", help=f"faults to run (default: those the lab makes for real, {', '.join(OFFERED)}; "
-                                                    f"naming one it cannot make runs it anyway)")
-    parser.add_argument("--cases", type=Path, help="also write each measured case here, as FAULT.yaml")
-    parser.add_argument("--duration", type=float, default=90.0, help="seconds each live measurement may take")
+    add_round_arguments(parser, "faults", f"faults to run (default: those the lab makes for real, {', '.join(OFFERED)}; "
+                                          "naming one it cannot make runs it anyway)", "FAULT")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each stage as it runs")
     args = parser.parse_args()
-    unknown = [n for n in args.faults if n not in FAULTS]
-    if unknown:
-        parser.error(f"unknown: {', '.join(unknown)} (known: {', '.join(FAULTS)})")
+    check_names(parser, args.faults, FAULTS)
     rows = []
     for name in args.faults or OFFERED:
         if name in UNMADE:
             print(f"{name}: run on request, although the lab does not offer it: {UNMADE[name]}", file=sys.stderr)
-        start = time.perf_counter()
         progress = (lambda line: print(f"  {name}: {line}", file=sys.stderr)) if args.verbose else (lambda line: None)
-        found, result = run_fault(name, args.duration, progress)
-        case = found.case
-        took = time.perf_counter() - start
-        if args.cases:
-            args.cases.mkdir(parents=True, exist_ok=True)
-            write_case(args.cases / f"{name}.yaml", case)
+        result, took = measured_round(name, name, args, progress)
         cause = FAULTS[name].cause
         if cause is None:
             noisy = healthy_problems(result)

@@ -14,14 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
-from pathlib import Path
 
-from bench_live import print_table, rank_text  # run as python bench/bench_live_variants.py: bench/ is on the path
+from bench_live import add_round_arguments, check_names, measured_round, print_table, rank_text  # run as python bench/bench_live_variants.py: bench/ is on the path
 from diagnoser.lab.case import score
-from diagnoser.probes.to_case import write_case
-from diagnoser.real_vllm.faults import FAULTS, NGRAM, Traffic, run_fault
+from diagnoser.real_vllm.faults import FAULTS, NGRAM, Traffic
 
 
 def _prompt_of(tokens: int):
@@ -57,24 +54,16 @@ VARIANTS = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variants", nargs="*", help=f"variants to run (default: all: {', '.join(VARIANTS)})")
-    parser.add_argument("--cases", type=Path, help="also write each measured case here, as VARIANT.yaml")
-    parser.add_argument("--duration", type=float, default=90.0, help="seconds each live measurement may take")
+    add_round_arguments(parser, "variants", f"variants to run (default: all: {', '.join(VARIANTS)})", "VARIANT")
     args = parser.parse_args()
-    unknown = [n for n in args.variants if n not in VARIANTS]
-    if unknown:
-        parser.error(f"unknown: {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    check_names(parser, args.variants, VARIANTS)
     rows = []
     for name in args.variants or VARIANTS:
         fault = VARIANTS[name]
-        start = time.perf_counter()
-        found, result = run_fault(fault, args.duration)
-        if args.cases:
-            args.cases.mkdir(parents=True, exist_ok=True)
-            write_case(args.cases / f"{name}.yaml", found.case)
+        result, took = measured_round(name, fault, args)
         s = score(result, fault.cause)
         rank = rank_text(s)
-        rows.append((name, fault.how, fault.cause, rank, s.grade or "-", s.gain, s.runner_up, time.perf_counter() - start))
+        rows.append((name, fault.how, fault.cause, rank, s.grade or "-", s.gain, s.runner_up, took))
         print(f"{name}: {rank}", file=sys.stderr)
     print_table(("variant", "made by", "true cause", "rank of the true cause", "grade", "bounded gain", "next cause", "time"), rows)
     return 1 if any(not r[3].startswith("1") for r in rows) else 0

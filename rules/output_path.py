@@ -401,7 +401,8 @@ class OutputPathRules(RuleSet):
             removable_ms=step * (ratio - 1),
             step_ms=step * ratio,
             on_top=True,
-            detail="The gain is on the spiking (p99) interval, not on the median step.",
+            detail="The gain is on the spiking interval the ratio was read from (the p99, or the mean where no p99 was "
+            "given), not on the median step.",
         )
 
     @rule(

@@ -246,8 +246,9 @@ def _vllm_speculation(facts: SourcedFacts, counted: Scrape, after: Scrape, decod
     if positions:
         source = "/metrics vllm:spec_decode_num_accepted_tokens_per_pos_total (one series per draft position)"
         facts.add(f"{_SPEC}.draft_length", len(positions), source)
-    drafts, drafted, accepted = (counted.total(name) or 0 for name in (_DRAFTS, _DRAFTED, _ACCEPTED))
-    if positions and decoded > 0 and drafted == 0 and counted.total(_DRAFTED) is not None:
+    exported = counted.total(_DRAFTED)
+    drafts, drafted, accepted = counted.total(_DRAFTS) or 0, exported or 0, counted.total(_ACCEPTED) or 0
+    if positions and decoded > 0 and exported == 0:
         facts.add(f"{_SPEC}.drafted_per_cycle", 0, f"/metrics {_DRAFTED}: none over {decoded:.0f} tokens generated ({WINDOW})")
     if drafts <= 0 or drafted <= 0:
         return
