@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 from diagnoser.cli.live_cmd import _base_url, _extra_body
 from diagnoser.errors import InputError
-from diagnoser.live.measure import Options
+from diagnoser.live.measure import PROFILED_TOKENS, PROFILED_TOKENS_MAX, Options, profiled_tokens
 from diagnoser.live.profile import settled
 from diagnoser.live.prompts import fit, sized, words
 
@@ -55,6 +55,16 @@ def test_prompts_and_outputs_fit_the_context_limit_with_room_for_the_word_estima
 def test_bounds_no_option_lifts(field, value):
     with pytest.raises(InputError):
         Options(**{field: value}).check()
+
+
+def test_the_profile_lasts_long_enough_for_other_clients_requests_to_land_in_it():
+    # by hand: 5 foreign requests a second at 4 ms a step: 3 arrivals take 0.6 s, 150 steps
+    assert profiled_tokens(5.0, 4.0, 1024) == 150
+    assert profiled_tokens(0.0, 4.0, 1024) == PROFILED_TOKENS  # nobody else: the usual window
+    assert profiled_tokens(50.0, 4.0, 1024) == PROFILED_TOKENS  # they arrive often enough already
+    assert profiled_tokens(0.1, 4.0, 1024) == PROFILED_TOKENS_MAX  # rare arrivals cannot stretch the trace
+    assert profiled_tokens(5.0, 4.0, 64) == 64  # never past the load's own length
+    assert profiled_tokens(5.0, None, 1024) == PROFILED_TOKENS
 
 
 def test_profile_files_are_taken_once_their_sizes_stop_changing(tmp_path):

@@ -9,6 +9,7 @@ to supply what it would have given, never guessed.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -37,6 +38,11 @@ MAX_DURATION_S = 1800
 # intermittent work lands in it. At 48 tokens (0.1-0.3 s of the real CPU build's steps) one bench_live run caught
 # none of the long-prompts fault's 2000-token prefills (one every 0.15-0.2 s) and another caught six mixed steps.
 PROFILED_TOKENS = 96
+# Where other clients' requests reached the server during the load, the profile lasts long enough for a few
+# of them to arrive: 1200-token prompts every quarter second fell between the steps of a 96-token window
+# (0.3-0.6 s) in one bench_live_variants run of six. Capped, so a trace stays a few hundred steps.
+ARRIVALS_IN_PROFILE = 3
+PROFILED_TOKENS_MAX = 384
 PROFILE_SETTLE_S = 120
 # Request-level switches (default penalties, response_format) are measured both ways in alternating loads
 # (ABBA, so the machine's drift falls on both sides), as many rounds as the stage's time allows up to
@@ -210,7 +216,9 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
 
     if options.profile:
         folder = options.profile_dir or server.profile_dir
-        profiled_shape = Shape(shape.concurrency, shape.concurrency, prompt_tokens, min(max_tokens, PROFILED_TOKENS), options.extra)
+        others_per_s = _others_per_s(facts, window)
+        profiled_shape = Shape(shape.concurrency, shape.concurrency, prompt_tokens,
+                               profiled_tokens(others_per_s, _per_token_ms(window)[0], max_tokens), options.extra)
         progress("profile: the same load twice, without and with the profiler")
         twins = [run_load(url, server.model, profiled_shape, tokens_per_word, deadline, seed=900)]
         profiled: list[Window] = []
@@ -225,6 +233,23 @@ def measure(url: str, options: Options, progress: Callable[[str], None] = lambda
     case = apply_facts(Case(title=f"live: {server.model} at {url}"), facts)
     disagreements = [f"{c.path}: {c.kept.value!r} ({c.kept.source}) against {c.other.value!r} ({c.other.source})" for c in facts.conflicts]
     return Live(case=case, missing=facts.missing, notes=disagreements)
+
+
+def _others_per_s(facts: SourcedFacts, window: Window) -> float:
+    """Requests a second the server finished beyond this load's own: other clients' traffic."""
+    served = facts.value("observations.metrics.requests_per_s")
+    if not isinstance(served, (int, float)) or window.duration_s <= 0:
+        return 0.0
+    return max(0.0, served - len(window.responses) / window.duration_s)
+
+
+def profiled_tokens(others_per_s: float, per_token_ms: float | None, max_tokens: int) -> int:
+    """Tokens a profiled stream asks for: PROFILED_TOKENS, or enough steps for ARRIVALS_IN_PROFILE of the other
+    clients' requests to land in the trace, up to PROFILED_TOKENS_MAX (and never past the load's own length)."""
+    wanted = PROFILED_TOKENS
+    if others_per_s > 0 and per_token_ms:
+        wanted = max(wanted, min(PROFILED_TOKENS_MAX, math.ceil(ARRIVALS_IN_PROFILE / others_per_s * 1000 / per_token_ms)))
+    return min(max_tokens, wanted)
 
 
 def _profiler_cost_ms(profiled: list[Window], twins: list[Window]) -> float | None:
