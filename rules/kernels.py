@@ -404,6 +404,14 @@ class KernelRules(RuleSet):
         evidence = [ev(f"server.{n}", s[n]) for n in ("sampling", "top_k", "vocab_size") if n in s]
         return Finding(evidence=evidence, detail="Named by the configuration; a sampling kernel share would bound it.")
 
+    @rule(SPECS["slow-kernel-path"], AS.k << KernelClass(kernel_class=P(lambda c: c != "moe") & MATCH.cls, tuned_config=False))
+    def untuned_launch_config(self, k, cls):
+        """A kernel launched with block sizes or tiles nobody tuned for this device and shape (a default, a table
+        missing its entry) leaves bandwidth unused at every call: the fused-MoE case has its own rule, the same holds
+        for attention, GEMMs and the rest. Indicated: the class's share and achieved bandwidth would bound it."""
+        return Finding(evidence=_kernel_evidence(k) + [ev(f"kernel_classes[{cls}].tuned_config", False)], key=cls,
+                       detail=f"The {cls} kernels ran without a configuration tuned for this device and shape.")
+
     @rule(
         SPECS["moe-untuned-config"],
         AS.k << KernelClass(kernel_class="moe", tuned_config=False),

@@ -34,9 +34,10 @@ from diagnoser.engine import (
 
 from diagnoser.engine.facts import PER_TOKEN_FIGURES
 from diagnoser.models.serving import WHOLESALE_SETTINGS, WORKLOAD_SETTINGS
+from diagnoser.rules.comparison import SPECS as COMPARISON_SPECS
 from diagnoser.rules.comparison import (
     CLOCK_SETTINGS, FAST_PATH_GAP, SIZED, SPREAD_SETTINGS, UNITS, ablation, ablation_finding, beyond_the_size, heavier_format,
-    idle_through_the_delta, larger,
+    SLOWER, idle_through_the_delta, larger,
 )
 from diagnoser.rules.capacity import USABLE_SHARE
 from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, idle_utilization, names_off_device_work, on_cpu
@@ -266,6 +267,12 @@ def spill_finding(d, spilled, what: str) -> Finding:
     )
 
 
+def read_apart(m, e) -> bool:
+    """Both figures name where they were read, and not the same place: then they time different spans."""
+    observed, expected = m.get("boundary", "unknown"), e.get("boundary", "unknown")
+    return "unknown" not in (observed, expected) and observed != expected
+
+
 class MachineRules(RuleSet):
     @rule(SPECS["cpu-oversubscribed"], *ablation("threads"))
     def more_threads_slower(self, d):
@@ -390,6 +397,28 @@ class MachineRules(RuleSet):
             grade=Grade.possible,
             missing=["memory.layers_on_device"],
             detail=f"The same setup ran this work {gap:.3g}x faster, with no setting named between the two.",
+        )
+
+    @rule(
+        COMPARISON_SPECS["regression-located"],
+        AS.e << Expectation(kind="older_version"),
+        AS.m << Metrics(),
+        NOT(RunDiff(setting="engine_version")),
+        TEST(lambda m, e: not read_apart(m, e) and (engine_gap(m, e) or 0) >= SLOWER and all(stream_rates(m, e))),
+    )
+    def slower_than_an_earlier_release(self, m, e):
+        """The same setup on an earlier release or commit is the reference, so the report is an A/B whose one stated
+        difference is the release, written as an expectation rather than as two runs: the release locates the
+        slowdown as a version run pair would (a wholesale change, so any mechanism may lie inside it), and the two
+        figures bound what going back can buy."""
+        mine, theirs = stream_rates(m, e)
+        return Finding(
+            evidence=[ev("expected.kind", "older_version"), *gap_evidence(m, e)],
+            removable_ms=1e3 / mine - 1e3 / theirs,
+            step_ms=1e3 / mine,
+            key="engine_version",
+            detail=f"The same setup on an earlier release ran a stream {theirs / mine:.3g}x faster; the release is the one "
+            "difference stated. Gains are shares of this release's time per token.",
         )
 
     @rule(SPECS["cpu-offload"], *ablation("gpu_layers", "device_memory"))

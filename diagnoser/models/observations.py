@@ -89,7 +89,7 @@ class KernelClassObs(_Obs):
     achieved_bw_fraction: float | None = Field(default=None, ge=0, description="achieved / peak memory bandwidth")
     achieved_flops_fraction: float | None = Field(default=None, ge=0, description="achieved / peak FLOP/s")
     tokens_per_expert: float | None = Field(default=None, ge=0, description="mean rows per expert GEMM (MoE only)")
-    tuned_config: bool | None = Field(default=None, description="fused-MoE kernel ran with a tuned config for this GPU")
+    tuned_config: bool | None = Field(default=None, description="the class's kernels ran with a launch config (block sizes, tiles) tuned for this device and shape")
     backend: str | None = Field(default=None, description="kernel or backend name chosen (attention backend, quant path)")
     expected_backend: str | None = Field(default=None, description="the kernel or backend this GPU and format should use")
     fallback: bool | None = Field(default=None, description="a slower generic or fallback path ran instead of the expected one")
