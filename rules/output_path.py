@@ -66,6 +66,10 @@ MIXED_STEP_RATIO = 2.0
 # worst gaps were 5-15 steps, healthy, under two CPU burners), while one long prompt's prefill (or a preempted sequence's
 # recompute, which is a prefill) is thousands of tokens of work done between two decode steps.
 LONE_STALL_RATIO = 50.0
+# A stream that stopped for twenty of its steps while requests carrying images, audio or video were in flight: beyond
+# the 5-15 steps a loaded healthy host's worst gap reached, and about what one image's encoder and the prefill of its
+# hundreds to thousands of tokens take between two decode steps.
+MEDIA_STALL_RATIO = 20.0
 # What the mixed steps add to every step the streams decode, averaged over the trace's decode and mixed steps:
 # a tenth of the step is beyond run-to-run noise. A healthy server admitting a few short prompts added 5 %
 # (two 94-token prefills among 51 steps); a 2000-token prompt every half second adds several steps' worth.
@@ -584,6 +588,28 @@ class OutputPathRules(RuleSet):
             detail=f"The p99 gap ({tail:.3g} ms) is {tail / decode:.3g} decode steps long, within the steps that prefilled "
             + (f"({mixed:.3g} ms for a chunk beside the decodes, " if mixed else "(")
             + f"{longest:.3g} ms for the {prompt}-token prefill); the gain is on that tail, not on the median step.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        Server(multimodal=True),
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        Metrics(concurrency=MATCH.streams),
+        NOT(Stream(bursty=True)),
+        NOT(Server(prefill_priority=W())),
+        TEST(lambda stall, step, streams: streams >= OTHER_STREAMS and stall >= MEDIA_STALL_RATIO * step),
+    )
+    def media_encoded_between_decode_steps(self, stall, step, streams):
+        """Requests that carry images, audio or video run their encoder and then prefill the media's tokens on the
+        device the other streams decode on, between two of their steps: a stream in flight beside such a request
+        waits out the whole of that work as one gap. Indicated: the gaps aligned with media arrivals (or a trace's
+        encoder and prefill steps) would measure it."""
+        return Finding(
+            evidence=[ev("server.multimodal", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms"),
+                      ev("metrics.concurrency", streams)],
+            grade=Grade.indicated,
+            detail=f"A stream stalled {stall / step:.3g} steps long while {streams:g} requests, some carrying media, were in flight.",
         )
 
     @rule(

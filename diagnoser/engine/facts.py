@@ -311,7 +311,8 @@ def _kernel_class(k: KernelClassObs, budget: StepBudget | None, bound: BoundSumm
 
 
 def reference_step_ms(case: Case) -> float | None:
-    """The measured step the gains refer to: the budget's, else the device boundary, else the pin's."""
+    """The measured step the gains refer to: the budget's, else the device boundary, else the pin's, else the served
+    time per token, else a trace's decode-only step (the device step of a trace that was not budgeted)."""
     obs = case.observations
     if obs.budget is not None:
         return obs.budget.step_ms
@@ -320,7 +321,8 @@ def reference_step_ms(case: Case) -> float | None:
     observed = case.workload.observed if case.workload else None
     if observed is not None and observed.step_ms is not None:
         return observed.step_ms
-    return case.observations.metrics.per_token_ms() if case.observations.metrics else None
+    served = obs.metrics.per_token_ms() if obs.metrics else None
+    return served if served is not None else (obs.step_mix.decode_step_ms if obs.step_mix else None)
 
 
 def shares_budget(case: Case) -> StepBudget | None:
