@@ -465,6 +465,12 @@ def _wddm(data: dict) -> Any:
     return True if WDDM.search(_at("observations.platform.os")(data) or "") else None
 
 
+def _metal(data: dict) -> Any:
+    """Apple's unified memory: the GPU keeps resident only the share of memory the system lets it wire, and buffers
+    beyond it are paged (compressed, swapped) by the system rather than refused, as Windows' sysmem fallback does."""
+    return True if str(_at("observations.platform.device_api")(data) or "").lower() == "metal" else None
+
+
 # Printed rates and latencies are rounded; within 3 % a rate is the output over the request's time.
 SAME_RATE = 0.03
 
@@ -586,6 +592,7 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     )),
     Equivalence("observations.platform.sysmem_fallback", "the driver places what does not fit the device in host memory", (
         Alternative("observations.platform.os", _wddm, "the system is Windows (or WSL2, or names WDDM): its display driver's sysmem fallback"),
+        Alternative("observations.platform.device_api", _metal, "the device is Apple's GPU (metal): the system pages what it may not wire"),
     )),
     Equivalence("observations.memory.layers_on_device", "model layers placed on the device", (
         Alternative(LOGGED_LINE, _logged_layers(1), "llama.cpp's load line: offloaded N/M layers to GPU"),
