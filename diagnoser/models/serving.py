@@ -150,7 +150,8 @@ KNOWN_SETTINGS = {
     "pp": "pipeline stages",
     "devices": "devices one copy of the model is spread over, however it is split (tensor, pipeline or an engine's layer "
     "split); a hardware written with its count (4x A100) states it too",
-    "interconnect": "how the devices are linked (nvlink, pcie, none): nothing to compare on one device",
+    "interconnect": "how the devices are linked (nvlink, pcie, none), or the collective transport over the link (nccl, "
+    "gloo, ring over TCP, RDMA): nothing to compare on one device",
     "ep": "expert-parallel ranks",
     "attention_backend": "attention kernel family",
     "quantization": "weight format",
@@ -219,6 +220,10 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "build_type": ("build", False),
     "hardware_accelerated_gpu_scheduling": ("gpu_scheduling", False),
     "hags": ("gpu_scheduling", False),
+    "collective_backend": ("interconnect", False),
+    "comm_backend": ("interconnect", False),
+    "communication_backend": ("interconnect", False),
+    "distributed_backend": ("interconnect", False),
     "gpus": ("devices", False),
     "num_gpus": ("devices", False),
     "n_gpus": ("devices", False),
