@@ -267,6 +267,11 @@ LATER_CORPORA = (
     ("corpus213", 5, 1, 1),
     ("corpus214", 3, 0, 0),
     ("corpus215", 6, 5, 5),
+    ("corpus216", 2, 2, 2),
+    ("corpus217", 2, 2, 2),
+    ("corpus219", 1, 1, 1),
+    ("corpus220", 3, 1, 2),
+    ("corpus221", 2, 2, 2),
 )
 
 
