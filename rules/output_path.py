@@ -81,6 +81,12 @@ def mixed_extra_ms(mixed_steps: int, decode_steps: int, decode: float, mixed: fl
     return (mixed - decode) * mixed_steps / max(1, mixed_steps + decode_steps)
 
 
+def prefill_only_extra_ms(prefill_steps: int, decode_steps: int, prefill_ms: float) -> float:
+    """Steps that only prefilled, spread over the decode steps: a stream in flight waits out each whole one and gets
+    no token from it, so each of its tokens costs this much more on average."""
+    return prefill_steps * prefill_ms / max(1, decode_steps)
+
+
 def shortest_prefilling_ms(x) -> float:
     """The typical step that prefilled beside decodes (a chunk), else the longest prefill step."""
     return x.get("mixed_step_ms") or x["longest_prefill_step_ms"]
@@ -546,6 +552,28 @@ class OutputPathRules(RuleSet):
             on_top=True,
             detail=f"{mixed_steps} of {mixed_steps + decode_steps} steps prefilled beside running decodes and took {mixed / decode:.3g}x "
             f"a decode-only step: {extra:.3g} ms on every step on average, and a {mixed - decode:.3g} ms stall each time.",
+        )
+
+    @rule(
+        SPECS["prefill-stalls"],
+        StepMix(prefill_steps=MATCH.prefills, decode_steps=MATCH.decodes, prefill_step_ms=MATCH.prefill, decode_step_ms=MATCH.decode),
+        Metrics(concurrency=MATCH.streams),
+        TEST(lambda prefills, decodes, prefill, decode, streams: streams >= OTHER_STREAMS and decodes > 0
+             and prefill_only_extra_ms(prefills, decodes, prefill) >= MIXED_SHARE * decode),
+    )
+    def prefill_only_steps_timed(self, prefills, decodes, prefill, decode, streams):
+        """Steps that only prefilled while streams were in flight, timed: what they add to every decode step is their
+        time, not their count (four 33 ms prefills among 252 steps of 3.3 ms are 2 % of the steps and a sixth of the
+        time). The same share of the step as the mixed steps' (MIXED_SHARE) is beyond run-to-run noise."""
+        extra = prefill_only_extra_ms(prefills, decodes, prefill)
+        return Finding(
+            evidence=[ev("step_mix.prefill_steps", prefills), ev("step_mix.prefill_step_ms", prefill, "ms"),
+                      ev("step_mix.decode_steps", decodes), ev("step_mix.decode_step_ms", decode, "ms"), ev("metrics.concurrency", streams)],
+            removable_ms=extra,
+            step_ms=decode + extra,
+            on_top=True,
+            detail=f"{prefills} steps of about {prefill:.3g} ms only prefilled among {decodes} decode steps of {decode:.3g} ms, "
+            f"while {streams:g} streams were in flight: {extra:.3g} ms on every token on average.",
         )
 
     @rule(

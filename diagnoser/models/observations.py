@@ -343,6 +343,7 @@ class StepMixObs(_Obs):
     mixed_steps: int = Field(default=0, ge=0, description="steps that prefilled beside running decodes")
     decode_step_ms: Positive | None = Field(default=None, description="median decode-only step")
     mixed_step_ms: Positive | None = Field(default=None, description="median mixed step")
+    prefill_step_ms: Positive | None = Field(default=None, description="median step that only prefilled")
     longest_prefill_step_ms: Positive | None = Field(
         default=None, description="the longest step that prefilled (alone or beside decodes): how long one prompt held the engine")
     longest_prefill_tokens: int | None = Field(default=None, ge=0, description="the most prompt tokens one step prefilled")

@@ -144,6 +144,7 @@ def _step_mix(analysis: Analysis, critical: RankStep) -> StepMixObs | None:
         mixed_steps=len(mixed),
         decode_step_ms=_median([s.step_ms for s in kinds if s.kind == "decode"]),
         mixed_step_ms=_median([s.step_ms for s in mixed]),
+        prefill_step_ms=_median([s.step_ms for s in kinds if s.kind == "prefill"]),
         longest_prefill_step_ms=max((s.step_ms for s in kinds if s.kind != "decode"), default=None),
         longest_prefill_tokens=max((s.prefill_tokens for s in kinds if s.prefill_tokens is not None), default=None),
         prefill_tokens_per_mixed_step=_median([s.prefill_tokens for s in mixed if s.prefill_tokens is not None]),
