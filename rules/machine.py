@@ -41,7 +41,7 @@ from diagnoser.rules.comparison import (
 )
 from diagnoser.rules.capacity import USABLE_SHARE
 from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, idle_utilization, names_off_device_work, on_cpu
-from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, stream_rates
+from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, read_apart, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -265,12 +265,6 @@ def spill_finding(d, spilled, what: str) -> Finding:
         detail=f"{d['setting']} {d['slower']} runs {d['slowdown']:.2f}x slower than {d['faster']}, more than the "
         f"{d['slower']}/{d['faster']}-fold work sized by it could take: at least {beyond:.3g} {unit} of the delta came with {what}.",
     )
-
-
-def read_apart(m, e) -> bool:
-    """Both figures name where they were read, and not the same place: then they time different spans."""
-    observed, expected = m.get("boundary", "unknown"), e.get("boundary", "unknown")
-    return "unknown" not in (observed, expected) and observed != expected
 
 
 class MachineRules(RuleSet):

@@ -130,6 +130,15 @@ def decode_timed(m) -> bool:
     return any(name.startswith(("tpot_", "itl_")) for name in m)
 
 
+def boundaries_apart(observed: str, expected: str) -> bool:
+    """Both figures name where they were read, and not the same place: then they time different spans."""
+    return "unknown" not in (observed, expected) and observed != expected
+
+
+def read_apart(m, e) -> bool:
+    return boundaries_apart(m.get("boundary", "unknown"), e.get("boundary", "unknown"))
+
+
 def timed_the_same_way(m, e) -> bool:
     """The same job, on another build, configuration or machine, read at the same boundary. Two figures whose
     boundaries nobody stated are not known to time the same span: one may count the prompt, the other not."""
@@ -667,7 +676,7 @@ class RateGuards(RuleSet):
         SPECS["unknown-boundary"],
         Metrics(boundary=MATCH.observed),
         Expectation(boundary=MATCH.expected),
-        TEST(lambda observed, expected: "unknown" not in (observed, expected) and observed != expected),
+        TEST(lambda observed, expected: boundaries_apart(observed, expected)),
     )
     def different_boundaries(self, observed, expected):
         return Finding(evidence=[ev("metrics.boundary", observed), ev("expected.boundary", expected)], key="differs")

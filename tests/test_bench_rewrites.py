@@ -1,6 +1,7 @@
 """The robustness corpora's tables point at real cases, and the bench reads them."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 
@@ -29,6 +30,15 @@ def test_every_second_write_up_names_an_existing_first_write_up_of_another_corpu
 def test_the_bench_prints_the_share_kept_and_refuses_a_folder_without_pairs(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "bench" / "bench_rewrites.py")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert "named first in both, of those named first in the first:" in done.stdout
+    counts = dict(re.findall(r"^(.+?): .*?\((\d+/\d+)\)$", done.stdout, re.M))
+    pairs = len(_bench().pairs(DATA))
+    first, of_first = map(int, counts["first write-ups named first"].split("/"))
+    second, of_second = map(int, counts["second write-ups named first"].split("/"))
+    kept, of_kept = map(int, counts["named first in both, of those named first in the first"].split("/"))
+    assert of_first == of_second == pairs and of_kept == first
+    assert kept <= min(first, second)
+    rows = [line for line in done.stdout.splitlines() if re.match(r"\| corpus\d+/", line)]
+    assert len(rows) == pairs
+    assert sum(line.split(" | ")[1] == "1" for line in rows) == second
     empty = subprocess.run([sys.executable, str(REPO / "bench" / "bench_rewrites.py"), str(tmp_path)], capture_output=True, text=True)
     assert empty.returncode == 2 and "no robustness corpus" in empty.stderr
