@@ -116,6 +116,11 @@ def test_a_model_no_preset_knows_is_a_note_on_the_bound_not_an_error():
     d = diagnose(Case.model_validate(case), load_rulebook())
     assert d.bound is None and "model 'org/Some-Model-27B' is neither a preset nor a readable config.json" in d.bound_note
     assert d.hypotheses and d.hypotheses[0].id.startswith("graphs-off")
+    # an inline config of a family the bound cannot read says so, not that no config was given
+    case["workload"]["model"] = {"architectures": ["GPT2LMHeadModel"], "hidden_size": 768, "num_hidden_layers": 12,
+                                 "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50257}
+    d = diagnose(Case.model_validate(case), load_rulebook())
+    assert d.bound is None and d.bound_note.startswith("no bound: inline model config: architecture 'GPT2LMHeadModel' not supported")
 
 
 def test_runs_differing_in_one_setting_give_a_delta_and_several_settings_are_confounded():

@@ -73,6 +73,24 @@ def test_an_inline_excerpt_named_by_model_type_alone():
 
 
 @pytest.mark.parametrize(
+    ("config", "billions"),
+    [
+        # google/gemma-2b's config.json leaves tie_word_embeddings out (transformers ties Gemma's by default): 2.51 B
+        ({"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+          "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+          "vocab_size": 256000}, 2.51),
+        # microsoft/Phi-3-mini-4k-instruct, gate and up fused in one matrix of twice the width: 3.82 B
+        ({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+          "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "tie_word_embeddings": False}, 3.82),
+    ],
+)
+def test_gated_dense_families_count_their_published_parameters(config, billions):
+    from diagnoser.bound.estimate import active_parameters
+
+    assert active_parameters(resolve_model(config)) / 1e9 == pytest.approx(billions, abs=0.01)
+
+
+@pytest.mark.parametrize(
     ("name", "preset", "billions"),
     [
         # published parameter counts, embedding and output layer included

@@ -407,6 +407,7 @@ def _summary(source: str, floor_ms: float, result, **extra: float | str) -> Boun
 def incomplete_pin(case: Case) -> str | None:
     """Why the pinned workload cannot give a bound (model or GPU not known), or None."""
     from diagnoser.models.hardware import hardware_preset
+    from diagnoser.models.model_spec import resolve_model
 
     w = case.workload
     if w is None:
@@ -414,6 +415,11 @@ def incomplete_pin(case: Case) -> str | None:
     if w.model is None:
         return "no bound: the model is not pinned (name a preset or give its dimensions)"
     if model_features(case) is None:
+        if isinstance(w.model, dict):
+            try:
+                resolve_model(w.model)
+            except InputError as err:
+                return f"no bound: {err}"
         return (f"no bound: model {w.model!r} is neither a preset nor a readable config.json (give a config.json path, "
                 "or its dimensions inline)")
     if w.hardware is None:

@@ -127,7 +127,12 @@ class ModelSpec(BaseModel):
         return self.num_layers - self.moe_layers
 
 
-_ARCH_DENSE = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
+# Dense decoders whose MLP is gated (gate, up and down matrices, Phi-3's gate and up fused into one of twice the width):
+# their bytes a step are Llama's for the same dimensions.
+_ARCH_DENSE = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "GemmaForCausalLM",
+               "Phi3ForCausalLM"}
+# Architectures whose config leaves out tie_word_embeddings because transformers ties them by default.
+_TIED_BY_DEFAULT = {"GemmaForCausalLM"}
 _ARCH_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM"}
 _ARCH_MLA = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
 SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
@@ -137,6 +142,7 @@ MODEL_TYPES = {
     "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM", "gpt_oss": "GptOssForCausalLM",
+    "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM",
 }
 # Checkpoint formats a config's quantization_config states (quant_method), as the bound's storage formats: gpt-oss
 # ships its experts in MXFP4 beside bf16 attention; DeepSeek-V3 its linear layers in block-scaled fp8 beside a bf16
@@ -212,7 +218,7 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
         head_dim=_opt(cfg, "head_dim", where) or hidden // heads,
         intermediate_size=_need(cfg, "intermediate_size", where),
         attention_bias=_flag(cfg, "attention_bias", where, arch.startswith("Qwen2")),
-        tie_word_embeddings=_flag(cfg, "tie_word_embeddings", where, False),
+        tie_word_embeddings=_flag(cfg, "tie_word_embeddings", where, arch in _TIED_BY_DEFAULT),
         source=f"imported from {where}",
     )
     if arch == "MixtralForCausalLM":
