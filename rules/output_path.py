@@ -32,10 +32,13 @@ from diagnoser.engine import (
 )
 
 from diagnoser.rules.comparison import ablation, ablation_finding, larger
+from diagnoser.rules import launch
 from diagnoser.rules.context import SEQUENCE_REDONE, sweep_evidence
 from diagnoser.rules.rates import beyond_batching, expected_rate, per_stream_rate, stream_rates
 
 SPECS = load_specs(__file__)
+# host-overhead is launch.py's; its one reading of a stream's stall lives beside the stall readings it excludes.
+HOST_SPECS = launch.SPECS
 
 # Intervals that differ by under 15-25 % are within streaming jitter.
 SERVER_SLACK = 1.15
@@ -128,6 +131,9 @@ HISTORY_GROWTH = frozenset({"output_length", "context"})
 # A stall with nothing said of how prefill is scheduled, and tokens not held on the way (bursts: made on time,
 # held after): the patterns of the lone-stall rules.
 UNEXPLAINED_STALL = (NOT(Host(prefill_interleaved=W())), NOT(Server(prefill_priority=W())), NOT(StepMix()), NOT(Stream(bursty=True)))
+# One request in flight: no other prompt is there to be prefilled between its tokens (its own prefill comes before its
+# first token), so a long stall inside its stream is the host or the engine stopping, not prefill.
+ONE_STREAM = Metrics(concurrency=1)
 
 
 def steady_step_ms(e) -> float | None:
@@ -646,6 +652,7 @@ class OutputPathRules(RuleSet):
         Reference(step_ms=MATCH.step),
         NOT(Host(itl_spike_ratio=W())),
         *UNEXPLAINED_STALL,
+        NOT(ONE_STREAM),
         TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step),
     )
     def lone_long_stall(self, stall, step):
@@ -669,6 +676,7 @@ class OutputPathRules(RuleSet):
         AS.e << Expectation(),
         NOT(Host(itl_spike_ratio=W())),
         *UNEXPLAINED_STALL,
+        NOT(ONE_STREAM),
         TEST(lambda stall, step: stall < LONE_STALL_RATIO * step),
     )
     def long_stall_against_the_steady_step(self, e, stall, step):
@@ -691,6 +699,7 @@ class OutputPathRules(RuleSet):
         Stream(worst_stall_ms=MATCH.stall),
         NOT(Reference(step_ms=W())),
         *UNEXPLAINED_STALL,
+        NOT(ONE_STREAM),
         TEST(lambda stall: stall >= LONE_STALL_MS),
     )
     def stall_of_seconds(self, stall):
@@ -701,6 +710,27 @@ class OutputPathRules(RuleSet):
             evidence=[ev("stream.worst_stall_ms", stall, "ms")],
             grade=Grade.possible,
             detail=f"A stream stopped for {stall / 1e3:.3g} s at once. Whether a prompt was being prefilled then would settle it.",
+        )
+
+    @rule(
+        HOST_SPECS["host-overhead"],
+        Stream(worst_stall_ms=MATCH.stall),
+        Reference(step_ms=MATCH.step),
+        ONE_STREAM,
+        *UNEXPLAINED_STALL,
+        TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step),
+    )
+    def lone_stream_stopped(self, stall, step):
+        """One request alone stopped for dozens of its steps at once. No other prompt was in flight to be prefilled
+        between its tokens, and a decode step's work barely changes from one to the next, so the pause is the host
+        loop not running the next step: a garbage-collection pass over a large heap, memory paged out, a blocking
+        write or another process holding the CPU. Possible: which one, and how often it comes, a host profile
+        (py-spy, gc callbacks) over the stall says."""
+        return Finding(
+            evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms"), ev("metrics.concurrency", 1)],
+            grade=Grade.possible,
+            detail=f"The only stream stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost) with no "
+            "other prompt in flight to prefill.",
         )
 
     @rule(
