@@ -26,6 +26,7 @@ from diagnoser.engine import (
     Layout,
     Memory,
     Metrics,
+    Platform,
     Routing,
     RuleSet,
     RunDiff,
@@ -36,8 +37,9 @@ from diagnoser.engine import (
 )
 from diagnoser.models.hypothesis import Evidence
 from diagnoser.models.serving import SERVER_CLOCKS
+from diagnoser.engine.comparison import STREAM_COUNT_SETTINGS
 from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number, larger
-from diagnoser.rules.rates import decode_timed
+from diagnoser.rules.rates import aggregate_fell, decode_timed
 
 SPECS = load_specs(__file__)
 
@@ -49,6 +51,15 @@ USABLE_SHARE = 0.9
 IMBALANCE = 1.25
 # A cache over 95 % full with requests queued is out of room, not merely well used.
 KV_FULL = 0.95
+# Four times the streams in flight, decoded in the same steps, read the weights once for all of them: at a few streams
+# each step is still its weights' read, so the aggregate rises nearly fourfold. A rise under a quarter says the
+# streams were not in the same steps.
+MORE_STREAMS = 4.0
+BATCHED_GAIN = 1.25
+# The fewer side's streams at most this many: there a step is its weight read on any device that serves decode
+# (arithmetic of 2 FLOPs a weight per stream stays far under a GPU's ridge point), so more streams cannot be
+# compute-bound yet.
+FEW_STREAMS = 8
 # A request that waits a fifth of its first-token time to be admitted waits on capacity, not on
 # the scheduler's next pass: a healthy server queues 0-1 ms of a 40-50 ms first token (under 3 %);
 # admission-limited ones queued about 1,640 of 1,689 ms (max_num_seqs 1, 4 streams) and about 285
@@ -166,6 +177,23 @@ def admitted_all(m, cap: int) -> bool:
 def _admission(m) -> list:
     return [ev(f"metrics.{n}", m[n]) for n in ("concurrency", "running_sequences", "waiting_requests") if n in m]
 
+
+
+def aggregate_gain(d) -> float:
+    """The aggregate with more streams over the aggregate with fewer (below 1 where more streams made fewer)."""
+    more_is_faster = as_number(d["faster"]) > as_number(d["slower"])
+    return d["slowdown"] if more_is_faster else 1 / d["slowdown"]
+
+
+def streams_not_batched(d) -> bool:
+    """Runs at MORE_STREAMS times the streams or more, the fewer side at FEW_STREAMS or under, whose aggregate rose by
+    less than BATCHED_GAIN, and did not fall beyond noise: run one after another, streams make the same tokens a second
+    in all; fewer than that is each step costing more than its streams alone (a kernel path that slows with the batch)."""
+    counts = as_number(d["before"]), as_number(d["after"])
+    if None in counts or min(counts) <= 0:
+        return False
+    few, many = sorted(counts)
+    return few <= FEW_STREAMS and many >= MORE_STREAMS * few and 1 / SLOWER <= aggregate_gain(d) < BATCHED_GAIN
 
 class CapacityRules(RuleSet):
     @rule(
@@ -293,6 +321,32 @@ class CapacityRules(RuleSet):
             step_ms=client_ttft,
             detail=f"Requests wait {wait:.4g} of their {client_ttft:.4g} ms first token before the engine's clock starts: "
             "the gain is on the first-token time, not on the per-token rate.",
+        )
+
+    @rule(
+        SPECS["admission-queueing"],
+        AS.d << RunDiff(setting=P(lambda s: s in STREAM_COUNT_SETTINGS), figure="output_tokens_per_s"),
+        NOT(Platform(device_api="cpu")),
+        TEST(lambda d: streams_not_batched(d)),
+    )
+    def streams_decoded_one_after_another(self, d):
+        """More streams in flight gave about the same tokens a second in all. A decode step reads the weights once for
+        every sequence in it, so at a few streams four times as many make nearly four times the tokens in a step of
+        about the same length; an aggregate that stays flat says they were not in the same steps: the server ran one
+        request (or a few) at a time and the rest waited. Not on a CPU, whose matmuls can be compute-bound at a few
+        streams. A KV read that dwarfs the weights (contexts of hundreds of thousands of tokens on a small model)
+        flattens it too, which the bound's KV share tells apart. Not where another pair of the runs shows the aggregate
+        falling with more streams: run one after another, streams never make fewer tokens in all, so that is a kernel
+        path that slows with the batch, and a flat pair beside it is the same path."""
+        if any(isinstance(f, RunDiff) and aggregate_fell(f) for f in self.facts.values()):
+            return None
+        few, many = sorted((as_number(d["before"]), as_number(d["after"])))
+        gain = aggregate_gain(d)
+        return Finding(
+            evidence=[ev("runs.changed", d["setting"]), ev("runs.fewer_streams", few), ev("runs.more_streams", many),
+                      ev("runs.aggregate_gain", gain)],
+            detail=f"{many:g} streams made {gain:.3g}x the tokens a second of {few:g}: with the streams decoded in the same "
+            f"steps, the weights' read is shared and the aggregate would rise toward {many / few:.3g}x.",
         )
 
     @rule(

@@ -314,15 +314,16 @@ class LaunchRules(RuleSet):
         SPECS["graph-capture-too-small"],
         AS.g << Graph(live_units=MATCH.live, captured_batch_sizes=MATCH.sizes),
         TEST(lambda live, sizes: padded_share(live, sizes) >= PADDED_SHARE),
-        Expectation(),
+        OR(Expectation(), RunDiff()),
         NOT(Layout(routed_experts=False)),
         NOT(Graph(status="none")),
     )
     def padded_to_a_larger_graph(self, g, live, sizes):
         """A live batch between captured sizes replays the next size up: its padded rows run through every layer.
         A dense decode step that reads its weights once hardly notices them; a mixture of experts routes them too,
-        and each expert they reach is read that step. Not for a model known to have no experts. Indicated: the same
-        load with the live size captured too measures it."""
+        and each expert they reach is read that step. Not for a model known to have no experts, nor without a figure
+        it falls short of (an expected one, or another run). Indicated: the same load with the live size captured too
+        measures it."""
         size = replayed_size(live, sizes)
         return Finding(
             evidence=[ev("graph.live_units", live), ev("graph.captured_batch_sizes", ", ".join(map(str, sizes))),
