@@ -31,13 +31,14 @@ from diagnoser.engine import (
     RuleSet,
     RunDiff,
     Server,
+    Traffic,
     ev,
     load_specs,
     rule,
 )
+from diagnoser.engine.comparison import STREAM_COUNT_SETTINGS
 from diagnoser.models.hypothesis import Evidence
 from diagnoser.models.serving import SERVER_CLOCKS
-from diagnoser.engine.comparison import STREAM_COUNT_SETTINGS
 from diagnoser.rules.comparison import SLOWER, ablation_finding, as_number, larger
 from diagnoser.rules.rates import aggregate_fell, decode_timed
 
@@ -60,6 +61,9 @@ BATCHED_GAIN = 1.25
 # (arithmetic of 2 FLOPs a weight per stream stays far under a GPU's ridge point), so more streams cannot be
 # compute-bound yet.
 FEW_STREAMS = 8
+# Where the KV read is nine tenths of the pinned step, each stream's own bytes are most of the step and more streams
+# lengthen it nearly in proportion: from 1 to 4 streams the aggregate stays under BATCHED_GAIN only past that share.
+KV_DOMINATES = 0.9
 # A request that waits a fifth of its first-token time to be admitted waits on capacity, not on
 # the scheduler's next pass: a healthy server queues 0-1 ms of a 40-50 ms first token (under 3 %);
 # admission-limited ones queued about 1,640 of 1,689 ms (max_num_seqs 1, 4 streams) and about 285
@@ -178,7 +182,6 @@ def _admission(m) -> list:
     return [ev(f"metrics.{n}", m[n]) for n in ("concurrency", "running_sequences", "waiting_requests") if n in m]
 
 
-
 def aggregate_gain(d) -> float:
     """The aggregate with more streams over the aggregate with fewer (below 1 where more streams made fewer)."""
     more_is_faster = as_number(d["faster"]) > as_number(d["slower"])
@@ -194,6 +197,7 @@ def streams_not_batched(d) -> bool:
         return False
     few, many = sorted(counts)
     return few <= FEW_STREAMS and many >= MORE_STREAMS * few and 1 / SLOWER <= aggregate_gain(d) < BATCHED_GAIN
+
 
 class CapacityRules(RuleSet):
     @rule(
@@ -327,6 +331,7 @@ class CapacityRules(RuleSet):
         SPECS["admission-queueing"],
         AS.d << RunDiff(setting=P(lambda s: s in STREAM_COUNT_SETTINGS), figure="output_tokens_per_s"),
         NOT(Platform(device_api="cpu")),
+        NOT(Traffic(kv_read_share=P(lambda share: share >= KV_DOMINATES))),
         TEST(lambda d: streams_not_batched(d)),
     )
     def streams_decoded_one_after_another(self, d):
@@ -334,8 +339,8 @@ class CapacityRules(RuleSet):
         every sequence in it, so at a few streams four times as many make nearly four times the tokens in a step of
         about the same length; an aggregate that stays flat says they were not in the same steps: the server ran one
         request (or a few) at a time and the rest waited. Not on a CPU, whose matmuls can be compute-bound at a few
-        streams. A KV read that dwarfs the weights (contexts of hundreds of thousands of tokens on a small model)
-        flattens it too, which the bound's KV share tells apart. Not where another pair of the runs shows the aggregate
+        streams, nor where the pinned step is mostly its KV read (KV_DOMINATES): each stream's own cache then lengthens
+        the step nearly in proportion, and a flat aggregate is the bytes. Not where another pair of the runs shows the aggregate
         falling with more streams: run one after another, streams never make fewer tokens in all, so that is a kernel
         path that slows with the batch, and a flat pair beside it is the same path."""
         if any(isinstance(f, RunDiff) and aggregate_fell(f) for f in self.facts.values()):
