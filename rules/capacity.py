@@ -146,8 +146,10 @@ def waiting_for_blocks(m, memory: Evidence) -> Finding:
 
 
 def slots_not_blocks() -> tuple:
-    """No sign the cache ran out of blocks (no preemption, not full): a timed queue waited for a slot."""
-    return NOT(Memory(preemptions=P(lambda n: n > 0))), NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL)))
+    """No sign the cache ran out of blocks (no preemption, not full, no more requests in flight than it holds whole): a
+    timed queue waited for a slot."""
+    return (NOT(Memory(preemptions=P(lambda n: n > 0))), NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL))),
+            NOT(Memory(requests_beyond_cache=W())))
 
 
 def first_token_ms(m) -> float | None:
@@ -274,6 +276,21 @@ class CapacityRules(RuleSet):
         5 sequences running under a cap of 256, 1,372 of a 1,408 ms first token queued). The queue time is what the
         full cache costs each request's first token; the redone prefills inside the others' decode come on top."""
         return waiting_for_blocks(m, ev("memory.preemptions", n))
+
+    @rule(
+        SPECS["kv-cache-pressure"],
+        AS.m << Metrics(),
+        Memory(requests_beyond_cache=MATCH.beyond),
+        NOT(Memory(preemptions=P(lambda n: n > 0))),
+        NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL))),
+        TEST(lambda m: queued(m)),
+    )
+    def queued_beyond_what_the_cache_holds(self, m, beyond):
+        """Requests waited to be admitted while more were in flight than the cache holds whole (its tokens over a
+        request's prompt and output): each admitted request keeps its blocks until it ends, so the rest wait for blocks,
+        whatever the cap on sequences. Read from the cache's size and the load's shape, where the window showed neither a
+        preemption nor a full cache (a scrape after the load reads the cache empty)."""
+        return waiting_for_blocks(m, ev("memory.requests_beyond_cache", beyond))
 
     @rule(
         SPECS["kv-cache-pressure"],

@@ -182,7 +182,8 @@ def test_runs_from_two_configurations_differ_in_what_their_files_state(tmp_path)
 # Real vLLM 0.32 (CPU build) with one fault each, recorded by diagnoser/real_vllm/record.py: the
 # server's log, `vllm bench serve --save-result`, and /metrics before and after the benchmark.
 FAULT_CAUSES = {"max-num-seqs-1": "admission-queueing", "enforce-eager": "compile-off", "default-penalties": "default-penalties",
-                "long-prompts": "prefill-stalls"}
+                "long-prompts": "prefill-stalls", "ngram-low-acceptance": "speculation-low-acceptance",
+                "kv-cache-small": "kv-cache-pressure"}
 
 
 def _diagnosis(folder: Path):

@@ -70,6 +70,19 @@ def _running(data: dict) -> Any:
     return round(count) if isinstance(count, (int, float)) and count >= 1 else None
 
 
+def _beyond_cache(data: dict) -> Any:
+    """Requests in flight whose prompt and output the KV cache cannot hold beside the others: a request keeps its
+    prompt's and its output's KV until it ends, so the cache holds at most its tokens over a request's tokens of them at
+    once (the engine's block rounding takes a little more). The rest wait for blocks, or preempt running ones."""
+    cache = _at("observations.server.kv_cache_tokens")(data)
+    streams = _at("observations.metrics.concurrency")(data)
+    tokens = (_at("observations.metrics.input_tokens")(data) or 0) + (_at("observations.metrics.output_tokens")(data) or 0)
+    if not cache or not streams or tokens <= 0:
+        return None
+    beyond = streams - cache // tokens
+    return beyond if beyond > 0 else None
+
+
 def _batch_per_rank(data: dict) -> Any:
     batch, dp = _at("workload.batch")(data), _at("workload.layout.dp")(data) or 1
     return batch // dp if isinstance(batch, int) and batch >= dp else None
@@ -578,6 +591,11 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative(LOGGED_LINE, _recompiling_logged,
                     "the engine's line saying it recompiles graphs or shapes while serving (Recompiling function, graph "
                     "recompilation during decode): false"),
+    )),
+    Equivalence("observations.memory.requests_beyond_cache", "requests in flight beyond those the KV cache holds whole", (
+        Alternative("observations.server.kv_cache_tokens", _beyond_cache,
+                    "metrics.concurrency less the cache's tokens (server.kv_cache_tokens) over a request's prompt and output "
+                    "tokens (metrics.input_tokens + metrics.output_tokens), rounded down; only where it is more than none"),
     )),
     Equivalence("observations.memory.weights_on_host_fraction", "share of the model held in host memory", (
         Alternative(LOGGED_LINE, _host_share, "Ollama's `ollama ps` PROCESSOR column: N%/M% CPU/GPU"),

@@ -78,6 +78,10 @@ class MemoryObs(_Obs):
     kv_cache_usage: float | None = Field(default=None, ge=0, le=1, description="fraction of KV blocks in use")
     preemptions: float | None = Field(default=None, ge=0, description="preemptions or swaps during the window")
     waiting_requests: float | None = Field(default=None, ge=0, description="requests queued for KV space")
+    requests_beyond_cache: float | None = Field(
+        default=None, ge=0, description="requests in flight beyond those whose prompt and output the KV cache holds at once "
+        "(in flight less the cache's tokens over a request's tokens): they wait for blocks, or preempt others"
+    )
     kv_cache_on_device: bool | None = Field(default=None, description="false when the KV cache (and attention) stays on the host")
     spilled_to_host_gb: float | None = Field(
         default=None, ge=0, description="device allocations the driver placed in host memory (Windows 'shared GPU memory', unified-memory oversubscription)"
