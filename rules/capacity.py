@@ -190,14 +190,19 @@ def aggregate_gain(d) -> float:
     return d["slowdown"] if more_is_faster else 1 / d["slowdown"]
 
 
+def stream_counts(d) -> tuple[float, float] | None:
+    """(fewer, more) streams of a stream-count A/B, where both sides state a count."""
+    counts = as_number(d["before"]), as_number(d["after"])
+    return None if None in counts or min(counts) <= 0 else tuple(sorted(counts))
+
+
 def streams_not_batched(d) -> bool:
     """Runs at MORE_STREAMS times the streams or more, the fewer side at FEW_STREAMS or under, whose aggregate rose by
     less than BATCHED_GAIN, and did not fall beyond noise: run one after another, streams make the same tokens a second
     in all; fewer than that is each step costing more than its streams alone (a kernel path that slows with the batch)."""
-    counts = as_number(d["before"]), as_number(d["after"])
-    if None in counts or min(counts) <= 0:
+    if (counts := stream_counts(d)) is None:
         return False
-    few, many = sorted(counts)
+    few, many = counts
     return few <= FEW_STREAMS and many >= MORE_STREAMS * few and 1 / SLOWER <= aggregate_gain(d) < BATCHED_GAIN
 
 
@@ -362,7 +367,7 @@ class CapacityRules(RuleSet):
         path that slows with the batch, and a flat pair beside it is the same path."""
         if any(isinstance(f, RunDiff) and aggregate_fell(f) for f in self.facts.values()):
             return None
-        few, many = sorted((as_number(d["before"]), as_number(d["after"])))
+        few, many = stream_counts(d)
         gain = aggregate_gain(d)
         return Finding(
             evidence=[ev("runs.changed", d["setting"]), ev("runs.fewer_streams", few), ev("runs.more_streams", many),

@@ -136,6 +136,21 @@ UNEXPLAINED_STALL = (NOT(Host(prefill_interleaved=W())), NOT(Server(prefill_prio
 ONE_STREAM = Metrics(concurrency=1)
 
 
+def lone_stall() -> tuple:
+    """Patterns for a stream stopped for LONE_STALL_RATIO of its steps at once, unexplained (``UNEXPLAINED_STALL``).
+    Binds ``stall`` and ``step``; whether other streams were in flight decides whose reading it is."""
+    return (Stream(worst_stall_ms=MATCH.stall), Reference(step_ms=MATCH.step), *UNEXPLAINED_STALL,
+            TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step))
+
+
+def stall_evidence(stall: float, step: float) -> list:
+    return [ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")]
+
+
+def stopped_for(stall: float, step: float) -> str:
+    return f"stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost)"
+
+
 def steady_step_ms(e) -> float | None:
     """One stream's time per token at the reference's rate."""
     rate = per_stream_rate(e, expected_rate(e))
@@ -493,7 +508,7 @@ class OutputPathRules(RuleSet):
         """Prefill runs in the decode steps and a stream's worst gap is several steps long: the gain is on that
         stall, like a spike ratio's when only the worst gap was recorded."""
         return Finding(
-            evidence=[ev("host.prefill_interleaved", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            evidence=[ev("host.prefill_interleaved", True), *stall_evidence(stall, step)],
             removable_ms=stall - step,
             step_ms=stall,
             on_top=True,
@@ -509,7 +524,7 @@ class OutputPathRules(RuleSet):
     )
     def prefill_first_stalls(self, stall, step):
         return Finding(
-            evidence=[ev("server.prefill_priority", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            evidence=[ev("server.prefill_priority", True), *stall_evidence(stall, step)],
             removable_ms=stall - step,
             step_ms=stall,
             on_top=True,
@@ -530,7 +545,7 @@ class OutputPathRules(RuleSet):
         aligned yet: indicated."""
         return Finding(
             evidence=[ev("step_mix.prefill_steps", prefills), ev("step_mix.decode_steps", decodes),
-                      ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+                      *stall_evidence(stall, step)],
             grade=Grade.indicated,
             detail=f"{prefills} prefill-only steps ran among {decodes} decode steps and a stream stalled {stall / step:.3g} steps long; "
             "inter-token gaps aligned with the prefill steps would measure it.",
@@ -640,21 +655,13 @@ class OutputPathRules(RuleSet):
         waits out the whole of that work as one gap. Indicated: the gaps aligned with media arrivals (or a trace's
         encoder and prefill steps) would measure it."""
         return Finding(
-            evidence=[ev("server.multimodal", True), ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms"),
+            evidence=[ev("server.multimodal", True), *stall_evidence(stall, step),
                       ev("metrics.concurrency", streams)],
             grade=Grade.indicated,
             detail=f"A stream stalled {stall / step:.3g} steps long while {streams:g} requests, some carrying media, were in flight.",
         )
 
-    @rule(
-        SPECS["prefill-stalls"],
-        Stream(worst_stall_ms=MATCH.stall),
-        Reference(step_ms=MATCH.step),
-        NOT(Host(itl_spike_ratio=W())),
-        *UNEXPLAINED_STALL,
-        NOT(ONE_STREAM),
-        TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step),
-    )
+    @rule(SPECS["prefill-stalls"], *lone_stall(), NOT(Host(itl_spike_ratio=W())), NOT(ONE_STREAM))
     def lone_long_stall(self, stall, step):
         """A decode step's work barely changes from one step to the next; the work that takes dozens of steps'
         time inside a serving loop is a long prefill run between two of them. Not when the tokens came in
@@ -662,9 +669,9 @@ class OutputPathRules(RuleSet):
         prefill is scheduled, so the stall only makes it possible, and claims no time until it is lined up
         with a prefill."""
         return Finding(
-            evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms")],
+            evidence=stall_evidence(stall, step),
             grade=Grade.possible,
-            detail=f"A stream stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost). Whether a "
+            detail=f"A stream {stopped_for(stall, step)}. Whether a "
             "prompt was being prefilled then (server log lines, /metrics prompt tokens over the stall, or a trace's step "
             "split) would settle it and bound the gain.",
         )
@@ -712,14 +719,7 @@ class OutputPathRules(RuleSet):
             detail=f"A stream stopped for {stall / 1e3:.3g} s at once. Whether a prompt was being prefilled then would settle it.",
         )
 
-    @rule(
-        HOST_SPECS["host-overhead"],
-        Stream(worst_stall_ms=MATCH.stall),
-        Reference(step_ms=MATCH.step),
-        ONE_STREAM,
-        *UNEXPLAINED_STALL,
-        TEST(lambda stall, step: stall >= LONE_STALL_RATIO * step),
-    )
+    @rule(HOST_SPECS["host-overhead"], *lone_stall(), ONE_STREAM)
     def lone_stream_stopped(self, stall, step):
         """One request alone stopped for dozens of its steps at once. No other prompt was in flight to be prefilled
         between its tokens, and a decode step's work barely changes from one to the next, so the pause is the host
@@ -727,10 +727,9 @@ class OutputPathRules(RuleSet):
         write or another process holding the CPU. Possible: which one, and how often it comes, a host profile
         (py-spy, gc callbacks) over the stall says."""
         return Finding(
-            evidence=[ev("stream.worst_stall_ms", stall, "ms"), ev("reference.step_ms", step, "ms"), ev("metrics.concurrency", 1)],
+            evidence=[*stall_evidence(stall, step), ev("metrics.concurrency", 1)],
             grade=Grade.possible,
-            detail=f"The only stream stopped for {stall / step:.0f} of its steps at once ({stall - step:.4g} ms lost) with no "
-            "other prompt in flight to prefill.",
+            detail=f"The only stream {stopped_for(stall, step)} with no other prompt in flight to prefill.",
         )
 
     @rule(
