@@ -156,6 +156,21 @@ def expected_tokens_per_cycle(acceptance: float, draft_length: int) -> float:
     return (1 - acceptance ** (draft_length + 1)) / (1 - acceptance)
 
 
+def acceptance_from_rate(rate: float, draft_length: int) -> float:
+    """The constant conditional acceptance a under which a cycle of k drafts keeps the share ``rate`` of them
+    (what the counters measure: accepted over drafted tokens), so the yield at another draft length can be read from
+    one measured length: later drafts are kept less often, and the share falls as k grows."""
+    if not 0 <= rate <= 1:
+        raise ValueError("acceptance rate must be within [0, 1]")
+    if rate == 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # bisection: the kept share rises with a; 60 halvings are below float resolution
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (expected_tokens_per_cycle(mid, draft_length) - 1) / draft_length < rate else (lo, mid)
+    return (lo + hi) / 2
+
+
 def speculation(
     acceptance: float,
     draft_length: int,

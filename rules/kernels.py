@@ -42,10 +42,10 @@ from diagnoser.engine import (
 from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, larger, switched_on
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
-from diagnoser.rules.launch import device_read_idle, host_without_profiler, notable, on_cpu
+from diagnoser.rules.launch import DRAFT_STEP_SHARE, device_read_idle, host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
 from diagnoser.rules.output_path import FEWER_TOKENS_WITH_MORE_STREAMS, LONG_PROMPT_TOKENS
-from diagnoser.rules.speculation import drafts_per_cycle, yield_per_cycle
+from diagnoser.rules.speculation import ROW_DEARER, drafts_dearer_than, drafts_per_cycle, ordinary_token_ms, row_excess_ms, yield_per_cycle
 
 SPECS = load_specs(__file__)
 
@@ -518,6 +518,34 @@ class KernelRules(RuleSet):
         return Finding(evidence=[*evidence, ev("emitted_tokens_per_cycle", emitted)], key="verify",
                        removable_ms=(verify - ordinary) / emitted,
                        detail=f"{detail} At the {emitted:.3g} tokens a cycle emits that is {(verify - ordinary) / emitted:.3g} ms a token.")
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.s << Speculation(per_draft_ms=W()),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        NOT(Metrics(concurrency=P(lambda c: c > 1))),
+        NOT(Speculation(verify_ms=W())),
+        TEST(lambda s: drafts_dearer_than(s, ROW_DEARER)),
+    )
+    def verify_rows_dearer_than_a_step(self, s):
+        """The same path, read from runs at two draft lengths instead of a timed verify: each further draft adds its
+        drafting (at most DRAFT_STEP_SHARE of an ordinary token) and one verify row, a few per cent of a step where the
+        weights are read once for all rows; a cycle that grows by ROW_DEARER of a step or more per draft reads the
+        weights again for each row. The gain is the growth beyond the drafting allowance, per token at the longest
+        draft: at least, as the drafting is usually far cheaper."""
+        ordinary, excess, k, emitted = ordinary_token_ms(s), row_excess_ms(s), s["draft_sweep_hi"], s["draft_sweep_emitted"]
+        removable = k * (excess - DRAFT_STEP_SHARE * ordinary) / emitted
+        return Finding(
+            evidence=[ev("speculation.draft_sweep_lo", s["draft_sweep_lo"]), ev("speculation.draft_sweep_hi", k),
+                      ev("speculation.per_draft_ms", s["per_draft_ms"], "ms"), ev("ordinary_token_ms", ordinary, "ms"),
+                      ev("speculation.acceptance_rate", s["acceptance_rate"])],
+            key="verify",
+            removable_ms=removable,
+            step_ms=s["draft_sweep_token_ms"],
+            at_least=True,
+            detail=f"From {s['draft_sweep_lo']:g} to {k:g} drafts a cycle grows {s['per_draft_ms']:.3g} ms a draft, "
+            f"{excess / ordinary:.2f} of a {ordinary:.3g} ms ordinary token: each row pays a weight read of its own.",
+        )
 
     @rule(
         SPECS["slow-kernel-path"],

@@ -45,6 +45,11 @@ MIN_KEPT_SHARE = 0.5
 # accepted token in four drafted the drafter's work is named wasted on its own: the real vLLM's n-gram drafter,
 # at 1.0 drafted token a cycle and 4.6 % accepted, emitted 1.05 tokens a cycle and kept 52 % of what it verified.
 MIN_ACCEPTANCE = 0.25
+# A drafted token costs at most half an ordinary step and its verify row a few per cent of one at a few rows, so a
+# cycle that grows by 0.9 of a step or more per further draft pays a weight read per draft: then no acceptance repays
+# a draft, and the counters' acceptance is not what makes it slow. (On a GB10, 4-bit MTP grew 70 ms a draft against a
+# 69 ms ordinary step; draft models measured 0.6-0.75 of a step a draft.)
+ROW_DEARER = 0.9
 
 
 class SpeculationRules(RuleSet):
@@ -153,11 +158,12 @@ class SpeculationRules(RuleSet):
     @rule(
         SPECS["speculation-low-acceptance"],
         AS.s << Speculation(acceptance_rate=MATCH.rate),
-        TEST(lambda s: low_acceptance(s)),
+        TEST(lambda s: low_acceptance(s) and not drafts_dearer_than(s, ROW_DEARER)),
         *ablation("speculative"),
     )
     def low_acceptance_measured(self, s, d):
-        """Speculation on and off at the same load, with the counters saying why it is slower."""
+        """Speculation on and off at the same load, with the counters saying why it is slower. Not where each
+        further draft costs the cycle a step's worth (ROW_DEARER): no acceptance would repay such a draft."""
         finding = ablation_finding(d, *acceptance_evidence(s))
         finding.detail = f"{kept(s)} {finding.detail}"
         return finding
@@ -235,6 +241,26 @@ class SpeculationRules(RuleSet):
 def speculating_and_not(before: str, base: float, other: float) -> tuple[float, float]:
     """(time with speculation on, time with it off) of a speculation A/B, whichever run is the baseline."""
     return (other, base) if before == "false" else (base, other)
+
+
+def ordinary_token_ms(s) -> float | None:
+    """The time of an ordinary token: the swept run that drafted nothing, else the ordinary step the case states."""
+    return s.get("draft_off_token_ms", s.get("ordinary_step_ms"))
+
+
+def row_excess_ms(s) -> float | None:
+    """What each further draft adds to a cycle beyond its drafting, where the draft time is stated (per draft, at the
+    length the counters were read), else all of what it adds."""
+    per_draft, k = s.get("per_draft_ms"), drafts_per_cycle(s)
+    if per_draft is None:
+        return None
+    return per_draft - (s["draft_ms"] / k if "draft_ms" in s and k else 0.0)
+
+
+def drafts_dearer_than(s, steps: float) -> bool:
+    """Each further draft costs a cycle ``steps`` ordinary tokens or more, beyond any stated draft time."""
+    excess, ordinary = row_excess_ms(s), ordinary_token_ms(s)
+    return excess is not None and ordinary is not None and excess >= steps * ordinary
 
 
 def within_noise(time: float, reference: float) -> bool:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import run_cli
-from diagnoser.whatif import amdahl, batch_curve, bounded_gain, expected_tokens_per_cycle, speculation
+from diagnoser.whatif import acceptance_from_rate, amdahl, batch_curve, bounded_gain, expected_tokens_per_cycle, speculation
 
 
 def test_amdahl_reference_launch_reduction():
@@ -31,6 +31,21 @@ def test_expected_tokens_reference_values():
     assert expected_tokens_per_cycle(0.0, 7) == 1.0  # only the bonus/correction token
     # the closed form equals the series 1 + a + ... + a^k
     assert expected_tokens_per_cycle(0.55, 5) == pytest.approx(sum(0.55**i for i in range(6)))
+
+
+def test_acceptance_from_the_counters_share_by_hand():
+    # a = 0.5, k = 3: a cycle emits 1 + 0.5 + 0.25 + 0.125 = 1.875 tokens, so it keeps 0.875 of 3 drafts (29.17 %)
+    assert acceptance_from_rate(0.875 / 3, 3) == pytest.approx(0.5, abs=1e-9)
+    # one draft: the share kept is the acceptance itself
+    assert acceptance_from_rate(0.56, 1) == pytest.approx(0.56, abs=1e-9)
+    assert acceptance_from_rate(0.0, 4) == pytest.approx(0.0, abs=1e-9)
+    assert acceptance_from_rate(1.0, 4) == pytest.approx(1.0, abs=1e-9)
+    # 35 % of 4 drafts kept is a = 0.622, which keeps 50.4 % of 2 drafts: later drafts are kept less often
+    a = acceptance_from_rate(0.35, 4)
+    assert a == pytest.approx(0.622, abs=1e-3)
+    assert (expected_tokens_per_cycle(a, 2) - 1) / 2 == pytest.approx(0.504, abs=1e-3)
+    with pytest.raises(ValueError):
+        acceptance_from_rate(1.2, 3)
 
 
 def test_speculation_reference_speedup_and_slowdown():

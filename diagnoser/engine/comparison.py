@@ -214,9 +214,13 @@ def _shared_load(a: Run, b: Run) -> float | None:
     return None
 
 
+# Settings a sweep can vary: the work's size, or how many tokens a speculation cycle drafts.
+SWEPT_SETTINGS = (*WORKLOAD_SETTINGS, "draft_length")
+
+
 def sweep_points(runs: list[Run], setting: str) -> list[tuple[float, float]]:
-    """(setting value, ms per token) for runs that differ only in a numeric workload ``setting``."""
-    if setting not in WORKLOAD_SETTINGS:
+    """(setting value, ms per token) for runs that differ only in a numeric ``setting`` a sweep can vary."""
+    if setting not in SWEPT_SETTINGS:
         return []
     points = []
     for run in runs:

@@ -462,7 +462,29 @@ def _speculation(case: Case) -> Speculation | None:
     if spec.acceptance is not None and spec.draft_length is not None and None not in costs and sum(costs[:3]) > 0:
         result = speculation(spec.acceptance, spec.draft_length, *costs)
         derived = {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup, "cycle_ms": result.cycle_ms}
-    return Speculation(**_fields(spec, **derived))
+    return Speculation(**_fields(spec, **derived, **_draft_sweep(case.observations.runs, spec)))
+
+
+def _draft_sweep(runs: list, spec) -> dict[str, float]:
+    """What one more drafted token costs a cycle, from runs that differ only in the draft length: the time per token
+    times the tokens a cycle emits is the cycle at each length, and its growth from the shortest to the longest draft,
+    per draft, is the drafting and the verify row each draft adds. The counters' acceptance was read at one length
+    (the case's draft length, else the longest swept); later drafts are kept less often, so the yield at the other
+    length comes from the constant conditional acceptance that gives the measured share there."""
+    from diagnoser.whatif import acceptance_from_rate, expected_tokens_per_cycle
+
+    points = sweep_points(runs, "draft_length")
+    drafted = [(int(k), ms) for k, ms in points if k > 0]
+    if spec.acceptance_rate is None or len({k for k, _ in drafted}) < 2:
+        return {}
+    (k_lo, ms_lo), (k_hi, ms_hi) = drafted[0], drafted[-1]
+    read_at = spec.draft_length if spec.draft_length in {k for k, _ in drafted} else k_hi
+    a = acceptance_from_rate(spec.acceptance_rate, read_at)
+    cycle_lo, cycle_hi = ms_lo * expected_tokens_per_cycle(a, k_lo), ms_hi * expected_tokens_per_cycle(a, k_hi)
+    off = [ms for k, ms in points if k == 0]
+    return {"draft_sweep_lo": k_lo, "draft_sweep_hi": k_hi, "draft_sweep_token_ms": ms_hi,
+            "draft_sweep_emitted": expected_tokens_per_cycle(a, k_hi), "per_draft_ms": (cycle_hi - cycle_lo) / (k_hi - k_lo),
+            **({"draft_off_token_ms": off[0]} if off else {})}
 
 
 def _probe(case: Case) -> Probe | None:
