@@ -170,6 +170,11 @@ def test_gpt_oss_sliding_layers_read_the_window_and_its_experts_are_mxfp4_by_han
     assert comp["routed_experts"] == pytest.approx(4 * 36 * 3 * 2880 * 2880 * (0.5 + 1 / 32))
     assert comp["attention_weights"] == pytest.approx(36 * (2880 * 64 * 64 * 2 + 2 * 2880 * 8 * 64 + (64 + 16) * 64) * 2)
     assert report.lacks == [] and any("published checkpoint's formats" in n and "experts mxfp4" in n for n in report.notes)
+    # a case that names only its KV cache's format still serves the checkpoint's MXFP4 experts, with its fp8 KV
+    kv_only = compute_bound(Workload(model="gpt-oss-120b", hardware="h100-sxm", batch=1, context=8192, precision={"kv_cache": "fp8"}))
+    assert kv_only.per_rank[0].components["routed_experts"] == comp["routed_experts"]
+    assert kv_only.per_rank[0].components["kv_cache_read"] == pytest.approx(comp["kv_cache_read"] / 2)
+    assert any("no weight format given" in n and "experts mxfp4" in n for n in kv_only.notes)
     stated = compute_bound(Workload(model="gpt-oss-120b", hardware="h100-sxm", batch=1, context=8192, precision={"weights": "bf16"}))
     assert stated.per_rank[0].components["routed_experts"] == pytest.approx(4 * 36 * 3 * 2880 * 2880 * 2)  # as the case states
 

@@ -70,12 +70,12 @@ LACKING = {"workload.context": NO_CONTEXT, "workload.precision": NO_PRECISION}
 
 
 def from_checkpoint(precision: Precision) -> str:
-    """Said when the case names no precision and the model's checkpoint states its own: a re-quantized copy moves
-    other bytes."""
+    """Said when the case names no weight format and the model's checkpoint states its own: a re-quantized copy
+    moves other bytes."""
     formats = ", ".join(f"{part} {fmt.value}" for part, fmt in
                         (("weights", precision.weights), ("experts", precision.experts), ("output layer", precision.head)))
-    return (f"no precision given: the floor takes the published checkpoint's formats ({formats}); give "
-            "workload.precision when the served copy was quantized otherwise")
+    return (f"no weight format given: the floor takes the published checkpoint's formats ({formats}); give "
+            "workload.precision.weights when the served copy was quantized otherwise")
 
 
 def unlisted(hw: Hardware) -> str:
@@ -338,13 +338,21 @@ def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Ha
     return hw
 
 
+def checkpoint_precision(stored: Precision, workload: Workload) -> Precision:
+    """The checkpoint's weight formats with the formats the workload states for the rest: a case that names only its
+    KV cache's format (fp8) still serves the weights as the checkpoint stores them (gpt-oss's MXFP4 experts), not
+    the bf16 the schema assumes where nothing is said."""
+    stated = workload.precision.model_fields_set if workload.precision_given else set()
+    return stored.model_copy(update={name: getattr(workload.precision, name) for name in stated})
+
+
 def compute_bound(workload: Workload, hardware: Hardware | None = None) -> BoundReport:
     if workload.model is None:
         raise InputError("no model: name a preset, a config.json, or give the dimensions inline")
     spec = resolve_model(workload.model)
-    checkpoint_formats = not workload.precision_given and spec.checkpoint_precision is not None
+    checkpoint_formats = spec.checkpoint_precision is not None and "weights" not in workload.precision.model_fields_set
     if checkpoint_formats:  # the copy's precision counts as given: it is the checkpoint's, not an assumption
-        workload = workload.model_copy(update={"precision": spec.checkpoint_precision})
+        workload = workload.model_copy(update={"precision": checkpoint_precision(spec.checkpoint_precision, workload)})
     hw = resolve_hardware(workload, hardware)
     layout = workload.layout
     check_layout(spec, layout)
