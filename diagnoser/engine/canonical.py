@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from diagnoser.errors import InputError
 from diagnoser.models.case import Case
 from diagnoser.models.serving import ENGINE_SIDE, SERVER_CLOCKS
 
@@ -438,6 +439,37 @@ def _quantized_weights(data: dict) -> Any:
     return weights
 
 
+# The engine's quantization setting, where it names one storage format the bound counts. K-quants and other
+# mixed or sub-4-bit formats (q5_k, q6_k, q3_k, iq2, 2.5 bpw) have no such format and stay unsaid.
+WEIGHT_FORMATS = (
+    ("mxfp4", re.compile(r"\bmxfp4\b")),
+    ("nvfp4", re.compile(r"\bnvfp4\b")),
+    ("fp8", re.compile(r"\b(?:fp8|w8a8|e4m3)\b")),
+    ("int8", re.compile(r"\b(?:int8|q8_0|8-?bit|w8a16)\b")),
+    ("int4", re.compile(r"\b(?:int4|awq|gptq|q4_0|q4_k(?:_[ms])?|4-?bit|w4a16)\b")),
+    ("fp16", re.compile(r"\b(?:fp16|f16|float16)\b")),
+    ("bf16", re.compile(r"\b(?:bf16|bfloat16)\b")),
+)
+
+
+def _served_weights(data: dict) -> Any:
+    """The weights' format from the engine's quantization setting, where it names exactly one; not for a model whose
+    published checkpoint states its own formats (those, part by part, are the bound's where no weight format is
+    pinned), nor where runs compare formats."""
+    from diagnoser.models.model_spec import resolve_model
+
+    named = {fmt for fmt, pattern in WEIGHT_FORMATS if pattern.search(str(_at("observations.server.quantization")(data) or "").lower())}
+    if len(named) != 1 or _at("observations.runs")(data):
+        return None
+    model = _at("workload.model")(data)
+    try:
+        if model is not None and resolve_model(model).checkpoint_precision is not None:
+            return None
+    except InputError:
+        pass
+    return named.pop()
+
+
 def _power_saving(data: dict) -> Any:
     return True if POWER_SAVING.search(_at("observations.platform.os")(data) or "") else None
 
@@ -575,6 +607,12 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative(LOGGED_LINE, _untuned_moe,
                     "the engine's 'Using default MoE config' warning: a fused-MoE class without a tuned config (no share known)"),
     )),
+    Equivalence("workload.precision.weights", "the format the weights are stored and read in", (
+        Alternative("observations.server.quantization", _served_weights,
+                    "the engine's quantization setting where it names one storage format (fp8, w8a8: fp8; int8, q8_0: "
+                    "int8; awq, gptq, int4, q4_0, q4_k, 4-bit: int4; mxfp4; nvfp4; fp16; bf16), unless the model's "
+                    "published checkpoint states its own formats or runs compare formats"),
+    ), only_with="workload"),
     Equivalence("observations.server.quantization", "the weight format served", (
         Alternative("workload.precision.weights", _quantized_weights,
                     "the pinned weights' format, when it is narrower than 16 bits and no runs compare formats"),
