@@ -45,6 +45,24 @@ def test_the_served_weight_format_from_the_pinned_precision_only_when_quantized_
     assert stated.observations.server.quantization == "awq"  # the case's own statement stands
 
 
+def test_the_pinned_weight_format_from_the_engines_quantization_where_it_names_one():
+    def pinned(quantization: str, model: str = "llama-3.1-8b", runs: list | None = None) -> str | None:
+        observations = {"server": {"quantization": quantization}, **({"runs": runs} if runs else {})}
+        found = canonical(Case.model_validate({"workload": {"model": model}, "observations": observations}))
+        weights = found.workload.precision.weights
+        return weights.value if "weights" in found.workload.precision.model_fields_set else None
+
+    assert pinned("AWQ") == "int4" and pinned("Q4_K_M") == "int4" and pinned("4-bit (MLX affine)") == "int4"
+    assert pinned("Q8_0") == "int8" and pinned("fp8 (w8a8)") == "fp8" and pinned("nvfp4") == "nvfp4"
+    assert pinned("Q5_K_M") is None and pinned("IQ3_XXS") is None  # no single format the bound counts
+    assert pinned("mxfp4", model="gpt-oss-120b") is None  # its checkpoint's formats, part by part, are the bound's
+    runs = [{"name": "a", "settings": {"quantization": "awq"}, "figures": {"per_token_ms": 10}},
+            {"name": "b", "settings": {"quantization": "fp8"}, "figures": {"per_token_ms": 12}}]
+    assert pinned("awq", runs=runs) is None
+    no_workload = canonical(case(server={"quantization": "awq"}))
+    assert no_workload.workload is None  # a format alone pins no workload
+
+
 def test_a_logged_piecewise_graph_mode_is_partial_replay():
     line = ("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend FlashInferBackend; "
             "setting cudagraph_mode=PIECEWISE")
