@@ -11,7 +11,7 @@ import re
 
 from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
 from diagnoser.engine.comparison import OFF
-from diagnoser.models.hardware import DEVICE_LIST
+from diagnoser.models.hardware import device_parts
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
 SPECS = load_specs(__file__)
@@ -132,40 +132,19 @@ def split_by_layer(slower: str, faster: str) -> bool:
     return slower in LAYER_SPLIT and faster in TENSOR_SPLIT
 
 
-# A device list as people write one: "1x RTX 3090 + 2x RTX 3060", "4 x H100", "A100, A100", "two 3090s".
-COUNT_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "dual": 2, "quad": 4}
-COUNT_PREFIX = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*|(\d+)\s+(?=[a-z])|(" + "|".join(COUNT_WORDS) + r")\s+)", re.IGNORECASE)
-# A leading number above this is a model number (3090, 4090), not a count of devices in one box.
-MAX_DEVICES = 64
-
-
-def _device_part(part: str) -> tuple[int, str]:
-    """One part of a device list: how many devices it counts and the device it names."""
-    if m := COUNT_PREFIX.match(part):
-        number = m.group(1) or m.group(2)
-        count = int(number) if number else COUNT_WORDS[m.group(3).lower()]
-        if count <= MAX_DEVICES:
-            return count, part[m.end():].strip().lower()
-    return 1, part.strip().lower()
-
-
-def _device_parts(value: str) -> list[tuple[int, str]]:
-    return [_device_part(p) for p in DEVICE_LIST.split(value) if p.strip()]
-
-
 def device_count(value: str) -> float | None:
     """How many devices a written value names: a plain number, or the parts of a list, each counted by its leading
     count (2x ..., 2 ..., two ...) or as one."""
     count = as_number(value)
     if count is not None:
         return count
-    parts = _device_parts(value)
+    parts = device_parts(value)
     return float(sum(n for n, _ in parts)) if parts else None
 
 
 def device_kinds(value: str) -> set[str]:
     """The kinds of device a written list names, counts dropped ("1x RTX 3090 + 2x RTX 3060": two kinds)."""
-    return {name for _, name in _device_parts(value) if name}
+    return {name for _, name in device_parts(value) if name}
 
 
 def more_devices(slower: str, faster: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from diagnoser.models.hardware import device_parts
 from diagnoser.models.serving import WORKLOAD_SETTINGS, Run
 
 
@@ -164,6 +165,19 @@ def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, 
 def baseline(runs: list[Run]) -> Run | None:
     marked = [r for r in runs if r.baseline]
     return marked[0] if marked else (runs[0] if runs else None)
+
+
+def named_devices(runs: list[Run], hardware: str | None) -> list[Run]:
+    """Runs whose ``devices`` is a bare count equal to the devices the pinned machine lists, where those are of more
+    than one kind ("RTX 3090 + RTX 4060" and devices: 2), state them by name: the count alone hides that the devices
+    added are unlike, and a slower one's share of the layers is read in its turn."""
+    parts = device_parts(hardware) if hardware else []
+    if len({name for _, name in parts}) < 2:
+        return runs
+    total = sum(n for n, _ in parts)
+    return [run.model_copy(update={"settings": {**run.settings, "devices": hardware}})
+            if isinstance(count := run.settings.get("devices"), (int, float)) and not isinstance(count, bool) and count == total
+            else run for run in runs]
 
 
 def run_deltas(runs: list[Run]) -> list[RunDelta]:

@@ -20,7 +20,7 @@ from diagnoser.models.hardware import Hardware, hardware_preset
 from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.engine.comparison import RunDelta, repeat_decline, run_deltas, sweep_points
+from diagnoser.engine.comparison import RunDelta, named_devices, repeat_decline, run_deltas, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
 from diagnoser.models.runtime import HostCost, RoutingObs
 from diagnoser.models.serving import Percentiles, ServingMetrics
@@ -580,7 +580,7 @@ def _confounded(d: RunDelta) -> list[ConfoundedChange]:
 
 
 def _run_diffs(case: Case) -> list[Fact]:
-    deltas = run_deltas(case.observations.runs)
+    deltas = run_deltas(named_devices(case.observations.runs, case.workload.hardware if case.workload is not None else None))
     metrics = case.observations.metrics
     observed_ms = metrics.per_token_ms() if metrics is not None else None
     return [_run_diff(d, observed_ms) for d in deltas] + [c for d in deltas for c in _confounded(d)]

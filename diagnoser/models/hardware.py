@@ -98,6 +98,27 @@ def _specificity(tokens: list[str]) -> int:
 DEVICE_LIST = re.compile(r"\s*(?:(?:(?<=\s)|(?<=\d))\+|,|\band\b)\s*(?![^()]*\))", re.IGNORECASE)
 
 
+# A device list as people write one: "1x RTX 3090 + 2x RTX 3060", "4 x H100", "A100, A100", "two 3090s".
+COUNT_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "dual": 2, "quad": 4}
+COUNT_PREFIX = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*|(\d+)\s+(?=[a-z])|(" + "|".join(COUNT_WORDS) + r")\s+)", re.IGNORECASE)
+# A leading number above this is a model number (3090, 4090), not a count of devices in one box.
+MAX_DEVICES = 64
+
+
+def _device_part(part: str) -> tuple[int, str]:
+    """One part of a device list: how many devices it counts and the device it names."""
+    if m := COUNT_PREFIX.match(part):
+        number = m.group(1) or m.group(2)
+        count = int(number) if number else COUNT_WORDS[m.group(3).lower()]
+        if count <= MAX_DEVICES:
+            return count, part[m.end():].strip().lower()
+    return 1, part.strip().lower()
+
+
+def device_parts(value: str) -> list[tuple[int, str]]:
+    """A written device list as (how many, which device) parts."""
+    return [_device_part(p) for p in DEVICE_LIST.split(value) if p.strip()]
+
 def match_hardware(device_name: str | None) -> Hardware | None:
     """The preset for the name a driver reports ("NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB").
 
