@@ -79,6 +79,9 @@ CORES_SATURATED = 0.9
 # by tens of per cent, graph capture, a kernel family or a weight format by a few times; twenty is another processor
 # doing the work (a CPU path, a runtime the driver cannot run), not a slower path on this one.
 OFF_DEVICE_GAP = 20.0
+# A device running kernels nine tenths of the time one stream decodes is where the work ran: weights or math placed
+# elsewhere leave it waiting for them (an idle device reads 0-2 %, a few offloaded layers leave it visibly short).
+DEVICE_BUSY = 0.9
 # References taken on this device: another release, setting or engine, or a published row for it.
 SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
 # References that are this very engine on this device: an earlier version, or another configuration of it.
@@ -189,17 +192,31 @@ def heavier_format_past_the_sweep(d) -> bool:
             and d["slower_time"] >= DEVICE_STEP_CEILING_MS > d["faster_time"])
 
 
+def one_stream_alone(m) -> bool:
+    """No other sequence in flight beside the stream timed: with others running, its token waits out their work too
+    (another request's prefill), which no sweep of the device bounds."""
+    return m.get("concurrency", 1) == 1 and m.get("running_sequences", 1) <= 1
+
+
+def no_more_streams(m, e) -> bool:
+    """The observation ran no more sequences than its reference: with more in flight, its stream also waited out
+    theirs (another request's prefill), which says nothing of where the bytes lie."""
+    return max(m.get("concurrency", 1), m.get("running_sequences", 1)) <= e.get("concurrency", 1)
+
+
 def beyond_any_device(on_another_machine: bool = False) -> tuple:
     """Patterns for one stream's token slower than any accelerator's sweep of its memory (DEVICE_STEP_CEILING_MS), on an
     accelerator that names no preset, with no run of the same case under it (but for one on another machine, with
-    ``on_another_machine``). Binds ``m``, ``per_token``, ``api``."""
+    ``on_another_machine``). Not on a device a probe read busy while it decoded (DEVICE_BUSY): that is where the work
+    ran. Binds ``m``, ``per_token``, ``api``."""
     return (
         AS.m << Metrics(per_token_ms=MATCH.per_token),
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
         NOT(Device(sweep_ms=W())),
         NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS),
                     setting=P(lambda s: not (on_another_machine and s == "hardware")))),
-        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and m.get("concurrency", 1) == 1),
+        NOT(Probe(device_utilization=P(lambda busy: busy >= DEVICE_BUSY))),
+        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and one_stream_alone(m)),
     )
 
 
@@ -220,7 +237,8 @@ def beyond_this_device() -> tuple:
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
         Device(sweep_ms=MATCH.sweep, name=MATCH.device),
         NOT(Metrics(rate_includes_prefill=True)),
-        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and m.get("concurrency", 1) == 1),
+        NOT(Probe(device_utilization=P(lambda busy: busy >= DEVICE_BUSY))),
+        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and one_stream_alone(m)),
     )
 
 
@@ -375,7 +393,7 @@ class MachineRules(RuleSet):
         Platform(device_api=P(lambda api: not on_cpu(api))),
         NOT(Memory(weights_fit_without_offload=True)),
         NOT(RunDiff(setting=P(lambda s: s != "several" and s not in WORKLOAD_SETTINGS))),
-        TEST(lambda m, e: (engine_gap(m, e) or 0) >= HOST_READ_GAP),
+        TEST(lambda m, e: (engine_gap(m, e) or 0) >= HOST_READ_GAP and no_more_streams(m, e)),
     )
     def same_setup_several_times_slower(self, m, e):
         """The same device and engine made the same work several times faster before, or set up another way, and no

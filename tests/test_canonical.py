@@ -63,6 +63,19 @@ def test_the_pinned_weight_format_from_the_engines_quantization_where_it_names_o
     assert no_workload.workload is None  # a format alone pins no workload
 
 
+def test_the_device_interface_from_the_vendor_of_the_pinned_accelerator():
+    def api(hardware: str, **platform) -> str | None:
+        observations = {"platform": platform} if platform else {}
+        found = canonical(Case.model_validate({"workload": {"hardware": hardware}, "observations": observations}))
+        return found.observations.platform.device_api if found.observations.platform else None
+
+    assert api("NVIDIA GeForce RTX 3090") == "cuda" and api("jetson-agx-orin-64gb") == "cuda"
+    assert api("mi300x") == "rocm" and api("apple-m2-max") == "metal" and api("tpu-v6e") == "tpu"
+    assert api("NVIDIA GeForce RTX 3090 + NVIDIA GeForce RTX 4060") is None  # unlike devices: no one preset
+    assert api("Some NPU board") is None
+    assert api("rtx-4090", device_api="cpu") == "cpu"  # a build on the host's cores, as the case says
+
+
 def test_a_logged_piecewise_graph_mode_is_partial_replay():
     line = ("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend FlashInferBackend; "
             "setting cudagraph_mode=PIECEWISE")

@@ -510,6 +510,25 @@ def _wddm(data: dict) -> Any:
     return True if WDDM.search(_at("observations.platform.os")(data) or "") else None
 
 
+# The programming interface each vendor's accelerators run a model through, by the vendor word a preset's name
+# starts with: every preset is an accelerator, so a device pinned to one runs the model off the CPU unless a case
+# says otherwise.
+VENDOR_API = {"nvidia": "cuda", "amd": "rocm", "apple": "metal", "intel": "xpu", "google": "tpu"}
+
+
+def _preset_api(data: dict) -> Any:
+    from diagnoser.models.hardware import hardware_preset
+
+    name = _at("workload.hardware")(data)
+    if not name:
+        return None
+    try:
+        vendor = hardware_preset(name).name.split()[0].lower()
+    except InputError:
+        return None
+    return VENDOR_API.get(vendor)
+
+
 def _metal(data: dict) -> Any:
     """Apple's unified memory: the GPU keeps resident only the share of memory the system lets it wire, and buffers
     beyond it are paged (compressed, swapped) by the system rather than refused, as Windows' sysmem fallback does."""
@@ -645,6 +664,11 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
     )),
     Equivalence("observations.memory.device_memory_full", "no device memory was left once the model loaded", (
         Alternative(LOGGED_LINE, _device_full, "a logged line saying the device's memory is exhausted, or 0 MiB free"),
+    )),
+    Equivalence("observations.platform.device_api", "the interface the model runs through (cpu: on the host's cores)", (
+        Alternative("workload.hardware", _preset_api,
+                    "the accelerator preset the pinned device matches, by its vendor: NVIDIA cuda, AMD rocm, Apple metal, "
+                    "Intel xpu, Google tpu"),
     )),
     Equivalence("observations.platform.sysmem_fallback", "the driver places what does not fit the device in host memory", (
         Alternative("observations.platform.os", _wddm, "the system is Windows (or WSL2, or names WDDM): its display driver's sysmem fallback"),
