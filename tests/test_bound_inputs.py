@@ -52,6 +52,13 @@ def test_a_pin_without_precision_says_the_floor_assumed_bf16():
     assert any(n.startswith("no precision given: the floor assumes bf16") for n in assumed.notes)
 
 
+def test_a_pin_that_names_only_its_kv_format_still_lacks_the_weights_format():
+    kv_only = compute_bound(Workload(model="llama-3.1-8b", hardware="h100-sxm", batch=8, context=2048, precision={"kv_cache": "fp8"}))
+    assert kv_only.lacks == ["workload.precision"]
+    assert any(n.startswith("no weight format given: the floor assumes bf16 weights") for n in kv_only.notes)
+    assert not any(n.startswith("no precision given") for n in kv_only.notes)  # the KV cache's format was given
+
+
 def test_diagnose_asks_for_the_context_first_and_says_why(rulebook):
     d = diagnose(_case({"model": "llama-3.1-8b", "hardware": "h100-sxm", "batch": 8}), rulebook)
     assert d.bound.lacks == ["workload.context", "workload.precision"]

@@ -59,6 +59,11 @@ def test_the_pinned_weight_format_from_the_engines_quantization_where_it_names_o
     runs = [{"name": "a", "settings": {"quantization": "awq"}, "figures": {"per_token_ms": 10}},
             {"name": "b", "settings": {"quantization": "fp8"}, "figures": {"per_token_ms": 12}}]
     assert pinned("awq", runs=runs) is None
+    def kv(dtype: str) -> str | None:
+        found = canonical(Case.model_validate({"workload": {"model": "llama-3.1-8b"}, "observations": {"server": {"kv_cache_dtype": dtype}}}))
+        return found.workload.precision.kv_cache.value if "kv_cache" in found.workload.precision.model_fields_set else None
+
+    assert kv("fp8") == "fp8" and kv("q8_0") == "int8" and kv("q4_0") == "int4" and kv("turbo3") is None
     no_workload = canonical(case(server={"quantization": "awq"}))
     assert no_workload.workload is None  # a format alone pins no workload
 

@@ -66,6 +66,10 @@ NO_PRECISION = (
     "no precision given: the floor assumes bf16 weights and KV cache, so a quantized model's floor is high by the bytes "
     "it does not move; give workload.precision (weights, kv_cache) as served"
 )
+NO_WEIGHT_FORMAT = (
+    "no weight format given: the floor assumes bf16 weights, so a quantized model's floor is high by the bytes it does "
+    "not move; give workload.precision.weights as served"
+)
 LACKING = {"workload.context": NO_CONTEXT, "workload.precision": NO_PRECISION}
 
 
@@ -382,10 +386,12 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
     held = residency(spec, workload, hw)
-    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if workload.precision_given else ["workload.precision"])
+    weights_given = checkpoint_formats or "weights" in workload.precision.model_fields_set
+    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if weights_given else ["workload.precision"])
     shortfall = does_not_fit(held)
     untimed = sorted({d for r in ranks for d in r.untimed_flops_dtypes})
-    notes = ([LACKING[name] for name in lacks] + ([from_checkpoint(workload.precision)] if checkpoint_formats else [])
+    said = [NO_WEIGHT_FORMAT if name == "workload.precision" and workload.precision_given else LACKING[name] for name in lacks]
+    notes = (said + ([from_checkpoint(workload.precision)] if checkpoint_formats else [])
              + ([shortfall] if shortfall else []) + ([] if hw.listed else [unlisted(hw)])
              + ([peaks_missing(hw, untimed)] if untimed and hw.listed else []))
     return BoundReport(

@@ -439,8 +439,8 @@ def _quantized_weights(data: dict) -> Any:
     return weights
 
 
-# The engine's quantization setting, where it names one storage format the bound counts. K-quants and other
-# mixed or sub-4-bit formats (q5_k, q6_k, q3_k, iq2, 2.5 bpw) have no such format and stay unsaid.
+# A quantization or KV-cache setting, where it names one storage format the bound counts. K-quants and other
+# mixed or sub-4-bit formats (q5_k, q6_k, q3_k, iq2, 2.5 bpw, turbo3) have no such format and stay unsaid.
 WEIGHT_FORMATS = (
     ("mxfp4", re.compile(r"\bmxfp4\b")),
     ("nvfp4", re.compile(r"\bnvfp4\b")),
@@ -452,14 +452,25 @@ WEIGHT_FORMATS = (
 )
 
 
+def _one_format(path: str, data: dict) -> str | None:
+    """The one storage format a setting names, where no runs compare settings (a format on both sides of an A/B is
+    not what separates them, and the pinned one stays the bound's)."""
+    named = {fmt for fmt, pattern in WEIGHT_FORMATS if pattern.search(str(_at(path)(data) or "").lower())}
+    return named.pop() if len(named) == 1 and not _at("observations.runs")(data) else None
+
+
+def _served_kv(data: dict) -> Any:
+    return _one_format("observations.server.kv_cache_dtype", data)
+
+
 def _served_weights(data: dict) -> Any:
     """The weights' format from the engine's quantization setting, where it names exactly one; not for a model whose
     published checkpoint states its own formats (those, part by part, are the bound's where no weight format is
-    pinned), nor where runs compare formats."""
+    pinned)."""
     from diagnoser.models.model_spec import resolve_model
 
-    named = {fmt for fmt, pattern in WEIGHT_FORMATS if pattern.search(str(_at("observations.server.quantization")(data) or "").lower())}
-    if len(named) != 1 or _at("observations.runs")(data):
+    served = _one_format("observations.server.quantization", data)
+    if served is None:
         return None
     model = _at("workload.model")(data)
     try:
@@ -467,7 +478,7 @@ def _served_weights(data: dict) -> Any:
             return None
     except InputError:
         pass
-    return named.pop()
+    return served
 
 
 def _power_saving(data: dict) -> Any:
@@ -631,6 +642,11 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
                     "the engine's quantization setting where it names one storage format (fp8, w8a8: fp8; int8, q8_0: "
                     "int8; awq, gptq, int4, q4_0, q4_k, 4-bit: int4; mxfp4; nvfp4; fp16; bf16), unless the model's "
                     "published checkpoint states its own formats or runs compare formats"),
+    ), only_with="workload"),
+    Equivalence("workload.precision.kv_cache", "the format the KV cache is stored and read in", (
+        Alternative("observations.server.kv_cache_dtype", _served_kv,
+                    "the engine's KV-cache format where it names one the bound counts (fp8; q8_0, int8: int8; q4_0: "
+                    "int4; nvfp4; bf16; fp16), unless runs compare settings"),
     ), only_with="workload"),
     Equivalence("observations.server.quantization", "the weight format served", (
         Alternative("workload.precision.weights", _quantized_weights,
