@@ -89,6 +89,19 @@ def test_cli_amdahl_and_speculate():
     assert json.loads(out.stdout)["expected_tokens_per_cycle"] == 8.0
 
 
+def test_cli_speculate_from_the_counters_acceptance_rate():
+    # vLLM's counters: 35 % of 4 drafts accepted is 1 + 4 x 0.35 = 2.4 tokens a cycle; 2.4 x 69 / 90 = 1.84x
+    out = run_cli("whatif", "speculate", "--acceptance-rate", "0.35", "-k", "4", "--verify-ms", "80", "--draft-ms", "10",
+                  "--ordinary-ms", "69", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["expected_tokens_per_cycle"] == pytest.approx(2.4, abs=1e-9)
+    assert data["acceptance"] == pytest.approx(0.622, abs=1e-3) and data["speedup"] == pytest.approx(1.84, abs=1e-2)
+    for given in ((), ("-a", "0.5", "--acceptance-rate", "0.35")):
+        bad = run_cli("whatif", "speculate", *given, "-k", "4", "--verify-ms", "80", "--draft-ms", "10", "--ordinary-ms", "69")
+        assert bad.returncode == 2 and "one of them" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_every_calculator_states_what_it_assumes():
     # the reference's caveats travel with the figures: accepted-prefix model, costs measured
     # together, the Amdahl part only, and the concurrency regime for batching

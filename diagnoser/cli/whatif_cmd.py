@@ -75,7 +75,9 @@ def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_js
 
 
 @whatif.command("speculate")
-@click.option("-a", "--acceptance", type=Number(float, 0, 1), required=True, help="Constant conditional acceptance a in [0, 1].")
+@click.option("-a", "--acceptance", type=Number(float, 0, 1), help="Constant conditional acceptance a in [0, 1].")
+@click.option("--acceptance-rate", type=Number(float, 0, 1),
+              help="Instead of -a: the counters' accepted over drafted tokens at this draft length (vLLM's draft acceptance rate).")
 @click.option("-k", "--draft-length", type=Number(int, 1, MAX_DRAFT), required=True, help="Drafted tokens per cycle.")
 @click.option("--verify-ms", type=Number(float, 0), required=True, help="Target verification cost per cycle, ms.")
 @click.option("--draft-ms", type=Number(float, 0), required=True, help="Drafting cost per cycle, ms.")
@@ -83,12 +85,17 @@ def amdahl_cmd(parts: tuple[str, ...], case_path: str | None, change: str, as_js
 @click.option("--ordinary-ms", type=Number(float, 0), required=True, help="Ordinary one-token decode step, ms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @output_option
-def speculate_cmd(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms, as_json, output) -> None:
-    """E[tokens/cycle] = (1 - a^(k+1)) / (1 - a); speed-up = E x ordinary / cycle cost."""
+def speculate_cmd(acceptance, acceptance_rate, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms, as_json, output) -> None:
+    """E[tokens/cycle] = (1 - a^(k+1)) / (1 - a); speed-up = E x ordinary / cycle cost. The counters' share of drafts
+    accepted is 1 + k x share tokens a cycle; --acceptance-rate finds the a that gives it."""
     from diagnoser.report import render_speculation
-    from diagnoser.whatif import speculation
+    from diagnoser.whatif import acceptance_from_rate, speculation
 
     check_outputs([("-o", output)], [])
+    if (acceptance is None) == (acceptance_rate is None):
+        raise InputError("speculate: give the acceptance with -a, or the counters' share with --acceptance-rate (one of them)")
+    if acceptance is None:
+        acceptance = acceptance_from_rate(acceptance_rate, draft_length)
     try:
         result = speculation(acceptance, draft_length, verify_ms, draft_ms, other_ms, ordinary_ms)
     except ValueError as err:
