@@ -474,7 +474,7 @@ def _draft_sweep(runs: list, spec) -> dict[str, float]:
     from diagnoser.whatif import acceptance_from_rate, expected_tokens_per_cycle
 
     points = sweep_points(runs, "draft_length")
-    drafted = [(int(k), ms) for k, ms in points if k > 0]
+    drafted = [(int(k), ms) for k, ms in points if k >= 1 and float(k).is_integer()]  # a draft length counts whole tokens
     if spec.acceptance_rate is None or len({k for k, _ in drafted}) < 2:
         return {}
     (k_lo, ms_lo), (k_hi, ms_hi) = drafted[0], drafted[-1]
