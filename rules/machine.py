@@ -192,16 +192,16 @@ def heavier_format_past_the_sweep(d) -> bool:
             and d["slower_time"] >= DEVICE_STEP_CEILING_MS > d["faster_time"])
 
 
-def one_stream_alone(m) -> bool:
-    """No other sequence in flight beside the stream timed: with others running, its token waits out their work too
-    (another request's prefill), which no sweep of the device bounds."""
-    return m.get("concurrency", 1) == 1 and m.get("running_sequences", 1) <= 1
+def streams_in_flight(m) -> float:
+    """Sequences in flight beside (and with) the stream timed: the load's concurrency, or the engine's running count.
+    With others running, its token waits out their work too (another request's prefill), which says nothing of where
+    the bytes lie and which no sweep of the device bounds."""
+    return max(m.get("concurrency", 1), m.get("running_sequences", 1))
 
 
-def no_more_streams(m, e) -> bool:
-    """The observation ran no more sequences than its reference: with more in flight, its stream also waited out
-    theirs (another request's prefill), which says nothing of where the bytes lie."""
-    return max(m.get("concurrency", 1), m.get("running_sequences", 1)) <= e.get("concurrency", 1)
+def device_read_busy() -> Probe:
+    """A probe that read the device busy (DEVICE_BUSY) while decoding: that is where the work ran."""
+    return Probe(device_utilization=P(lambda busy: busy >= DEVICE_BUSY))
 
 
 def beyond_any_device(on_another_machine: bool = False) -> tuple:
@@ -215,8 +215,8 @@ def beyond_any_device(on_another_machine: bool = False) -> tuple:
         NOT(Device(sweep_ms=W())),
         NOT(RunDiff(figure=P(lambda f: f in PER_TOKEN_FIGURES), faster_time=P(lambda t: t < DEVICE_STEP_CEILING_MS),
                     setting=P(lambda s: not (on_another_machine and s == "hardware")))),
-        NOT(Probe(device_utilization=P(lambda busy: busy >= DEVICE_BUSY))),
-        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and one_stream_alone(m)),
+        NOT(device_read_busy()),
+        TEST(lambda m, per_token: per_token >= DEVICE_STEP_CEILING_MS and streams_in_flight(m) <= 1),
     )
 
 
@@ -237,8 +237,8 @@ def beyond_this_device() -> tuple:
         Platform(device_api=P(lambda api: not on_cpu(api)) & MATCH.api),
         Device(sweep_ms=MATCH.sweep, name=MATCH.device),
         NOT(Metrics(rate_includes_prefill=True)),
-        NOT(Probe(device_utilization=P(lambda busy: busy >= DEVICE_BUSY))),
-        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and one_stream_alone(m)),
+        NOT(device_read_busy()),
+        TEST(lambda m, per_token, sweep: per_token >= SWEEP_MARGIN * sweep and streams_in_flight(m) <= 1),
     )
 
 
@@ -393,7 +393,7 @@ class MachineRules(RuleSet):
         Platform(device_api=P(lambda api: not on_cpu(api))),
         NOT(Memory(weights_fit_without_offload=True)),
         NOT(RunDiff(setting=P(lambda s: s != "several" and s not in WORKLOAD_SETTINGS))),
-        TEST(lambda m, e: (engine_gap(m, e) or 0) >= HOST_READ_GAP and no_more_streams(m, e)),
+        TEST(lambda m, e: (engine_gap(m, e) or 0) >= HOST_READ_GAP and streams_in_flight(m) <= e.get("concurrency", 1)),
     )
     def same_setup_several_times_slower(self, m, e):
         """The same device and engine made the same work several times faster before, or set up another way, and no

@@ -342,21 +342,21 @@ def resolve_hardware(workload: Workload, hardware: Hardware | None = None) -> Ha
     return hw
 
 
-def checkpoint_precision(stored: Precision, workload: Workload) -> Precision:
+def with_checkpoint_weights(stored: Precision, workload: Workload) -> Precision:
     """The checkpoint's weight formats with the formats the workload states for the rest: a case that names only its
     KV cache's format (fp8) still serves the weights as the checkpoint stores them (gpt-oss's MXFP4 experts), not
     the bf16 the schema assumes where nothing is said."""
-    stated = workload.precision.model_fields_set if workload.precision_given else set()
-    return stored.model_copy(update={name: getattr(workload.precision, name) for name in stated})
+    return stored.model_copy(update={name: getattr(workload.precision, name) for name in workload.precision.model_fields_set})
 
 
 def compute_bound(workload: Workload, hardware: Hardware | None = None) -> BoundReport:
     if workload.model is None:
         raise InputError("no model: name a preset, a config.json, or give the dimensions inline")
     spec = resolve_model(workload.model)
-    checkpoint_formats = spec.checkpoint_precision is not None and "weights" not in workload.precision.model_fields_set
+    weights_stated = "weights" in workload.precision.model_fields_set
+    checkpoint_formats = spec.checkpoint_precision is not None and not weights_stated
     if checkpoint_formats:  # the copy's precision counts as given: it is the checkpoint's, not an assumption
-        workload = workload.model_copy(update={"precision": checkpoint_precision(spec.checkpoint_precision, workload)})
+        workload = workload.model_copy(update={"precision": with_checkpoint_weights(spec.checkpoint_precision, workload)})
     hw = resolve_hardware(workload, hardware)
     layout = workload.layout
     check_layout(spec, layout)
@@ -386,8 +386,7 @@ def compute_bound(workload: Workload, hardware: Hardware | None = None) -> Bound
     )
     naive = _naive(spec, workload, hw, critical.bytes_total)
     held = residency(spec, workload, hw)
-    weights_given = checkpoint_formats or "weights" in workload.precision.model_fields_set
-    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if weights_given else ["workload.precision"])
+    lacks = ([] if workload.context_given else ["workload.context"]) + ([] if weights_stated or checkpoint_formats else ["workload.precision"])
     shortfall = does_not_fit(held)
     untimed = sorted({d for r in ranks for d in r.untimed_flops_dtypes})
     said = [NO_WEIGHT_FORMAT if name == "workload.precision" and workload.precision_given else LACKING[name] for name in lacks]
