@@ -9,6 +9,7 @@ from diagnoser.engine import (
     AS,
     MATCH,
     NOT,
+    OR,
     P,
     TEST,
     W,
@@ -775,12 +776,13 @@ class OutputPathRules(RuleSet):
         SPECS["prefill-stalls"],
         StepMix(prefill_steps=MATCH.prefills, decode_steps=MATCH.decodes),
         Metrics(concurrency=MATCH.streams),
-        NOT(Stream(worst_stall_ms=W())),
+        OR(NOT(Stream(worst_stall_ms=W())), NOT(Reference(step_ms=W()))),
         TEST(lambda prefills, decodes, streams: streams >= OTHER_STREAMS and decodes > 0 and prefills >= PREFILL_STEP_SHARE * (prefills + decodes)),
     )
     def prefill_only_steps_while_streams_decode(self, prefills, decodes, streams):
         """Whole steps given to prefill while other streams decode: each of those streams sits them out. How long a
-        prefill step takes is not given, so it is indicated; their time against the decode steps' measures it."""
+        prefill step takes is not given, so it is indicated; their time against the decode steps' measures it. A
+        stall recorded without a per-token time cannot be counted in steps, so it leaves this reading standing."""
         share = prefills / (prefills + decodes)
         return Finding(
             evidence=[ev("step_mix.prefill_steps", prefills), ev("step_mix.decode_steps", decodes), ev("metrics.concurrency", streams)],
