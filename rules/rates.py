@@ -301,8 +301,12 @@ def gap_is_the_first_token(m, e) -> bool:
 def decode_meets_what_the_rate_misses(m, e) -> tuple[float, float, float] | None:
     """(TPOT, the stream's rate, the expected rate) when the observation's decode-only time per token is as fast as the
     reference's rate while its rate over the stream, which counts the first token (or a warm-up), falls short of it:
-    the shortfall is not in decode. None otherwise."""
+    the shortfall is not in decode. None otherwise, and None where the reference states its own time per token and
+    the TPOT is slower than it: decode alone then falls short of decode alone, whatever the reference's rate over
+    whole requests (which counts its prompts too) says."""
     tpot, (rate, expected) = typical_ms(m, "tpot"), stream_rates(m, e)
+    if tpot and e.get("per_token_ms") and tpot > e["per_token_ms"]:
+        return None
     return (tpot, rate, expected) if tpot and rate and expected and 1e3 / tpot >= expected > rate else None
 
 
