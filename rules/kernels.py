@@ -45,7 +45,16 @@ from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import DRAFT_STEP_SHARE, device_read_idle, host_without_profiler, notable, on_cpu
 from diagnoser.rules.machine import heavier_format_past_the_sweep
 from diagnoser.rules.output_path import FEWER_TOKENS_WITH_MORE_STREAMS, LONG_PROMPT_TOKENS
-from diagnoser.rules.speculation import ROW_DEARER, drafts_dearer_than, drafts_per_cycle, ordinary_token_ms, row_excess_ms, yield_per_cycle
+from diagnoser.rules.speculation import SPECS as SPECULATION_SPECS
+from diagnoser.rules.speculation import (
+    ROW_DEARER,
+    drafts_dearer_than,
+    drafts_per_cycle,
+    ordinary_token_ms,
+    row_excess_ms,
+    speculation_on,
+    yield_per_cycle,
+)
 
 SPECS = load_specs(__file__)
 
@@ -92,6 +101,21 @@ SAMPLING_SHARE = 0.03
 SAME_SETUP_EARLIER = "older_version"
 # Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
 BATCH_SETTINGS = frozenset({"batch", "concurrency"})
+
+
+def fewer_tokens_with_more_streams() -> tuple:
+    """Runs where more sequences a step made fewer tokens per second in all, beyond batching's own overheads, with no
+    long prompts to explain it (prefill in the decode steps does the same)."""
+    return (
+        AS.d << RunDiff(setting=P(lambda s: s in BATCH_SETTINGS) & MATCH.setting, figure="output_tokens_per_s",
+                        slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        NOT(Metrics(input_tokens=P(lambda n: n >= LONG_PROMPT_TOKENS))),
+        TEST(lambda slowdown, slower, faster: slowdown >= FEWER_TOKENS_WITH_MORE_STREAMS and larger(slower, faster)),
+    )
+
+
+def batched_evidence(setting: str, slowdown: float, slower, faster) -> list:
+    return [ev("runs.changed", setting), ev("runs.faster", faster), ev("runs.slower", slower), ev("runs.ratio", slowdown)]
 # What settles a quantized format's GEMMs as the loss, however they came to be suspected.
 QUANTIZED_CHECK = "An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it."
 # Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
@@ -547,13 +571,7 @@ class KernelRules(RuleSet):
             f"{excess / ordinary:.2f} of a {ordinary:.3g} ms ordinary token: each row pays a weight read of its own.",
         )
 
-    @rule(
-        SPECS["slow-kernel-path"],
-        AS.d << RunDiff(setting=P(lambda s: s in BATCH_SETTINGS) & MATCH.setting, figure="output_tokens_per_s",
-                        slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
-        NOT(Metrics(input_tokens=P(lambda n: n >= LONG_PROMPT_TOKENS))),
-        TEST(lambda slowdown, slower, faster: slowdown >= FEWER_TOKENS_WITH_MORE_STREAMS and larger(slower, faster)),
-    )
+    @rule(SPECS["slow-kernel-path"], *fewer_tokens_with_more_streams())
     def batched_step_slower_than_serial(self, d, setting, slowdown, slower, faster):
         """More sequences in a step made fewer tokens per second in all: the batched step took longer than running its
         sequences one after another, each re-reading every weight. A step at several rows reads the weights once, so
@@ -562,15 +580,34 @@ class KernelRules(RuleSet):
         long prompts, whose prefill in the decode steps does the same (prefill-stalls). Indicated where the runs vary the
         batch itself or the prompts are stated short; possible where they vary the requests in flight and the prompts
         are not stated."""
-        stated = any(isinstance(f, Metrics) and "input_tokens" in f for f in self.facts.values())
         return Finding(
-            evidence=[ev("runs.changed", setting), ev("runs.faster", faster), ev("runs.slower", slower), ev("runs.ratio", slowdown)],
+            evidence=batched_evidence(setting, slowdown, slower, faster),
             key="batched",
-            grade=Grade.indicated if setting == "batch" or stated else Grade.possible,
+            grade=self.batched_grade(setting),
             detail=f"{slower} sequences a step made {slowdown:.3g}x fewer tokens per second in all than {faster}: the "
             "batched step cost more than its sequences one by one. The kernels' names and times at both batches in a trace "
             "show which path the larger batch takes.",
         )
+
+    @rule(SPECULATION_SPECS["speculation-slowdown"], *fewer_tokens_with_more_streams(), AS.srv << Server(speculative=MATCH.method))
+    def speculation_batched_slower_than_serial(self, d, setting, slowdown, slower, faster, srv, method):
+        """The same fall with speculation on: where the single stream drafted, its steps already verified k+1 rows each
+        on the engine's multi-row path, and what more streams add is speculation's handling of several sequences (a
+        draft pass per sequence, verifies of unequal accepted lengths, drafting switched off past a batch while its
+        pipeline runs): the cycle at that load emits fewer tokens than it costs. Possible: how often the single stream
+        drafted is not known, and the same runs with speculation off tell it from the kernels."""
+        if not speculation_on(srv):
+            return None
+        return Finding(
+            evidence=[ev("server.speculative", method), *batched_evidence(setting, slowdown, slower, faster)],
+            grade=Grade.possible,
+            detail=f"With speculation on, {slower} sequences made {slowdown:.3g}x fewer tokens per second in all than {faster}, "
+            "whose steps already verified several rows each.",
+        )
+
+    def batched_grade(self, setting: str) -> Grade:
+        stated = any(isinstance(f, Metrics) and "input_tokens" in f for f in self.facts.values())
+        return Grade.indicated if setting == "batch" or stated else Grade.possible
 
     @rule(
         SPECS["slow-kernel-path"],
