@@ -41,7 +41,7 @@ from diagnoser.rules.comparison import (
 )
 from diagnoser.rules.capacity import USABLE_SHARE
 from diagnoser.rules.launch import DEVICE_STEP_CEILING_MS, SWEEP_MARGIN, idle_utilization, names_off_device_work, on_cpu
-from diagnoser.rules.rates import ENGINE_GAP, engine_gap, gap_evidence, read_apart, stream_rates
+from diagnoser.rules.rates import ENGINE_GAP, engine_gap, expected_rate, gap_evidence, per_stream_rate, read_apart, stream_rates
 
 SPECS = load_specs(__file__)
 
@@ -409,6 +409,24 @@ class MachineRules(RuleSet):
             grade=Grade.possible,
             missing=["memory.layers_on_device"],
             detail=f"The same setup ran this work {gap:.3g}x faster, with no setting named between the two.",
+        )
+
+    @rule(
+        COMPARISON_SPECS["regression-located"],
+        AS.e << Expectation(kind="older_version"),
+        NOT(RunDiff()),
+        TEST(lambda e: per_stream_rate(e, expected_rate(e)) is None and "duration_s" not in e),
+    )
+    def an_earlier_release_was_faster_unmeasured(self, e):
+        """The same setup on an earlier release is the reference, with no figure for it: the report still names one
+        difference, the release, so that is where the slowdown is located, as a version A/B would place it. Possible:
+        nothing measures the gap, and figures from both releases would bound what going back buys."""
+        return Finding(
+            evidence=[ev("expected.kind", "older_version")],
+            grade=Grade.possible,
+            key="engine_version",
+            detail="An earlier release on the same setup is reported faster, with no figure; both releases timed alike "
+            "would measure it.",
         )
 
     @rule(
