@@ -332,6 +332,11 @@ LATER_CORPORA = (
     ("corpus284", 2, 0, 0),
     ("corpus285", 2, 0, 0),
     ("corpus286", 4, 3, 3),
+    ("corpus287", 1, 1, 1),
+    ("corpus288", 2, 0, 0),
+    ("corpus290", 3, 3, 3),
+    ("corpus291", 3, 2, 3),
+    ("corpus292", 3, 1, 2),
 )
 
 
