@@ -45,16 +45,17 @@ class Residency(BaseModel):
 def does_not_fit(held: Residency) -> str | None:
     """The shortfall in one line, or None when the rank holds it all.
 
-    A pin whose weights and KV cannot be resident describes no deployment that ran, so a floor
-    computed for it (or a rate observed against it) is for other work: the reader must hear it
-    before any figure.
+    A pin whose weights and KV cannot be resident describes either no deployment that ran or one
+    that kept the rest in host memory (an engine that offloads layers or spills to system memory):
+    either way the floor does not time the run, so the reader must hear it before any figure.
     """
     if held.fits:
         return None
     return (
         f"the weights ({held.weights_bytes / GIB:.1f} GiB) and KV cache ({held.kv_bytes / GIB:.1f} GiB) need "
         f"{held.needed_bytes / GIB:.1f} GiB per rank, more than the {held.capacity_bytes / GIB:.0f} GiB one device has: "
-        "the pin is wrong (precision, batch, context, layout or hardware)"
+        "either the pin is wrong (precision, batch, context, layout or hardware) or what does not fit was kept in host "
+        "memory, whose reads this floor does not count"
     )
 
 
