@@ -186,3 +186,51 @@ def test_per_sequence_contexts_are_capped_at_the_window_one_by_one():
     assert read == pytest.approx((12 * 10100 + 12 * (100 + 128)) * 2 * 8 * 64 * 2)
     held = short_and_long.memory.kv_bytes
     assert held == pytest.approx((12 * 10100 + 12 * 228) * 2 * 8 * 64 * 2)  # an engine keeps only the window there
+
+
+# A tiny Gated DeltaNet hybrid (Qwen3-Next's layout): 4 layers, softmax attention every 2nd (layers 1 and 3).
+HYBRID = {
+    "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256, "tie_word_embeddings": False,
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
+}
+
+
+def test_hybrid_linear_attention_layers_keep_a_fixed_state_and_no_kv_by_hand():
+    # softmax layer, output-gated query: q and gate 64*4*16*2, o 64*4*16, k and v 2*64*2*16 -> 12288 + 4096 = 16384
+    # DeltaNet layer: keys 2*8 = 16, values 4*8 = 32; in_proj 64*(2*16 + 2*32) = 6144; decay/beta 64*2*4 = 512;
+    #   conv (2*16 + 32) channels * 4 = 256; out 32*64 = 2048; decay and bias 2*4, norm 8 -> 8976
+    # two of each: 2*16384 + 2*8976 = 50720 elements, bf16 -> 101440 B
+    # KV: 2 heads * 16 * (K, V) = 64 elements a token, in the 2 softmax layers only: 100 tokens -> 100*2*64*2 = 25600 B
+    # state a sequence: 4 value heads * 8 * 8 = 256 + conv 64 channels * 3 = 192 -> 448, 2 layers, bf16, read and
+    #   written -> 448*2*2*2 = 3584 B
+    report = compute_bound(Workload(model=HYBRID, hardware="h100-sxm", batch=1, context=100))
+    (rank,) = report.per_rank
+    assert rank.components["attention_weights"] == 101_440
+    assert rank.components["kv_cache_read"] == 25_600
+    assert rank.components["kv_cache_write"] == 2 * 64 * 2
+    assert rank.components["recurrent_state"] == 3_584
+    # resident: the same cache and one copy of the state: 25600 + 448*2*2 = 27392 B
+    assert report.memory.kv_bytes == 27_392
+
+
+def test_a_multimodal_release_reads_its_text_config_and_layer_types():
+    """Qwen3.5's config keeps the language model under text_config and lists its layers' kinds."""
+    text = {k: v for k, v in HYBRID.items() if k not in ("architectures", "full_attention_interval")}
+    nested = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "vision_config": {"depth": 2},
+              "text_config": {**text, "layer_types": ["linear_attention", "full_attention"] * 2}}
+    flat = compute_bound(Workload(model=HYBRID, hardware="h100-sxm", batch=1, context=100)).per_rank[0].components
+    assert compute_bound(Workload(model=nested, hardware="h100-sxm", batch=1, context=100)).per_rank[0].components == flat
+
+
+def test_hybrid_layouts_and_layer_patterns_it_cannot_count_say_so_in_one_line():
+    from diagnoser.errors import InputError
+
+    with pytest.raises(InputError, match="TP=4 does not divide the linear-attention heads"):
+        compute_bound(Workload(model=HYBRID, hardware="h100-sxm", batch=1, context=100, layout={"tp": 4}))
+    irregular = {**{k: v for k, v in HYBRID.items() if k != "full_attention_interval"},
+                 "layer_types": ["full_attention", "linear_attention", "linear_attention", "full_attention"]}
+    with pytest.raises(InputError, match="only a full-attention layer every n-th layer is supported"):
+        compute_bound(Workload(model=irregular, hardware="h100-sxm", batch=1, context=100))

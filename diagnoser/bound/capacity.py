@@ -12,7 +12,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from diagnoser.bound.traffic import (
-    attention_shard, cached_token_layers, check_layout, dp_shares, mlp_elements, norm_elements, stage_layers,
+    SequenceShare, attention_shard, attention_weight_elements, cached_token_layers, check_layout, dp_shares,
+    linear_attention_shard, mlp_elements, norm_elements, stage_layers,
 )
 from diagnoser.models.hardware import Hardware
 from diagnoser.models.model_spec import ModelSpec
@@ -28,7 +29,8 @@ class Residency(BaseModel):
     """HBM the fullest rank needs for weights and KV cache, against what the device has."""
 
     weights_bytes: float = Field(description="weight shards resident on the fullest rank, bytes")
-    kv_bytes: float = Field(description="KV cache of that rank's sequences at their context, bytes")
+    kv_bytes: float = Field(description="KV cache of that rank's sequences at their context (and a linear-attention "
+                            "layer's recurrent state), bytes")
     capacity_bytes: float | None = Field(description="HBM of one device, bytes (None: the device's memory is not known)")
     left_out: str = LEFT_OUT
 
@@ -64,7 +66,7 @@ def _stage_weights(spec: ModelSpec, workload: Workload, stage: int, layers: rang
     w, e = bytes_per_element(prec.weights), bytes_per_element(prec.experts)
     d, tp = spec.hidden_size, layout.tp
     n_moe = len(spec.moe_layer_ids(layers))
-    total = attention_shard(spec, tp).weight_elements * len(layers) * w
+    total = attention_weight_elements(spec, tp, layers) * w
     total += mlp_elements(d, spec.intermediate_size) / tp * (len(layers) - n_moe) * w
     total += norm_elements(spec, len(layers)) * bytes_per_element(prec.activations)
     if spec.moe and n_moe:
@@ -79,16 +81,23 @@ def _stage_weights(spec: ModelSpec, workload: Workload, stage: int, layers: rang
     return total
 
 
+def _sequence_state(spec: ModelSpec, workload: Workload, share: SequenceShare, layers: range) -> float:
+    """Bytes a share of the batch keeps over ``layers``: its KV cache, and each sequence's recurrent state in the
+    linear-attention layers of a hybrid."""
+    tp, prec = workload.layout.tp, workload.precision
+    held = cached_token_layers(spec, share, layers) * attention_shard(spec, tp).kv_elements_per_token * bytes_per_element(prec.kv_cache)
+    linear = linear_attention_shard(spec, tp)
+    if linear:
+        held += share.sequences * linear.state_elements_per_sequence * spec.linear_layers(layers) * bytes_per_element(prec.activations)
+    return held
+
+
 def residency(spec: ModelSpec, workload: Workload, hw: Hardware) -> Residency:
     """The fullest rank over the pipeline stages and the DP shares of the batch."""
     check_layout(spec, workload.layout)
-    kv_per_token = attention_shard(spec, workload.layout.tp).kv_elements_per_token
-    kv_bytes_per_token = kv_per_token * bytes_per_element(workload.precision.kv_cache)
     shares = [share for _, share in dp_shares(workload.context, workload.batch, workload.layout.dp, spec.sliding_window)]
-
     stages = [
-        (_stage_weights(spec, workload, stage, layers),
-         max(cached_token_layers(spec, share, layers) for share in shares) * kv_bytes_per_token)
+        (_stage_weights(spec, workload, stage, layers), max(_sequence_state(spec, workload, share, layers) for share in shares))
         for stage, layers in enumerate(stage_layers(spec.num_layers, workload.layout.pp))
     ]
     fullest = max(stages, key=sum)

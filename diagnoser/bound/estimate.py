@@ -18,12 +18,14 @@ from diagnoser.bound.experts import distinct_experts_per_rank, expected_distinct
 from diagnoser.bound.floor import FloorResult, compare_with_observation
 from diagnoser.bound.traffic import (
     attention_shard,
+    attention_weight_elements,
     cached_token_layers,
     check_layout,
     mlp_elements,
     norm_elements,
     SequenceShare,
     dp_shares,
+    linear_attention_shard,
     stage_layers,
 )
 from diagnoser.errors import InputError
@@ -42,6 +44,7 @@ COUNTED = [
     "embedding rows actually read (one per token)",
     "LM head (vocabulary shard)",
     "KV-cache reads for every sequence at its context (a sliding-window layer's at most its window), and the new token's KV write",
+    "a linear-attention layer's recurrent state, read and rewritten for every sequence (at the activations' precision)",
     "named other state from the workload (other_state_bytes)",
 ]
 
@@ -204,22 +207,27 @@ def _rank_estimate(
     tokens = share.sequences * q
     n_moe = len(spec.moe_layer_ids(layers))
     n_dense = len(layers) - n_moe
-    attn = attention_shard(spec, tp)
+    attn, linear = attention_shard(spec, tp), linear_attention_shard(spec, tp)
+    n_linear = spec.linear_layers(layers)
     comp: dict[str, float] = {}
     flops: dict[DType, float] = {}
 
     def add_flops(dtype: DType, value: float) -> None:
         flops[dtype] = flops.get(dtype, 0.0) + value
 
-    comp["attention_weights"] = attn.weight_elements * len(layers) * w
-    add_flops(prec.weights, 2 * tokens * attn.weight_elements * len(layers))
+    attention = attention_weight_elements(spec, tp, layers)
+    comp["attention_weights"] = attention * w
+    add_flops(prec.weights, 2 * tokens * attention)
     if n_dense:
         comp["dense_mlp"] = mlp_elements(d, spec.intermediate_size) / tp * n_dense * w
     add_flops(prec.weights, 2 * tokens * mlp_elements(d, spec.intermediate_size) / tp * n_dense)
     read = cached_token_layers(spec, share, layers)
     comp["kv_cache_read"] = read * attn.kv_elements_per_token * kvb
-    comp["kv_cache_write"] = tokens * attn.kv_elements_per_token * len(layers) * kvb
+    comp["kv_cache_write"] = tokens * attn.kv_elements_per_token * (len(layers) - n_linear) * kvb
     add_flops(prec.activations, q * read * attn.score_flops_per_context_token)
+    if linear and n_linear:  # read and rewritten once a step, at the activations' precision
+        comp["recurrent_state"] = 2 * share.sequences * linear.state_elements_per_sequence * n_linear * act
+        add_flops(prec.activations, tokens * linear.flops_per_token * n_linear)
     comp["norms"] = norm_elements(spec, len(layers)) * act
     touched_per_layer = None
     if spec.moe and n_moe:
@@ -315,7 +323,7 @@ def _stage_estimates(
 
 def active_parameters(spec: ModelSpec) -> float:
     """Parameters one token uses: what a spreadsheet multiplies by bytes per parameter."""
-    attn = attention_shard(spec, 1).weight_elements * spec.num_layers
+    attn = attention_weight_elements(spec, 1, range(spec.num_layers))
     dense = mlp_elements(spec.hidden_size, spec.intermediate_size) * spec.dense_mlp_layers
     moe = 0.0
     if spec.moe:

@@ -26,11 +26,25 @@ class AttentionShard:
     score_flops_per_context_token: float  # per query token per layer
 
 
+@dataclass(frozen=True)
+class LinearShard:
+    """Per-rank parameters (elements) of one Gated DeltaNet layer, the state it keeps for each sequence (the
+    recurrent matrix of every value head and the convolution's last inputs) and the FLOPs a token spends on it."""
+
+    weight_elements: float
+    state_elements_per_sequence: float
+    flops_per_token: float
+
+
 def check_layout(spec: ModelSpec, layout: Layout) -> None:
     """Reject layouts no serving engine can run, with the reason in one line."""
     heads, kv, tp = spec.num_attention_heads, spec.num_kv_heads, layout.tp
     if heads % tp:
         raise InputError(f"TP={tp} does not divide num_attention_heads={heads}")
+    linear = spec.linear_attention
+    if linear and (linear.num_key_heads % tp or linear.num_value_heads % tp):
+        raise InputError(f"TP={tp} does not divide the linear-attention heads ({linear.num_key_heads} key, "
+                         f"{linear.num_value_heads} value)")
     if spec.mla is None and kv % tp and tp % kv:
         raise InputError(f"TP={tp} and num_kv_heads={kv}: one must divide the other")
     if spec.num_layers < layout.pp:
@@ -54,7 +68,7 @@ def attention_shard(spec: ModelSpec, tp: int) -> AttentionShard:
     if spec.mla is None:
         hd = spec.head_dim
         kv_heads = max(spec.num_kv_heads // tp, 1)  # replicated when TP > KV heads
-        weights = d * heads * hd * 2 + 2 * d * kv_heads * hd
+        weights = d * heads * hd * (3 if spec.attention_output_gate else 2) + 2 * d * kv_heads * hd
         if spec.attention_bias:
             weights += (heads + 2 * kv_heads) * hd
         return AttentionShard(weights, 2 * kv_heads * hd, 4 * heads * hd)
@@ -70,6 +84,32 @@ def attention_shard(spec: ModelSpec, tp: int) -> AttentionShard:
     latent = m.kv_lora_rank + m.qk_rope_head_dim  # one latent per token, not split by TP
     # absorbed MLA decode: scores over (latent + rope) and values over the latent, per head
     return AttentionShard(weights, latent, 2 * heads * (latent + m.kv_lora_rank))
+
+
+def linear_attention_shard(spec: ModelSpec, tp: int) -> LinearShard | None:
+    """One Gated DeltaNet layer on one rank, heads split by TP: the input projection to queries and keys (key heads),
+    values and output gates (value heads), the per-head decay and beta inputs, the causal convolution over queries,
+    keys and values, the output projection, and the decay and bias vectors and gated norm. Its state is each value
+    head's key_dim x value_dim matrix plus the convolution's last kernel-1 inputs; a token reads and rewrites the
+    matrix, a few multiply-adds per element (decay, delta update, readout)."""
+    linear = spec.linear_attention
+    if linear is None:
+        return None
+    d = spec.hidden_size
+    key_heads, value_heads = linear.num_key_heads // tp, linear.num_value_heads // tp
+    keys, values = key_heads * linear.key_head_dim, value_heads * linear.value_head_dim
+    mixed = 2 * keys + values  # the channels the convolution runs over
+    weights = (d * (2 * keys + 2 * values) + d * 2 * value_heads + mixed * linear.conv_kernel + values * d
+               + 2 * value_heads + linear.value_head_dim)
+    matrix = value_heads * linear.key_head_dim * linear.value_head_dim
+    return LinearShard(weights, matrix + mixed * (linear.conv_kernel - 1), 6 * matrix + 2 * mixed * linear.conv_kernel)
+
+
+def attention_weight_elements(spec: ModelSpec, tp: int, layers: range) -> float:
+    """Attention parameters of ``layers`` on one rank: softmax-attention layers and, in a hybrid, linear ones."""
+    linear = spec.linear_layers(layers)
+    shard = linear_attention_shard(spec, tp)
+    return attention_shard(spec, tp).weight_elements * (len(layers) - linear) + (shard.weight_elements * linear if shard else 0.0)
 
 
 def norm_elements(spec: ModelSpec, layers: int) -> float:
@@ -107,9 +147,11 @@ class SequenceShare:
 
 def cached_token_layers(spec: ModelSpec, share: SequenceShare, layers: range) -> float:
     """Cached tokens over ``layers`` that one step reads for a share of the batch (and that its cache holds): every
-    context token in a full-attention layer, at most the window of each sequence in a sliding-window one."""
+    context token in a full-attention layer, at most the window of each sequence in a sliding-window one, none in a
+    linear-attention layer (its fixed state is counted apart)."""
     windowed = spec.windowed_layers(layers)
-    return share.context_tokens * (len(layers) - windowed) + share.windowed_tokens * windowed
+    full = len(layers) - windowed - spec.linear_layers(layers)
+    return share.context_tokens * full + share.windowed_tokens * windowed
 
 
 def dp_shares(context: Context, batch: int, dp: int, window: int | None = None) -> list[tuple[range | list[int], SequenceShare]]:

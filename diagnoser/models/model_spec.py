@@ -51,6 +51,20 @@ class MLASpec(BaseModel):
     v_head_dim: int = Field(gt=0)
 
 
+class LinearAttentionSpec(BaseModel):
+    """Gated DeltaNet layers (Qwen3-Next, Qwen3.5): each keeps a fixed-size recurrent state per sequence, read and
+    rewritten every step, where a softmax-attention layer keeps a KV cache that grows with the context."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # "32" is a typo, not 32
+
+    num_key_heads: int = Field(gt=0)
+    num_value_heads: int = Field(gt=0)
+    key_head_dim: int = Field(gt=0)
+    value_head_dim: int = Field(gt=0)
+    conv_kernel: int = Field(gt=0, description="width of the short causal convolution before the recurrence")
+    full_attention_every: int = Field(gt=0, description="every n-th layer is softmax attention; the others are linear")
+
+
 class ModelFeature(str, Enum):
     """A part some models have and others lack; a rule about it cannot apply to a model without it."""
 
@@ -73,6 +87,9 @@ class ModelSpec(BaseModel):
     tie_word_embeddings: bool = False
     mla: MLASpec | None = None
     moe: MoESpec | None = None
+    linear_attention: LinearAttentionSpec | None = None
+    attention_output_gate: bool = Field(default=False, description="the query projection also yields a gate on the "
+                                        "attention output (twice its width)")
     sliding_window: int | None = Field(default=None, gt=0, description="tokens a sliding-window layer attends to")
     full_attention_every: int | None = Field(
         default=None, gt=0, description="with a sliding window, every n-th layer attends to the whole context; none: "
@@ -92,6 +109,8 @@ class ModelSpec(BaseModel):
             )
         if self.moe and self.moe.first_dense_layers > self.num_layers:
             raise ValueError("first_dense_layers exceeds num_layers")
+        if self.linear_attention and (self.sliding_window or self.mla):
+            raise ValueError("linear-attention layers beside a sliding window or MLA are not supported")
         return self
 
     def moe_layer_ids(self, layers: range) -> range:
@@ -114,6 +133,14 @@ class ModelSpec(BaseModel):
         full = layers.stop // every - layers.start // every  # the i in layers with (i + 1) % every == 0
         return len(layers) - full
 
+    def linear_layers(self, layers: range) -> int:
+        """How many of ``layers`` are linear attention, in closed form: every ``full_attention_every``-th layer is
+        softmax attention, the rest linear."""
+        if self.linear_attention is None:
+            return 0
+        every = self.linear_attention.full_attention_every
+        return len(layers) - (layers.stop // every - layers.start // every)
+
     @property
     def features(self) -> frozenset[ModelFeature]:
         return frozenset({ModelFeature.moe} if self.moe else ())
@@ -135,14 +162,20 @@ _ARCH_DENSE = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Mist
 _TIED_BY_DEFAULT = {"GemmaForCausalLM"}
 _ARCH_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM"}
 _ARCH_MLA = {"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"}
-SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA)
+# Hybrids of Gated DeltaNet and gated softmax attention; the multimodal releases keep the language model's numbers in a
+# nested text_config.
+_ARCH_HYBRID_DENSE = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"}
+_ARCH_HYBRID_MOE = {"Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"}
+SUPPORTED_ARCHITECTURES = sorted(_ARCH_DENSE | _ARCH_MOE | _ARCH_MLA | _ARCH_HYBRID_DENSE | _ARCH_HYBRID_MOE)
 # A config's model_type, as Hugging Face writes it, names its architecture where a pasted excerpt leaves out
 # "architectures".
 MODEL_TYPES = {
     "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM", "gpt_oss": "GptOssForCausalLM",
-    "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM",
+    "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5": "Qwen3_5ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
 }
 # Checkpoint formats a config's quantization_config states (quant_method), as the bound's storage formats: gpt-oss
 # ships its experts in MXFP4 beside bf16 attention; DeepSeek-V3 its linear layers in block-scaled fp8 beside a bf16
@@ -202,9 +235,12 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
     archs = cfg.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise InputError(f"{where}: architectures: expected a list of class names")
+    cfg = _language_model(cfg, where)
     arch = archs[0] if archs else MODEL_TYPES.get(str(cfg.get("model_type", "")).lower(), "")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise InputError(f"{where}: architecture {arch or '(none)'!r} not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    if arch in _ARCH_HYBRID_MOE and "intermediate_size" not in cfg:  # every layer routes: no dense MLP width to read
+        cfg = {**cfg, "intermediate_size": cfg.get("moe_intermediate_size")}
     hidden = _need(cfg, "hidden_size", where)
     heads = _need(cfg, "num_attention_heads", where)
     fields: dict[str, Any] = dict(
@@ -227,7 +263,7 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
             top_k=_need(cfg, "num_experts_per_tok", where),
             expert_intermediate_size=fields["intermediate_size"],
         )
-    elif arch in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"):
+    elif arch in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM") or arch in _ARCH_HYBRID_MOE:
         shared = _opt(cfg, "shared_expert_intermediate_size", where)
         fields["moe"] = MoESpec(
             num_experts=_need(cfg, "num_experts", where),
@@ -265,7 +301,11 @@ def _spec_from_hf_config(cfg: dict[str, Any], name: str | None, where: str) -> M
             first_dense_layers=_opt(cfg, "first_k_dense_replace", where),
             layer_frequency=_opt(cfg, "moe_layer_freq", where) or 1,
         )
-    fields.update(_sliding_window(cfg, arch, fields["num_layers"], where))
+    if arch in _ARCH_HYBRID_DENSE | _ARCH_HYBRID_MOE:
+        fields["linear_attention"] = _linear_attention(cfg, fields["num_layers"], where)
+        fields["attention_output_gate"] = _flag(cfg, "attn_output_gate", where, True)
+    else:
+        fields.update(_sliding_window(cfg, arch, fields["num_layers"], where))
     fields["checkpoint_precision"] = _checkpoint_precision(cfg)
     return ModelSpec(**fields)
 
@@ -274,20 +314,56 @@ def _sliding_window(cfg: dict[str, Any], arch: str, layers: int, where: str) -> 
     """Which layers read only a window of the context. Mistral's family slides in every layer when its config gives a
     window; a config listing ``layer_types`` names each layer, and the pattern the bound reads is every n-th layer
     attending fully (gpt-oss alternates, so n is 2). Qwen's configs carry a window their released models leave off."""
-    types = cfg.get("layer_types")
-    if types is not None:
-        if not isinstance(types, list) or len(types) != layers or not set(types) <= {"sliding_attention", "full_attention"}:
-            raise InputError(f"{where}: layer_types: expected {layers} entries, each sliding_attention or full_attention")
-        if "sliding_attention" not in types:
+    if cfg.get("layer_types") is not None:
+        every = _full_attention_every(cfg, "sliding_attention", layers, where)
+        if every is None:
             return {}
-        full = [i for i, kind in enumerate(types) if kind == "full_attention"]
-        every = full[0] + 1 if full else None
-        if every is not None and full != list(range(every - 1, layers, every)):
-            raise InputError(f"{where}: layer_types: only a full-attention layer every n-th layer is supported")
-        return {"sliding_window": _need(cfg, "sliding_window", where), "full_attention_every": every}
+        return {"sliding_window": _need(cfg, "sliding_window", where), "full_attention_every": every if every <= layers else None}
     if arch in ("MistralForCausalLM", "MixtralForCausalLM") and cfg.get("sliding_window") is not None:
         return {"sliding_window": _count(cfg, "sliding_window", where, minimum=1)}
     return {}
+
+
+def _language_model(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """A multimodal release's language model: its numbers sit in text_config, the checkpoint's formats beside it."""
+    text = cfg.get("text_config")
+    if text is None or "hidden_size" in cfg:
+        return cfg
+    if not isinstance(text, dict):
+        raise InputError(f"{where}: text_config: expected an object")
+    return {**text, **{key: cfg[key] for key in ("architectures", "quantization_config", "_name_or_path") if key in cfg}}
+
+
+def _full_attention_every(cfg: dict[str, Any], kind: str, layers: int, where: str) -> int | None:
+    """From a config's layer_types, each ``kind`` or full_attention: None where no layer is of ``kind``, else n, every
+    n-th layer attending fully (more than the layer count where none does); other patterns are refused."""
+    types = cfg["layer_types"]
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= {kind, "full_attention"}:
+        raise InputError(f"{where}: layer_types: expected {layers} entries, each {kind} or full_attention")
+    if kind not in types:
+        return None
+    full = [i for i, name in enumerate(types) if name == "full_attention"]
+    every = full[0] + 1 if full else layers + 1
+    if full != list(range(every - 1, layers, every)):
+        raise InputError(f"{where}: layer_types: only a full-attention layer every n-th layer is supported")
+    return every
+
+
+def _linear_attention(cfg: dict[str, Any], layers: int, where: str) -> LinearAttentionSpec:
+    """The Gated DeltaNet shape and which layers are softmax attention: full_attention_interval, or a layer_types
+    list whose full-attention layers fall every n-th layer."""
+    if cfg.get("layer_types") is not None:
+        every = _full_attention_every(cfg, "linear_attention", layers, where) or 1
+    else:
+        every = _count(cfg, "full_attention_interval", where, minimum=1)
+    return LinearAttentionSpec(
+        num_key_heads=_need(cfg, "linear_num_key_heads", where),
+        num_value_heads=_need(cfg, "linear_num_value_heads", where),
+        key_head_dim=_need(cfg, "linear_key_head_dim", where),
+        value_head_dim=_need(cfg, "linear_value_head_dim", where),
+        conv_kernel=_need(cfg, "linear_conv_kernel_dim", where),
+        full_attention_every=every,
+    )
 
 
 def _checkpoint_precision(cfg: dict[str, Any]) -> Precision | None:
