@@ -154,6 +154,11 @@ def timed_the_same_way(m, e) -> bool:
 # on a CPU whose matmuls run at a fiftieth of a GPU's FLOPs for its bandwidth (int4 weights: 2 FLOPs a parameter
 # against half a byte read).
 PROMPT_TOKEN_STEPS = 4.0
+# And at least this small a fraction: a prompt token needs about two FLOPs a weight, a decode step reads each weight's
+# bytes once, so a prompt token costs at least (FLOPs a byte the device can feed) of a step: about a 300th on an
+# H100 or B200 at bf16 (3.35 TB/s against 990 TFLOP/s), more with weights quantized below their compute format.
+# Twice that margin: 600 prompt tokens take at least one decode step's time.
+PROMPT_TOKENS_PER_STEP = 600
 
 
 def prefill_can_move_it(m) -> bool:
@@ -164,6 +169,13 @@ def prefill_can_move_it(m) -> bool:
     if m.get("window_includes_warmup") or not prompt or not output:
         return True
     return (prompt * PROMPT_TOKEN_STEPS + output) / output >= TIMING_AGREEMENT
+
+
+def prompt_outweighs_decode(m) -> bool:
+    """Requests whose prompt, at the fastest an accelerator processes prompt tokens, takes at least as long as their
+    whole decode: a rate over their whole time is mostly the prompt's."""
+    prompt, output = m.get("input_tokens"), m.get("output_tokens")
+    return bool(prompt and output) and prompt / PROMPT_TOKENS_PER_STEP >= output
 
 
 def counts_fewer_than_returned(m, rate: float, tokens: float) -> bool:
@@ -487,6 +499,26 @@ class RateGuards(RuleSet):
         applied, a stop condition met at once)."""
         return Finding(evidence=[ev("metrics.output_tokens", tokens)],
                        detail="One output token a request: every token counted came out of a prefill; no decode step was timed.")
+
+    @rule(
+        SPECS["rate-includes-prefill"],
+        AS.m << Metrics(),
+        OR(Metrics(per_user_tokens_per_s=W()), Metrics(output_tokens_per_s=W())),
+        NOT(Metrics(rate_includes_prefill=W())),
+        NOT(Metrics(window_includes_warmup=W())),
+        TEST(lambda m: not decode_timed(m) and prompt_outweighs_decode(m)),
+    )
+    def prompt_outweighs_the_output(self, m):
+        """A rate with no per-token time beside it, over requests whose prompt is so much longer than their output that
+        processing it, at the fastest any accelerator runs a prompt token, takes at least as long as their whole
+        decode: if the rate counts each request's whole time, most of that time is the prompt's. Whether it does is the
+        client's definition; a TPOT beside it, or the flag, settles it."""
+        prompt, output = m["input_tokens"], m["output_tokens"]
+        return Finding(
+            evidence=[ev("metrics.input_tokens", prompt), ev("metrics.output_tokens", output)],
+            detail=f"{prompt:g} prompt tokens take at least {prompt / PROMPT_TOKENS_PER_STEP:.3g} decode steps' time, against "
+            f"{output:g} generated: a rate over the whole request would time the prompt more than the decode.",
+        )
 
     def rate_flags_finding(self) -> Finding:
         return Finding(evidence=[ev(f"metrics.{name}", True) for name in self.flags("rate_includes_prefill", "window_includes_warmup")])
