@@ -21,6 +21,7 @@ from diagnoser.engine import (
     Graph,
     Grade,
     Host,
+    KernelClass,
     Layout,
     Memory,
     Metrics,
@@ -46,6 +47,11 @@ SPECS = load_specs(__file__)
 
 # A part worth a hypothesis: at least 8 % of the step and 0.1 ms (below that, timer noise).
 MIN_PART_SHARE = 0.08
+# The least a kernel launch costs the host (the runtime takes 5-20 us a launch, SLOW_LAUNCH_US's reading): an eager
+# step issues its kernels one after another, so it cannot take less than their count times this.
+MIN_LAUNCH_US = 5.0
+# Submissions that take at least half the step to issue pace it: the device cannot run ahead of them.
+LAUNCH_PACED_SHARE = 0.5
 MIN_PART_MS = 0.1
 
 
@@ -274,6 +280,30 @@ class LaunchRules(RuleSet):
         would bound it."""
         return Finding(evidence=[ev("graph.launch_cost_us", launch_us, "us")],
                        detail=f"A launch costs {launch_us:.4g} us on the host, against the 5-20 us the runtime takes for one.")
+
+    @rule(
+        SPECS["launch-gaps"],
+        Reference(step_ms=MATCH.step),
+        KernelClass(count_per_step=W()),
+        NOT(Graph(status="full")),
+        NOT(Budget()),
+    )
+    def kernels_too_many_to_issue(self, step):
+        """The step's kernels, counted, take the host at least their count times a launch's least cost to issue, and
+        that is half the step or more: unless a graph replays them, the device waits on the host's submissions for that
+        long, so launches pace the step. Indicated where graphs are stated off; possible where nothing says how they
+        were launched. A timeline's gaps before ready kernels measure it."""
+        count = sum(f["count_per_step"] for f in self.facts.values() if isinstance(f, KernelClass) and "count_per_step" in f)
+        issue_ms = count * MIN_LAUNCH_US / 1e3
+        if issue_ms < LAUNCH_PACED_SHARE * step:
+            return None
+        graphs_off = any(isinstance(f, Server) and f.get("cuda_graphs") is False for f in self.facts.values())
+        return Finding(
+            evidence=[ev("kernel_classes.count_per_step", count), ev("reference.step_ms", step, "ms")],
+            grade=Grade.indicated if graphs_off else Grade.possible,
+            detail=f"{count:g} kernels a step take at least {issue_ms:.3g} ms to launch at {MIN_LAUNCH_US:g} us each, "
+            f"{issue_ms / step:.0%} of the {step:.4g} ms step.",
+        )
 
     @rule(SPECS["launch-gaps"], *ablation("gpu_scheduling"))
     def os_scheduled_submissions_slower(self, d):

@@ -111,7 +111,8 @@ def test_thresholds_are_read_from_the_tests_and_their_helpers(book):
     assert rule_thresholds(book, "graphs-off") == {"BEYOND_REPEATS": 2.0, "SLOWER": 1.05}
     shown = yaml.safe_load(run_cli("rules", "show", "launch-gaps").stdout)
     assert {k: v["value"] for k, v in shown["thresholds"].items()} == {
-        "BEYOND_REPEATS": 2.0, "MIN_PART_MS": 0.1, "MIN_PART_SHARE": 0.08, "SLOWER": 1.05, "SLOW_LAUNCH_US": 100.0,
+        "BEYOND_REPEATS": 2.0, "LAUNCH_PACED_SHARE": 0.5, "MIN_LAUNCH_US": 5.0, "MIN_PART_MS": 0.1, "MIN_PART_SHARE": 0.08,
+        "SLOWER": 1.05, "SLOW_LAUNCH_US": 100.0,
     }
     assert all(v["why"] for v in shown["thresholds"].values())
 

@@ -44,7 +44,8 @@ def test_rule_name_changes_one_rule_and_two_runs_in_one_process_differ():
     assert "launch-gaps" in one and "host-overhead" not in one
     assert "host-overhead" in other and "launch-gaps" not in other
     assert launch.MIN_PART_SHARE == 0.08
-    with pytest.raises(InputError, match="rule launch-gaps has no threshold 'GIL_BUSY' \\(thresholds: BEYOND_REPEATS, MIN_PART_MS, MIN_PART_SHARE, SLOWER, SLOW_LAUNCH_US\\)"):
+    known = "BEYOND_REPEATS, LAUNCH_PACED_SHARE, MIN_LAUNCH_US, MIN_PART_MS, MIN_PART_SHARE, SLOWER, SLOW_LAUNCH_US"
+    with pytest.raises(InputError, match=f"rule launch-gaps has no threshold 'GIL_BUSY' \\(thresholds: {known}\\)"):
         with thresholds_set(book, {"launch-gaps.GIL_BUSY": 0.1}):
             pass
 
