@@ -33,7 +33,7 @@ from diagnoser.engine import (
     rule,
 )
 from diagnoser.engine.canonical import SHORT_PROMPT
-from diagnoser.engine.comparison import STREAM_COUNT_SETTINGS
+from diagnoser.engine.comparison import OFF, STREAM_COUNT_SETTINGS
 from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import SLOWER, larger
 
@@ -518,6 +518,18 @@ class RateGuards(RuleSet):
             evidence=[ev("metrics.input_tokens", prompt), ev("metrics.output_tokens", output)],
             detail=f"{prompt:g} prompt tokens take at least {prompt / PROMPT_TOKENS_PER_STEP:.3g} decode steps' time, against "
             f"{output:g} generated: a rate over the whole request would time the prompt more than the decode.",
+        )
+
+    @rule(SPECS["rate-includes-prefill"], AS.d << RunDiff(setting="stream", slower=P(lambda v: v in OFF), figure=MATCH.figure))
+    def unstreamed_reply_timed_whole(self, d, figure):
+        """The same replies streamed and not, the unstreamed slower: a client that receives the reply whole sees no
+        first token, so its figure spans the prompt's processing and the wait for the first token as well as the
+        decode, where a streamed one can time from the first token on. The delta is that difference in what was
+        timed, not a cost of turning streaming off."""
+        return Finding(
+            evidence=[ev("runs.changed", "stream"), ev("runs.slower", d["slower"]), ev("runs.figure", figure),
+                      ev("runs.ratio", d["slowdown"])],
+            detail=f"Unstreamed, the reply's {figure} is {d['slowdown']:.3g}x slower: it times the whole request.",
         )
 
     def rate_flags_finding(self) -> Finding:

@@ -224,6 +224,8 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "comm_backend": ("interconnect", False),
     "communication_backend": ("interconnect", False),
     "distributed_backend": ("interconnect", False),
+    "streaming": ("stream", False),
+    "text_streaming": ("stream", False),
     "gpus": ("devices", False),
     "num_gpus": ("devices", False),
     "n_gpus": ("devices", False),
