@@ -165,6 +165,21 @@ def test_a_rate_that_is_the_output_over_the_request_latency_includes_prefill():
     assert many.observations.metrics.rate_includes_prefill is None
 
 
+def test_one_streams_rate_over_its_whole_run_time_includes_prefill_unless_its_prompt_is_too_short_to_show():
+    # a 750-token reply in 133 s read as 5.6 tokens/s: 5.6 x 133 = 744.8 tokens, within 3 % of 750
+    reply = {"boundary": "client_receipt", "per_user_tokens_per_s": 5.6, "duration_s": 133, "output_tokens": 750,
+             "concurrency": 1}
+    found = canonical(case(metrics=reply))
+    assert found.observations.metrics.rate_includes_prefill is True
+    assert "run time" in found.sources["observations.metrics.rate_includes_prefill"]
+    # 1999 tokens after a 2-token context: a prompt under a sixteenth of the output cannot show in the rate
+    short = Case.model_validate({"workload": {"batch": 1, "context": 2}, "observations": {"metrics": {
+        "boundary": "engine", "per_user_tokens_per_s": 29.99, "duration_s": 66.65, "output_tokens": 1999, "concurrency": 1}}})
+    assert canonical(short).observations.metrics.rate_includes_prefill is None
+    # the same run time over eight streams is no one request's latency
+    assert canonical(case(metrics={**reply, "concurrency": 8})).observations.metrics.rate_includes_prefill is None
+
+
 def test_acceptance_from_tokens_per_cycle():
     # 2.6 tokens a cycle of 8 drafts: the verify's own token plus 1.6 accepted drafts, 1.6 / 8 = 0.2
     found = canonical(case(speculation={"mean_accepted_per_cycle": 2.6, "draft_length": 8}))

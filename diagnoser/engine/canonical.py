@@ -550,22 +550,44 @@ def _metal(data: dict) -> Any:
 SAME_RATE = 0.03
 
 
+# A prompt under this share of the output cannot move a whole request's rate beyond streaming jitter: a prompt token
+# costs under four decode steps (rates.PROMPT_TOKEN_STEPS), against the 25 % the timing agreement allows.
+NEGLIGIBLE_PROMPT_SHARE = 1 / 16
+
+
+def _prompt_negligible(data: dict, tokens: Any) -> bool:
+    """The prompt, stated or bounded by one stream's mean context (which a prompt never exceeds), is too short beside
+    the output to show in a rate over the whole request."""
+    metrics = _at("observations.metrics")(data) or {}
+    context = _at("workload.context")(data)
+    prompt = metrics.get("input_tokens") or (context.get("mean") if isinstance(context, dict) else context)
+    return isinstance(prompt, (int, float)) and bool(tokens) and prompt < NEGLIGIBLE_PROMPT_SHARE * tokens
+
+
 def _rate_over_request(data: dict) -> Any:
     """A stream's rate that equals its output tokens over the whole request's latency counts the time to the
-    first token (queueing, prefill) as if it were decode. One stream's aggregate rate is its own rate."""
+    first token (queueing, prefill) as if it were decode. One stream's aggregate rate is its own rate. With one
+    stream, the run's wall time holding exactly one request's output is that request's latency."""
     metrics = _at("observations.metrics")(data) or {}
     rate = metrics.get("per_user_tokens_per_s")  # one stream's aggregate rate already filled in as its own
     latency_ms, tokens = _typical(metrics, "request_latency_ms"), metrics.get("output_tokens")
+    if latency_ms is None and metrics.get("duration_s") and _one_stream(data) and not _prompt_negligible(data, tokens):
+        latency_ms = metrics["duration_s"] * 1e3
     if not (rate and latency_ms and tokens):
         return None
     return True if abs(rate * latency_ms / 1e3 / tokens - 1) <= SAME_RATE else None
 
 
-def _one_stream_rate(data: dict) -> Any:
-    """With one request in flight (a concurrency, or a workload batch, of one) the aggregate rate is that stream's."""
+def _one_stream(data: dict) -> bool:
+    """One request in flight: a concurrency, or a workload batch, of one."""
     metrics = _at("observations.metrics")(data) or {}
-    one = metrics.get("concurrency") == 1 or (metrics.get("concurrency") is None and _at("workload.batch")(data) == 1)
-    return metrics.get("output_tokens_per_s") if one else None
+    return metrics.get("concurrency") == 1 or (metrics.get("concurrency") is None and _at("workload.batch")(data) == 1)
+
+
+def _one_stream_rate(data: dict) -> Any:
+    """With one request in flight the aggregate rate is that stream's."""
+    metrics = _at("observations.metrics")(data) or {}
+    return metrics.get("output_tokens_per_s") if _one_stream(data) else None
 
 
 EQUIVALENCES: tuple[Equivalence, ...] = (
@@ -723,7 +745,7 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         Alternative("observations.runs", _prefill_across_prompts,
                     "runs differing only in a short prompt (1024 tokens at most), timed by a stream's rate, 2x or more apart"),
         Alternative("observations.metrics", _rate_over_request,
-                    "the rate is the output tokens over the request latency (within 3 %)"),
+                    "the rate is the output tokens over the request latency, or over one stream's run time (within 3 %)"),
     ), only_with="observations.metrics"),
 )
 
