@@ -101,21 +101,6 @@ SAMPLING_SHARE = 0.03
 SAME_SETUP_EARLIER = "older_version"
 # Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
 BATCH_SETTINGS = frozenset({"batch", "concurrency"})
-
-
-def fewer_tokens_with_more_streams() -> tuple:
-    """Runs where more sequences a step made fewer tokens per second in all, beyond batching's own overheads, with no
-    long prompts to explain it (prefill in the decode steps does the same)."""
-    return (
-        AS.d << RunDiff(setting=P(lambda s: s in BATCH_SETTINGS) & MATCH.setting, figure="output_tokens_per_s",
-                        slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
-        NOT(Metrics(input_tokens=P(lambda n: n >= LONG_PROMPT_TOKENS))),
-        TEST(lambda slowdown, slower, faster: slowdown >= FEWER_TOKENS_WITH_MORE_STREAMS and larger(slower, faster)),
-    )
-
-
-def batched_evidence(setting: str, slowdown: float, slower, faster) -> list:
-    return [ev("runs.changed", setting), ev("runs.faster", faster), ev("runs.slower", slower), ev("runs.ratio", slowdown)]
 # What settles a quantized format's GEMMs as the loss, however they came to be suspected.
 QUANTIZED_CHECK = "An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it."
 # Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
@@ -242,6 +227,21 @@ def underfilled_attention() -> tuple:
         NOT(KernelClass(kernel_class="attention", split_kv=W())),
         TEST(lambda share, ctas, sms: a_few_sms(share, ctas, sms)),
     )
+
+
+def fewer_tokens_with_more_streams() -> tuple:
+    """Runs where more sequences a step made fewer tokens per second in all, beyond batching's own overheads, with no
+    long prompts to explain it (prefill in the decode steps does the same)."""
+    return (
+        AS.d << RunDiff(setting=P(lambda s: s in BATCH_SETTINGS) & MATCH.setting, figure="output_tokens_per_s",
+                        slowdown=MATCH.slowdown, slower=MATCH.slower, faster=MATCH.faster),
+        NOT(Metrics(input_tokens=P(lambda n: n >= LONG_PROMPT_TOKENS))),
+        TEST(lambda slowdown, slower, faster: slowdown >= FEWER_TOKENS_WITH_MORE_STREAMS and larger(slower, faster)),
+    )
+
+
+def batched_evidence(setting: str, slowdown: float, slower, faster) -> list:
+    return [ev("runs.changed", setting), ev("runs.faster", faster), ev("runs.slower", slower), ev("runs.ratio", slowdown)]
 
 
 class KernelRules(RuleSet):

@@ -47,12 +47,12 @@ SPECS = load_specs(__file__)
 
 # A part worth a hypothesis: at least 8 % of the step and 0.1 ms (below that, timer noise).
 MIN_PART_SHARE = 0.08
+MIN_PART_MS = 0.1
 # The least a kernel launch costs the host (the runtime takes 5-20 us a launch, SLOW_LAUNCH_US's reading): an eager
 # step issues its kernels one after another, so it cannot take less than their count times this.
 MIN_LAUNCH_US = 5.0
 # Submissions that take at least half the step to issue pace it: the device cannot run ahead of them.
 LAUNCH_PACED_SHARE = 0.5
-MIN_PART_MS = 0.1
 
 
 # One stream decoding back to back keeps a device whose step is its kernels busy all the time (nvidia-smi counts a
