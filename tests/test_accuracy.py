@@ -343,6 +343,11 @@ LATER_CORPORA = (
     ("corpus296", 4, 4, 4),
     ("corpus297", 4, 3, 3),
     ("corpus298", 2, 2, 2),
+    ("corpus299", 2, 1, 1),
+    ("corpus300", 1, 1, 1),
+    ("corpus301", 2, 2, 2),
+    ("corpus302", 4, 2, 2),
+    ("corpus303", 4, 4, 4),
 )
 
 
