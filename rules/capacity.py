@@ -145,7 +145,7 @@ def waiting_for_blocks(m, memory: Evidence) -> Finding:
                    detail=f"{queue.detail} The scheduler ran out of KV blocks in the window, so they waited for blocks.")
 
 
-def cache_seen_short() -> tuple:
+def cache_never_short() -> tuple:
     """No sign the window saw the cache run out: no preemption, never full."""
     return NOT(Memory(preemptions=P(lambda n: n > 0))), NOT(Memory(kv_cache_usage=P(lambda usage: usage >= KV_FULL)))
 
@@ -153,7 +153,7 @@ def cache_seen_short() -> tuple:
 def slots_not_blocks() -> tuple:
     """No sign the cache ran out of blocks (no preemption, not full, no more requests in flight than it holds whole): a
     timed queue waited for a slot."""
-    return (*cache_seen_short(), NOT(Memory(requests_beyond_cache=W())))
+    return (*cache_never_short(), NOT(Memory(requests_beyond_cache=W())))
 
 
 def first_token_ms(m) -> float | None:
@@ -290,7 +290,7 @@ class CapacityRules(RuleSet):
         SPECS["kv-cache-pressure"],
         AS.m << Metrics(),
         Memory(requests_beyond_cache=MATCH.beyond),
-        *cache_seen_short(),
+        *cache_never_short(),
         TEST(lambda m: queued(m)),
     )
     def queued_beyond_what_the_cache_holds(self, m, beyond):

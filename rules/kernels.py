@@ -52,7 +52,6 @@ from diagnoser.rules.speculation import (
     drafts_per_cycle,
     ordinary_token_ms,
     row_excess_ms,
-    speculation_on,
     yield_per_cycle,
 )
 
@@ -589,15 +588,18 @@ class KernelRules(RuleSet):
             "show which path the larger batch takes.",
         )
 
-    @rule(SPECULATION_SPECS["speculation-slowdown"], *fewer_tokens_with_more_streams(), AS.srv << Server(speculative=MATCH.method))
-    def speculation_batched_slower_than_serial(self, d, setting, slowdown, slower, faster, srv, method):
+    @rule(
+        SPECULATION_SPECS["speculation-slowdown"],
+        *fewer_tokens_with_more_streams(),
+        Server(speculative=P(lambda m: bool(m)) & MATCH.method),
+        NOT(Server(speculative_active=False)),
+    )
+    def speculation_batched_slower_than_serial(self, d, setting, slowdown, slower, faster, method):
         """The same fall with speculation on: where the single stream drafted, its steps already verified k+1 rows each
         on the engine's multi-row path, and what more streams add is speculation's handling of several sequences (a
         draft pass per sequence, verifies of unequal accepted lengths, drafting switched off past a batch while its
         pipeline runs): the cycle at that load emits fewer tokens than it costs. Possible: how often the single stream
         drafted is not known, and the same runs with speculation off tell it from the kernels."""
-        if not speculation_on(srv):
-            return None
         return Finding(
             evidence=[ev("server.speculative", method), *batched_evidence(setting, slowdown, slower, faster)],
             grade=Grade.possible,

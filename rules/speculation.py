@@ -238,11 +238,6 @@ class SpeculationRules(RuleSet):
         return Finding(evidence=[ev("server.speculative", method), ev("server.speculative_active", False)])
 
 
-def speculation_on(server) -> bool:
-    """A speculative method is configured and the server does not report it idle."""
-    return bool(server.get("speculative")) and server.get("speculative_active") is not False
-
-
 def speculating_and_not(before: str, base: float, other: float) -> tuple[float, float]:
     """(time with speculation on, time with it off) of a speculation A/B, whichever run is the baseline."""
     return (other, base) if before == "false" else (base, other)

@@ -71,6 +71,12 @@ class ModelFeature(str, Enum):
     moe = "moe"  # routed experts
 
 
+def full_attention_layers(layers: range, every: int) -> int:
+    """How many of ``layers`` attend to the whole context when every ``every``-th layer does, in closed form (a config
+    may claim a billion layers): the i in layers with (i + 1) % every == 0."""
+    return layers.stop // every - layers.start // every
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # "32" is a typo, not 32
 
@@ -128,18 +134,14 @@ class ModelSpec(BaseModel):
         if self.sliding_window is None:
             return 0
         every = self.full_attention_every
-        if every is None:
-            return len(layers)
-        full = layers.stop // every - layers.start // every  # the i in layers with (i + 1) % every == 0
-        return len(layers) - full
+        return len(layers) if every is None else len(layers) - full_attention_layers(layers, every)
 
     def linear_layers(self, layers: range) -> int:
-        """How many of ``layers`` are linear attention, in closed form: every ``full_attention_every``-th layer is
-        softmax attention, the rest linear."""
+        """How many of ``layers`` are linear attention: every ``full_attention_every``-th layer is softmax attention,
+        the rest linear."""
         if self.linear_attention is None:
             return 0
-        every = self.linear_attention.full_attention_every
-        return len(layers) - (layers.stop // every - layers.start // every)
+        return len(layers) - full_attention_layers(layers, self.linear_attention.full_attention_every)
 
     @property
     def features(self) -> frozenset[ModelFeature]:
