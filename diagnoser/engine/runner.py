@@ -328,21 +328,28 @@ def common_to_runs(hypotheses: list[Hypothesis], shared: dict[str, str]) -> froz
     return frozenset(common)
 
 
+# Evidence a case states once for all its runs (settings, the expected figure's kind, the pin) or the bound derives
+# from them, as against what a run, a probe, a trace or a counter measured.
+STATED_ONCE = ("bound.", "server.", "expected.", "workload.")
+
+
 def merely_possible(hypotheses: list[Hypothesis]) -> frozenset[str]:
     """Rules whose every cause is only possible, when a cause locates the runs' difference in one setting that changes a
     single thing (measured, or possible where the delta is within what benchmarks repeat within): a candidate named by
     what the case states (a weight format, an engine's class) is stated alike on both sides of such an A/B, so it
     cannot be what separates them, however small the separation, and it ranks with the located change, after it. A
     change of engine, release, build, machine or OS replaces every path at once: any mechanism may lie inside it, and
-    the mechanisms keep their place before it, except one the bound alone names (a short floor under a long step):
-    both sides of the A/B share that floor, so it says nothing of what the change did."""
+    one that something measured or observed points at keeps its place before it. One named only by what the case
+    states once for every run (a weight format, a setting, the pinned model's floor under a long step) is on both
+    sides of that A/B alike, so it says nothing of what the change did, and goes behind it."""
     located = [h for h in hypotheses if h.locates and h.grade in (Grade.measured, Grade.possible)]
     if not located:
         return frozenset()
     causes = [h for h in hypotheses if h.kind is Kind.cause and not h.locates]
+    behind = causes
     if any(h.id.partition(":")[2] in WHOLESALE_SETTINGS for h in located):
-        causes = [h for h in causes if h.evidence and all(e.name.startswith("bound.") for e in h.evidence)]
-    return frozenset({h.rule for h in causes if h.grade is Grade.possible} - {h.rule for h in causes if h.grade is not Grade.possible})
+        behind = [h for h in causes if h.evidence and all(e.name.startswith(STATED_ONCE) for e in h.evidence)]
+    return frozenset({h.rule for h in behind if h.grade is Grade.possible} - {h.rule for h in causes if h.grade is not Grade.possible})
 
 
 def rank(hypotheses: list[Hypothesis], shared: dict[str, str] | None = None) -> list[Hypothesis]:
