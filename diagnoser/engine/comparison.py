@@ -108,6 +108,14 @@ LINK_SETTINGS = frozenset({"interconnect"})
 ONE_DEVICE = "1"
 # A release number belongs to its engine: a version that differs beside a change of engine is part of that change.
 ENGINE_COMPANIONS = frozenset({"engine_version"})
+# A release is built against its compiled stack (torch, triton, the CUDA or ROCm toolkit, its kernel libraries): one
+# of those cannot change without a rebuild, so one that differs beside a change of engine or release came with it, one
+# change and not several. A pure-Python library (transformers) or the GPU driver (the host's) can change on its own
+# and stays a change of its own.
+RELEASE_COMPANIONS = frozenset({
+    "torch", "pytorch", "torch_version", "triton", "triton_version", "cuda", "cuda_version", "cuda_toolkit",
+    "rocm", "rocm_version", "flashinfer", "flash_attn", "xformers", "nccl",
+})
 
 
 # A penalty at its identity changes no logit: repetition 1 (divide by one), frequency and presence 0 (subtract nothing).
@@ -140,14 +148,16 @@ def _is_on(run: Run, lead: str, companions: tuple[str, ...]) -> str:
 def changes(base: Run, other: Run, changed: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(setting, before, after) for each change, a group's companions folded into its lead: a draft
     length that changed with speculation is part of that one change, and a draft length against none
-    is speculation switched; a link beside a change to or from one device, and a release beside a change of
-    engine, are part of that change."""
+    is speculation switched; a link beside a change to or from one device, a release beside a change of
+    engine, and the libraries a release ships beside a change of release, are part of that change."""
     folded = []
     left = set(changed)
     if "devices" in left and ONE_DEVICE in (setting_value(base, "devices"), setting_value(other, "devices")):
         left -= LINK_SETTINGS
     if "engine" in left:
         left -= ENGINE_COMPANIONS
+    if left & {"engine", *ENGINE_COMPANIONS}:
+        left -= RELEASE_COMPANIONS
     for lead, companions in SETTING_GROUPS.items():
         members = left & {lead, *companions}
         if not members:
@@ -180,36 +190,57 @@ def named_devices(runs: list[Run], hardware: str | None) -> list[Run]:
             else run for run in runs]
 
 
-def run_deltas(runs: list[Run]) -> list[RunDelta]:
-    """Every run against the baseline run, on the first figure both measured."""
+def run_deltas(runs: list[Run], observed_ms: float | None = None) -> list[RunDelta]:
+    """Every run against the baseline run, on the first figure both measured; and the observed run (the one whose time
+    per token is the observation's) against the fastest run, where that is another than the baseline and differs
+    from it in one change: the baseline is where the comparison started, the fastest run what the same setup reached,
+    and a slowdown it shows is the observation's own (an NVFP4 checkpoint a few per cent behind the FP8 baseline and
+    well behind the other NVFP4 kernel)."""
     base = baseline(runs)
     if base is None:
         return []
-    deltas = []
-    for other in runs:
-        if other is base:
-            continue
-        names = sorted(set(base.settings) | set(other.settings))
-        changed = tuple(n for n in names if setting_value(base, n) != setting_value(other, n))
-        shared = _shared_figure(base, other, changed)
-        if shared is None or not changed:
-            continue
-        each = changes(base, other, changed)
-        if not each:
-            continue  # only companions that mean nothing with their lead off in both runs
-        deltas.append(
-            RunDelta(
-                base=base.name,
-                other=other.name,
-                values=tuple(each),
-                figure=shared[0],
-                base_time=shared[1],
-                other_time=shared[2],
-                in_flight=_shared_load(base, other),
-                repeat_spread=_repeat_spread(base, other),
-            )
-        )
+    deltas = [d for other in runs if other is not base and (d := _delta(base, other)) is not None]
+    observed = [r for r in runs if observed_ms is not None and _matches(r, observed_ms)]
+    faster = [d for d in deltas if d.other_time < d.base_time]
+    if len(observed) != 1 or observed[0] is base or not faster:
+        return deltas
+    top = next(r for r in runs if r.name == min(faster, key=lambda d: d.other_time / d.base_time).other)
+    extra = _delta(top, observed[0]) if top is not observed[0] else None
+    if extra is not None and len(extra.values) == 1 and extra.other_time > extra.base_time:
+        deltas.append(extra)
     return deltas
+
+
+# How close a run's time per token must come to the observation's to be the observed run: the rounding of a figure
+# quoted to three digits.
+SAME_RUN = 0.01
+
+
+def _matches(run: Run, observed_ms: float) -> bool:
+    f = run.figures
+    ms = f.per_token_ms or (1e3 / f.per_user_tokens_per_s if f.per_user_tokens_per_s else None)
+    return ms is not None and abs(ms - observed_ms) <= SAME_RUN * observed_ms
+
+
+def _delta(base: Run, other: Run) -> RunDelta | None:
+    names = sorted(set(base.settings) | set(other.settings))
+    changed = tuple(n for n in names if setting_value(base, n) != setting_value(other, n))
+    shared = _shared_figure(base, other, changed)
+    if shared is None or not changed:
+        return None
+    each = changes(base, other, changed)
+    if not each:
+        return None  # only companions that mean nothing with their lead off in both runs
+    return RunDelta(
+        base=base.name,
+        other=other.name,
+        values=tuple(each),
+        figure=shared[0],
+        base_time=shared[1],
+        other_time=shared[2],
+        in_flight=_shared_load(base, other),
+        repeat_spread=_repeat_spread(base, other),
+    )
 
 
 def _repeat_spread(a: Run, b: Run) -> float | None:

@@ -580,9 +580,9 @@ def _confounded(d: RunDelta) -> list[ConfoundedChange]:
 
 
 def _run_diffs(case: Case) -> list[Fact]:
-    deltas = run_deltas(named_devices(case.observations.runs, case.workload.hardware if case.workload is not None else None))
     metrics = case.observations.metrics
     observed_ms = metrics.per_token_ms() if metrics is not None else None
+    deltas = run_deltas(named_devices(case.observations.runs, case.workload.hardware if case.workload is not None else None), observed_ms)
     return [_run_diff(d, observed_ms) for d in deltas] + [c for d in deltas for c in _confounded(d)]
 
 
