@@ -20,6 +20,7 @@ from diagnoser.engine import (
     Platform,
     Reference,
     RuleSet,
+    RunDiff,
     Server,
     ev,
     load_specs,
@@ -42,6 +43,13 @@ MIN_MS = 0.05
 FIRST_TOKEN_STEPS = 1000
 # Host costs a grammar or schema constraint adds on every step.
 MASK_COSTS = {"structured_output", "logits_processors"}
+# How a serving load states that several streams decode at once: the requests in flight, the sequences the engine
+# decoded together, or a rate of completed requests (a load of many, not one stream's run).
+SEVERAL_STREAMS = ("concurrency", "running_sequences", "requests_per_s")
+
+
+def several_streams(m) -> bool:
+    return (m.get("concurrency") or 0) > 1 or (m.get("running_sequences") or 0) > 1 or m.get("requests_per_s") is not None
 
 
 def grammar_wait_ms(m) -> float | None:
@@ -163,6 +171,25 @@ class HostCostRules(RuleSet):
             detail=f"{step:.4g} ms a token is beyond the {DEVICE_STEP_CEILING_MS:.4g} ms that reading every byte of an "
             "accelerator's memory once takes; the device is not what spends it.",
         )
+
+    @rule(
+        SPECS["structured-output-overhead"],
+        Server(structured_output=True),
+        AS.m << Metrics(),
+        TEST(lambda m: several_streams(m)),
+        NOT(RunDiff(setting="structured_output")),
+        NOT(HostCostFact(name=W())),
+    )
+    def grammar_on_many_streams(self, m):
+        """A grammar or schema on the requests of a serving load: every step, each constrained stream's next-token
+        mask is built on the host and applied before sampling, work no device bound counts and that grows with the
+        streams constrained (tens of microseconds each: milliseconds a step at a few dozen streams, beside steps of
+        tens). Possible from the setting and the load alone, as a format is: nothing timed yet says what it costs here
+        (a run without the constraint, or a host profile of the mask path, does); a run that compared it, or a timed
+        host cost, decides it instead. One stream's mask is a few tens of microseconds a token, too little to name."""
+        load = [ev(f"metrics.{name}", m[name]) for name in SEVERAL_STREAMS if m.get(name) is not None]
+        return Finding(evidence=[ev("server.structured_output", True), *load], grade=Grade.possible,
+                       detail="A run of the same load without the constraint measures it.")
 
     @rule(
         SPECS["structured-output-overhead"],
