@@ -10,7 +10,7 @@ cannot be pinned on any one of them.
 import re
 
 from diagnoser.engine import AS, MATCH, OR, P, TEST, ConfoundedChange, Finding, Grade, RuleSet, RunDiff, ev, load_specs, rule
-from diagnoser.engine.comparison import OFF
+from diagnoser.engine.comparison import OFF, same_run
 from diagnoser.models.hardware import device_parts
 from diagnoser.models.serving import WORKLOAD_SETTINGS
 
@@ -382,6 +382,14 @@ def ablation(*settings: str, other_way: bool = False) -> tuple:
     )
 
 
+def observed_on_the_faster_side(d) -> bool:
+    """The observation is the faster run's own figure: the slower side's mechanism (graphs off, the other format) is
+    one the observed setup does not take, so however much it cost the other run it is not the observation's gap. It
+    stays possible (the engine has that path, and whatever makes it slow may touch the observed one too), unbounded."""
+    observed = d.get("observed_time")
+    return observed is not None and same_run(d["faster_time"], observed) and not same_run(d["slower_time"], observed)
+
+
 def ablation_finding(d, *evidence, key: str = "") -> Finding:
     """The measured delta between the two runs, as a share of the slower run's time per unit. When other settings
     changed with this one the delta is not this setting's: the mechanism is a suspect, indicated and unbounded,
@@ -391,6 +399,14 @@ def ablation_finding(d, *evidence, key: str = "") -> Finding:
     own = [*evidence, ev(f"runs[{d['setting']}].slower", d["slower"]), ev(f"runs[{d['setting']}].faster", d["faster"]),
            ev("runs.figure", d["figure"]), ev("runs.slower_time", d["slower_time"], unit),
            ev("runs.faster_time", d["faster_time"], unit)]
+    if observed_on_the_faster_side(d):
+        return Finding(
+            evidence=[*own, ev("runs.observed_time", d["observed_time"], unit)],
+            key=key,
+            grade=Grade.possible,
+            detail=f"{d['slower']} runs {d['slowdown']:.2f}x slower than {d['faster']}, but the observation is {d['faster']}'s "
+            "own figure: the engine has the slower path, and the observed setup does not take it.",
+        )
     if confounded:
         return Finding(
             evidence=[*own, ev("runs.changed_with_it", ", ".join(confounded))],

@@ -342,12 +342,15 @@ class MachineRules(RuleSet):
         )
 
     @rule(SPECS["clock-throttle"],
-          AS.r << RepeatDecline(decline=P(lambda x: x >= SUSTAINED_DECLINE), repeats=P(lambda n: n >= TREND_REPEATS)))
+          AS.r << RepeatDecline(decline=P(lambda x: x >= SUSTAINED_DECLINE), repeats=P(lambda n: n >= TREND_REPEATS)),
+          TEST(lambda r: r.get("peer_decline", SUSTAINED_DECLINE) >= SUSTAINED_DECLINE))
     def slower_after_the_first_repeat(self, r):
         """The same work, run again back to back, ran fastest the first time and at least a quarter slower every time
         after: a state that builds under sustained load and stays. Heat is the usual one: the chip reaches its
         temperature or power limit and steps its clocks down, a laptop or a small box sooner than a server. Clocks
-        read during a later repeat, or a pause to cool before each, decide it."""
+        read during a later repeat, or a pause to cool before each, decide it. Not where another run on the same
+        machine held steady over as many repeats: heat slows every run on a machine alike, so a decline only one side
+        of the A/B shows came with what it changed (a release that grows a buffer each generation)."""
         run = r["run"]
         return Finding(
             evidence=[ev(f"runs[{run}].repeats", r["repeats"]), ev(f"runs[{run}].figure", r["figure"]),

@@ -216,10 +216,15 @@ def run_deltas(runs: list[Run], observed_ms: float | None = None) -> list[RunDel
 SAME_RUN = 0.01
 
 
+def same_run(ms: float, observed_ms: float) -> bool:
+    """A run's time per token that is the observation's own, to the rounding of a quoted figure."""
+    return abs(ms - observed_ms) <= SAME_RUN * observed_ms
+
+
 def _matches(run: Run, observed_ms: float) -> bool:
     f = run.figures
     ms = f.per_token_ms or (1e3 / f.per_user_tokens_per_s if f.per_user_tokens_per_s else None)
-    return ms is not None and abs(ms - observed_ms) <= SAME_RUN * observed_ms
+    return ms is not None and same_run(ms, observed_ms)
 
 
 def _delta(base: Run, other: Run) -> RunDelta | None:
@@ -298,10 +303,28 @@ def repeated_figure(run: Run) -> str | None:
 def repeat_decline(run: Run) -> tuple[str, float] | None:
     """(the figure, how many times slower the fastest later repeat ran than the first) when the first of a run's repeats,
     in the order they ran, was its fastest: the same work slowing once it has run a while. None otherwise."""
-    figure = repeated_figure(run) if len(run.repeats) >= 2 else None
-    if figure is None:
+    times = _repeat_times(run)
+    if times is None:
         return None
-    times = [as_time(figure, value) for value in run.repeats]
-    first, later = times[0], min(times[1:])
-    return (figure, later / first) if later > first else None
+    first, later = times[1][0], min(times[1][1:])
+    return (times[0], later / first) if later > first else None
 
+
+def _repeat_times(run: Run) -> tuple[str, list[float]] | None:
+    figure = repeated_figure(run) if len(run.repeats) >= 2 else None
+    return None if figure is None else (figure, [as_time(figure, value) for value in run.repeats])
+
+
+# Settings that say which machine a run ran on.
+MACHINE_SETTINGS = ("hardware", "devices", "os")
+
+
+def steadiest_peer(run: Run, runs: list[Run]) -> float | None:
+    """How many times slower the slowest later repeat ran than the first, for the steadiest of the other runs on the
+    same machine (none of MACHINE_SETTINGS differs) that state at least as many repeats: a machine whose state builds
+    under load slows every run on it alike, so a peer that held steady says the decline came with what the runs
+    changed. None where no such peer states its repeats."""
+    peers = [_repeat_times(r) for r in runs if r is not run and len(r.repeats) >= len(run.repeats)
+             and all(setting_value(r, n) == setting_value(run, n) for n in MACHINE_SETTINGS)]
+    drifts = [max(times[1:]) / times[0] for _, times in filter(None, peers)]
+    return min(drifts) if drifts else None

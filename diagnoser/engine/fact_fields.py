@@ -201,6 +201,7 @@ def fact_table() -> dict[type, dict[str, FieldInfo]]:
         f.RepeatDecline: _derived(
             run=("text", "the run"), figure=("text", "the figure its repeats are of"), repeats=("count", "how many repeats it states"),
             decline=("x", "the first repeat's speed over the fastest later repeat's (> 1: every later one ran slower)"),
+            peer_decline=("x", "the slowest later repeat over the first, for the steadiest other run on the same machine with as many repeats"),
         ),
         f.ConfoundedChange: _run_diff_fields() | _derived(
             setting=("text", "one of the settings that differ"), with_=("text", "the other settings that differ with it"),

@@ -20,7 +20,7 @@ from diagnoser.models.hardware import Hardware, hardware_preset
 from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.engine.comparison import RunDelta, named_devices, repeat_decline, run_deltas, sweep_points
+from diagnoser.engine.comparison import RunDelta, named_devices, repeat_decline, run_deltas, same_run, steadiest_peer, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
 from diagnoser.models.runtime import HostCost, RoutingObs
 from diagnoser.models.serving import Percentiles, ServingMetrics
@@ -133,7 +133,8 @@ class RunDiff(Fact):
 
 class RepeatDecline(Fact):
     """A run whose first repeat, in the order they ran, was its fastest: ``decline`` (> 1) is how many times slower the
-    fastest later repeat ran, over ``repeats`` repeats of ``figure``."""
+    fastest later repeat ran, over ``repeats`` repeats of ``figure``; ``peer_decline`` how much slower the slowest later
+    repeat ran than the first in the steadiest other run on the same machine that states as many repeats."""
 
 
 class ConfoundedChange(Fact):
@@ -536,8 +537,6 @@ def _metrics(m: ServingMetrics) -> Metrics:
     return Metrics(**flat)
 
 
-# A run is the observed one when its time per token is the observation's within rounding of a quoted rate.
-SAME_RUN = 0.01
 # Run figures that are one stream's time per token (ms per token, not the aggregate's or a job's).
 PER_TOKEN_FIGURES = frozenset({"per_token_ms", "per_user_tokens_per_s"})
 
@@ -548,7 +547,7 @@ def _includes_observed(d: RunDelta, observed: float | None) -> bool | None:
     gives no time per token, or the A/B compares another figure."""
     if observed is None:
         return None
-    return any(abs(t - observed) <= SAME_RUN * observed for t in (d.base_time, d.other_time))
+    return any(same_run(t, observed) for t in (d.base_time, d.other_time))
 
 
 def _run_diff(d: RunDelta, observed_ms: float | None = None) -> RunDiff:
@@ -591,7 +590,9 @@ def _repeat_declines(case: Case) -> list[Fact]:
     for run in case.observations.runs:
         decline = repeat_decline(run)
         if decline is not None:
-            found.append(RepeatDecline(run=run.name, figure=decline[0], decline=decline[1], repeats=len(run.repeats)))
+            peer = steadiest_peer(run, case.observations.runs)
+            found.append(RepeatDecline(run=run.name, figure=decline[0], decline=decline[1], repeats=len(run.repeats),
+                                       **({"peer_decline": peer} if peer is not None else {})))
     return found
 
 
