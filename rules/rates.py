@@ -75,6 +75,9 @@ NEAR_ZERO_SHARE = 0.2
 FIRST_TOKEN_MATCH = 0.15
 # Per-token figures within 25 % of each other agree within streaming jitter (the client-gap slack).
 TIMING_AGREEMENT = 1.25
+# A mean of per-request rates runs faster than one over the mean TPOT wherever requests differ, by tens of per cent;
+# a TPOT twice the time a token the rate gives holds as much time again as decode took: the windows differ.
+WINDOW_APART = 2.0
 
 
 def bursty(s) -> bool:
@@ -215,6 +218,12 @@ def chunk_and_token_ms(m) -> tuple[str, float, str, float] | None:
 def typical_ms(m, name: str) -> float | None:
     """A latency figure of the metrics: its mean, else its median."""
     return m.get(f"{name}_mean_ms", m.get(f"{name}_p50_ms"))
+
+
+def tpot_beyond_rate(m) -> bool:
+    """One stream's TPOT at least WINDOW_APART times the time a token its rate gives: more than averaging can do."""
+    rate, tpot = m.get("per_user_tokens_per_s"), typical_ms(m, "tpot")
+    return bool(rate and tpot) and tpot * rate / 1e3 >= WINDOW_APART
 
 
 def rate_below_tpot(m) -> bool:
@@ -518,6 +527,19 @@ class RateGuards(RuleSet):
             evidence=[ev("metrics.input_tokens", prompt), ev("metrics.output_tokens", output)],
             detail=f"{prompt:g} prompt tokens take at least {prompt / PROMPT_TOKENS_PER_STEP:.3g} decode steps' time, against "
             f"{output:g} generated: a rate over the whole request would time the prompt more than the decode.",
+        )
+
+    @rule(SPECS["rate-includes-prefill"], AS.m << Metrics(), TEST(lambda m: tpot_beyond_rate(m)))
+    def tpot_window_holds_more(self, m):
+        """One stream's TPOT well above the time a token its own stated rate gives: a TPOT is time per output token,
+        whatever a step or a chunk emits, so the only way a rate of the same stream can be faster is a window that
+        leaves time out. The TPOT's window holds what the rate's does not: the first decode steps compiling or warming
+        up, a one-off stall. Its figure is not decode's, and held against a reference it blames decode for them."""
+        tpot, rate = typical_ms(m, "tpot"), m["per_user_tokens_per_s"]
+        return Finding(
+            evidence=[ev("metrics.tpot_ms", tpot, "ms"), ev("metrics.per_user_tokens_per_s", rate)],
+            detail=f"A TPOT of {tpot:.4g} ms is {tpot * rate / 1e3:.3g}x the {1e3 / rate:.4g} ms a token that "
+            f"{rate:.4g} tokens/s gives: the TPOT's window holds time the rate's leaves out.",
         )
 
     @rule(SPECS["rate-includes-prefill"], AS.d << RunDiff(setting="stream", slower=P(lambda v: v in OFF), figure=MATCH.figure))
