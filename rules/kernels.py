@@ -100,6 +100,12 @@ SAMPLING_SHARE = 0.03
 SAME_SETUP_EARLIER = "older_version"
 # Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
 BATCH_SETTINGS = frozenset({"batch", "concurrency"})
+# A logged line that names another part of the step than the weights' GEMMs is that part's: the KV cache (or a
+# cache tier holding it), attention, sampling, communication between devices, pipeline stages, graph capture.
+OTHER_PART = re.compile(
+    r"\b(?:kv|\w*cache|attention|attn|flash[_-]?attn|sampl\w*|top[_-]?[kp]|all[_-]?reduce|nccl|pipeline|cuda ?graphs?|"
+    r"cudagraph\w*|tokeni[sz]\w*)\b", re.IGNORECASE)
+
 # What settles a quantized format's GEMMs as the loss, however they came to be suspected.
 QUANTIZED_CHECK = "An A/B against unquantized weights at the same batch, or the GEMM class's share of a trace, decides it."
 # Words that describe a sampler as sort-free, so "sort-free" is not read as sorting.
@@ -655,12 +661,14 @@ class KernelRules(RuleSet):
         NOT(Platform(fallback_read_as=P(lambda read_as: bool(read_as)))),
         NOT(Memory(layers_on_device=W())),
         NOT(KernelClass(share_of_step=W())),
+        TEST(lambda line: OTHER_PART.search(line) is None),
     )
     def quantized_fallback_logged(self, scheme, line):
         """The engine logged a slower path while serving quantized weights, and the line is not the layers it
-        placed, nor another fact the canonical step read from it (a graph mode, a default MoE config): the quantized
-        GEMMs (their kernel, or the dtype they compute in) are what a weight format changes on the decode path, so the
-        logged fallback is theirs before it is the build's."""
+        placed, nor another fact the canonical step read from it (a graph mode, a default MoE config), nor does it name
+        another part of the step (OTHER_PART: the KV cache, attention, sampling, communication, pipeline stages): the
+        quantized GEMMs (their kernel, or the dtype they compute in) are what a weight format changes on the decode
+        path, so the logged fallback is theirs before it is the build's."""
         return Finding(
             evidence=[ev("server.quantization", scheme), ev("platform.fallback_logged", line)],
             key="quantized",
