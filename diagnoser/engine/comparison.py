@@ -303,11 +303,12 @@ def repeated_figure(run: Run) -> str | None:
 def repeat_decline(run: Run) -> tuple[str, float] | None:
     """(the figure, how many times slower the fastest later repeat ran than the first) when the first of a run's repeats,
     in the order they ran, was its fastest: the same work slowing once it has run a while. None otherwise."""
-    times = _repeat_times(run)
-    if times is None:
+    found = _repeat_times(run)
+    if found is None:
         return None
-    first, later = times[1][0], min(times[1][1:])
-    return (times[0], later / first) if later > first else None
+    figure, times = found
+    first, later = times[0], min(times[1:])
+    return (figure, later / first) if later > first else None
 
 
 def _repeat_times(run: Run) -> tuple[str, list[float]] | None:
