@@ -50,6 +50,10 @@ MIN_ACCEPTANCE = 0.25
 # a draft, and the counters' acceptance is not what makes it slow. (On a GB10, 4-bit MTP grew 70 ms a draft against a
 # 69 ms ordinary step; draft models measured 0.6-0.75 of a step a draft.)
 ROW_DEARER = 0.9
+# A drafter is one layer (an MTP head, EAGLE) or a model a few per cent of the target's size, and a cycle's host work a
+# fraction of a step: drafting and bookkeeping that take half an ordinary step a cycle give back half a token of every
+# cycle's yield before the verify is paid.
+DRAFTING_SHARE = 0.5
 
 
 class SpeculationRules(RuleSet):
@@ -75,6 +79,31 @@ class SpeculationRules(RuleSet):
             missing=["speculation.verify_ms", "speculation.draft_ms"],
             detail=f"With speculation on the run takes {on:.4g} against {off:.4g} {unit} off: within {SLOWER - 1:.0%} either way, "
             "so what its cycles emit is spent on drafting and verifying.",
+        )
+
+    @rule(
+        SPECS["speculation-slowdown"],
+        AS.s << Speculation(draft_ms=MATCH.draft, ordinary_step_ms=MATCH.ordinary),
+        AS.m << Metrics(),
+        TEST(lambda s, m, draft, ordinary: draft + s.get("other_ms", 0.0) >= DRAFTING_SHARE * ordinary
+             and cycle_yield(s, m) is not None and m.get("per_token_ms") is not None),
+    )
+    def drafting_eats_the_yield(self, s, m, draft, ordinary):
+        """A cycle's drafting and bookkeeping, timed apart from its verify, take half an ordinary step or more: a
+        drafter (one layer for an MTP head or EAGLE, a small model for a draft model) and the cycle's host work should
+        cost a fraction of the step whose weights the verify reads anyway. Each cycle gives back that much of what its
+        accepted tokens earn, whatever the acceptance; spread over the tokens a cycle emits it is what a token could
+        lose at most if they cost nothing."""
+        other, tokens, per_token = s.get("other_ms", 0.0), cycle_yield(s, m), m["per_token_ms"]
+        overhead = draft + other
+        return Finding(
+            evidence=[ev("speculation.draft_ms", draft, "ms"), *([ev("speculation.other_ms", other, "ms")] if other else []),
+                      ev("speculation.ordinary_step_ms", ordinary, "ms"), ev("emitted_tokens_per_cycle", tokens),
+                      ev("metrics.per_token_ms", per_token, "ms")],
+            removable_ms=min(overhead / tokens, per_token),
+            step_ms=per_token,
+            detail=f"Drafting and bookkeeping take {overhead:.4g} ms a cycle, {overhead / ordinary:.2g} ordinary steps, "
+            f"against the {tokens:.3g} tokens a cycle emits.",
         )
 
     @rule(SPECS["speculation-slowdown"], *ablation("draft_length"))
@@ -274,6 +303,15 @@ def named_from_counters(s, m, ordinary: float, why: str) -> Finding:
         evidence=[*acceptance_evidence(s), *per_token_evidence(s, m), ev("speculation.ordinary_step_ms", ordinary, "ms")],
         detail=f"{kept(s)} {why}",
     )
+
+
+def cycle_yield(s, m) -> float | None:
+    """Tokens a cycle emits: as the counters measured them, else the timed cycle (draft, verify and the rest) over
+    the time per token the stream saw."""
+    found = yield_per_cycle(s)
+    if found is not None or "verify_ms" not in s or not m.get("per_token_ms"):
+        return found
+    return (s.get("draft_ms", 0.0) + s["verify_ms"] + s.get("other_ms", 0.0)) / m["per_token_ms"]
 
 
 def drafts_per_cycle(s) -> float | None:
