@@ -220,16 +220,20 @@ def typical_ms(m, name: str) -> float | None:
     return m.get(f"{name}_mean_ms", m.get(f"{name}_p50_ms"))
 
 
-def tpot_beyond_rate(m) -> bool:
-    """One stream's TPOT at least WINDOW_APART times the time a token its rate gives: more than averaging can do."""
+def tpot_over_rate(m) -> float | None:
+    """One stream's TPOT over the time a token its own stated rate gives: 1 where the two time the same decode."""
     rate, tpot = m.get("per_user_tokens_per_s"), typical_ms(m, "tpot")
-    return bool(rate and tpot) and tpot * rate / 1e3 >= WINDOW_APART
+    return tpot * rate / 1e3 if rate and tpot else None
+
+
+def tpot_beyond_rate(m) -> bool:
+    """The TPOT at least WINDOW_APART times the rate's time a token: more than averaging can do."""
+    return (tpot_over_rate(m) or 0.0) >= WINDOW_APART
 
 
 def rate_below_tpot(m) -> bool:
     """One stream's rate slower than the TPOT beside it says (beyond streaming jitter)."""
-    rate, tpot = m.get("per_user_tokens_per_s"), typical_ms(m, "tpot")
-    return bool(rate and tpot) and rate * tpot / 1e3 * TIMING_AGREEMENT < 1
+    return (tpot_over_rate(m) or 1.0) * TIMING_AGREEMENT < 1
 
 
 def per_stream_rate(side, rate_kind: str) -> float | None:
@@ -538,7 +542,7 @@ class RateGuards(RuleSet):
         tpot, rate = typical_ms(m, "tpot"), m["per_user_tokens_per_s"]
         return Finding(
             evidence=[ev("metrics.tpot_ms", tpot, "ms"), ev("metrics.per_user_tokens_per_s", rate)],
-            detail=f"A TPOT of {tpot:.4g} ms is {tpot * rate / 1e3:.3g}x the {1e3 / rate:.4g} ms a token that "
+            detail=f"A TPOT of {tpot:.4g} ms is {tpot_over_rate(m):.3g}x the {1e3 / rate:.4g} ms a token that "
             f"{rate:.4g} tokens/s gives: the TPOT's window holds time the rate's leaves out.",
         )
 

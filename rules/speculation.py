@@ -309,9 +309,9 @@ def cycle_yield(s, m) -> float | None:
     """Tokens a cycle emits: as the counters measured them, else the timed cycle (draft, verify and the rest) over
     the time per token the stream saw."""
     found = yield_per_cycle(s)
-    if found is not None or "verify_ms" not in s or not m.get("per_token_ms"):
+    if found is not None or "cycle_ms" not in s or not m.get("per_token_ms"):
         return found
-    return (s.get("draft_ms", 0.0) + s["verify_ms"] + s.get("other_ms", 0.0)) / m["per_token_ms"]
+    return s["cycle_ms"] / m["per_token_ms"]
 
 
 def drafts_per_cycle(s) -> float | None:

@@ -70,7 +70,8 @@ class Probe(Fact):
 
 
 class Speculation(Fact):
-    """Speculation counters; ``speedup``, ``expected_tokens`` and ``cycle_ms`` when the costs are known."""
+    """Speculation counters; ``cycle_ms`` when its three costs are timed, ``speedup`` and ``expected_tokens`` when the
+    acceptance, the draft length and the ordinary step are known too."""
 
 
 class Server(Fact):
@@ -460,9 +461,11 @@ def _speculation(case: Case) -> Speculation | None:
     derived: dict[str, Any] = {}
     costs = (spec.verify_ms, spec.draft_ms, spec.other_ms, spec.ordinary_step_ms)
     # a cycle stated to cost nothing has no finite speed-up to derive; the counters still stand
-    if spec.acceptance is not None and spec.draft_length is not None and None not in costs and sum(costs[:3]) > 0:
-        result = speculation(spec.acceptance, spec.draft_length, *costs)
-        derived = {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup, "cycle_ms": result.cycle_ms}
+    if None not in costs[:3] and sum(costs[:3]) > 0:
+        derived = {"cycle_ms": sum(costs[:3])}
+        if spec.acceptance is not None and spec.draft_length is not None and spec.ordinary_step_ms is not None:
+            result = speculation(spec.acceptance, spec.draft_length, *costs)
+            derived |= {"expected_tokens": result.expected_tokens_per_cycle, "speedup": result.speedup}
     return Speculation(**_fields(spec, **derived, **_draft_sweep(case.observations.runs, spec)))
 
 
