@@ -159,9 +159,10 @@ def headroom_ms(device_ms: float, share: float, bw_fraction: float | None, refer
     return class_ms * max(0.0, 1.0 - bw_fraction / reference)
 
 
-def _slow_backend_finding(k, backend: str, frac: float, removable: float) -> Finding:
+def _slow_backend_finding(k, backend: str, frac: float, removable: float, at_most: bool = False) -> Finding:
+    reach = "reaches at most" if at_most else "reaches"
     return Finding(evidence=_kernel_evidence(k), removable_ms=removable, key=k["kernel_class"],
-                   detail=f"{k['kernel_class']} on {backend} reaches {frac:.0%} of peak bandwidth.")
+                   detail=f"{k['kernel_class']} on {backend} {reach} {frac:.0%} of peak bandwidth.")
 
 
 def few_verify_rows(s) -> bool:
@@ -394,6 +395,22 @@ class KernelRules(RuleSet):
     def slow_kernel_path_of_step(self, k, backend, share, frac, step):
         """No budget: the class's share of the measured step, at the bandwidth it reached, is what full bandwidth saves."""
         return _slow_backend_finding(k, backend, frac, headroom_ms(step, share, frac))
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.k << KernelClass(backend=MATCH.backend, share_of_step=MATCH.share),
+        Bound(floor_ms=MATCH.floor, observed_step_ms=MATCH.step),
+        TEST(lambda k, share, floor, step: k.get("achieved_bw_fraction") is None and share >= MIN_SHARE
+             and floor / (share * step) < LOW_BW_FRACTION / SLOW_PATH_MARGIN),
+    )
+    def slow_kernel_path_within_the_floor(self, k, backend, share, floor, step):
+        """The class's bandwidth is not measured, but it cannot move more than the whole step's bytes: the floor over the
+        class's time is the most it can have reached. A large class whose best case is under the slow-path line spends
+        its time on something other than the bytes. Its own bytes are not known, so all of its time bounds the gain."""
+        most = floor / (share * step)
+        finding = _slow_backend_finding(k, backend, most, headroom_ms(step, share, None), at_most=True)
+        finding.evidence += [ev("bound.floor_ms", floor, "ms"), ev("bound.observed_step_ms", step, "ms")]
+        return finding
 
     @rule(
         SPECS["sort-sampling"],

@@ -708,6 +708,9 @@ class MachineRules(RuleSet):
         host memory every step, and the heavier format leaves more of its bytes there; the A/B measures what they cost."""
         return ablation_finding(d, ev("memory.weights_fit_without_offload", False))
 
+    def names_a_slow_build(self) -> bool:
+        return any(isinstance(f, Platform) and build_issues(f) for f in self.facts.values())
+
     def off_device(self, m, per_token: float, api: str, ceiling_ms: float, device: str,
                    reading: tuple[Grade | None, str]) -> Finding | None:
         """A token past the sweep, read one of two ways (``reading``: the grade and the fact that would settle it)."""
@@ -718,8 +721,12 @@ class MachineRules(RuleSet):
 
     def read_as(self, reading: tuple[Grade | None, str], evidence: list, detail: str) -> Finding | None:
         """Work found off the device, read as ``reading``; where the case already names the work off the device, that
-        work's own cause is the reading and this one stays silent."""
+        work's own cause is the reading and this one stays silent. Where it names a build that does not run the fast
+        path (a debug build, no kernels for this architecture, a logged fallback), that build explains the slow token
+        as well as placement would, and it is what the case says: placement is no longer the likelier reading."""
         if names_off_device_work(self.facts):
+            return None
+        if reading is PLACEMENT_READING and self.names_a_slow_build():
             return None
         grade, settles = reading
         return Finding(evidence=evidence, grade=grade, missing=[settles], detail=detail)
