@@ -197,6 +197,30 @@ PADDED_SHARE = 0.25
 COMPUTING_CORES = 4
 
 
+def launches_per_step(facts) -> float:
+    """The kernels launched one by one a step: the kernel classes' counts summed, or a graph section's count of
+    launches outside graphs, whichever says more (a count of some classes is part of the whole)."""
+    classes = sum(f["count_per_step"] for f in facts.values() if isinstance(f, KernelClass) and "count_per_step" in f)
+    graphed = max((f["kernel_launches_per_step"] for f in facts.values()
+                   if isinstance(f, Graph) and "kernel_launches_per_step" in f), default=0.0)
+    return max(classes, graphed)
+
+
+def launch_paced(facts, step: float) -> Finding | None:
+    """Launches pace the step when issuing its kernels one by one takes half of it or more at a launch's least cost."""
+    count = launches_per_step(facts)
+    issue_ms = count * MIN_LAUNCH_US / 1e3
+    if issue_ms < LAUNCH_PACED_SHARE * step:
+        return None
+    graphs_off = any(isinstance(f, Server) and f.get("cuda_graphs") is False for f in facts.values())
+    return Finding(
+        evidence=[ev("kernel_launches_per_step", count), ev("reference.step_ms", step, "ms")],
+        grade=Grade.indicated if graphs_off else Grade.possible,
+        detail=f"{count:g} kernels a step take at least {issue_ms:.3g} ms to launch at {MIN_LAUNCH_US:g} us each, "
+        f"{issue_ms / step:.0%} of the {step:.4g} ms step.",
+    )
+
+
 def off_device_work(f) -> bool:
     """The case names work done off the device: some of the model's bytes in host memory (offloaded, spilled, layers
     left off the device, weights that do not fit it), a grammar's mask computed on the host each step, or many host
@@ -284,7 +308,7 @@ class LaunchRules(RuleSet):
     @rule(
         SPECS["launch-gaps"],
         Reference(step_ms=MATCH.step),
-        KernelClass(count_per_step=W()),
+        OR(KernelClass(count_per_step=W()), Graph(kernel_launches_per_step=W())),
         NOT(Graph(status="full")),
         NOT(Budget()),
     )
@@ -293,17 +317,25 @@ class LaunchRules(RuleSet):
         that is half the step or more: unless a graph replays them, the device waits on the host's submissions for that
         long, so launches pace the step. Indicated where graphs are stated off; possible where nothing says how they
         were launched. A timeline's gaps before ready kernels measure it."""
-        count = sum(f["count_per_step"] for f in self.facts.values() if isinstance(f, KernelClass) and "count_per_step" in f)
-        issue_ms = count * MIN_LAUNCH_US / 1e3
-        if issue_ms < LAUNCH_PACED_SHARE * step:
+        return launch_paced(self.facts, step)
+
+    @rule(
+        SPECS["launch-gaps"],
+        Budget(step_ms=MATCH.step, launch_ms=0, host_ms=0, unattributed_ms=MATCH.idle),
+        OR(KernelClass(count_per_step=W()), Graph(kernel_launches_per_step=W())),
+        NOT(Graph(status="full")),
+        TEST(lambda idle, step: notable(idle, step)),
+    )
+    def kernels_too_many_for_the_idle(self, step, idle):
+        """A budget that times the step and its kernels but not what the device waited on leaves the rest idle: on one
+        stream, waiting on the host. Where the kernels, counted, take half the step or more to issue, launches fill that
+        idle: at most all of it, which graph replay or fewer kernels can remove."""
+        finding = launch_paced(self.facts, step)
+        if finding is None:
             return None
-        graphs_off = any(isinstance(f, Server) and f.get("cuda_graphs") is False for f in self.facts.values())
-        return Finding(
-            evidence=[ev("kernel_classes.count_per_step", count), ev("reference.step_ms", step, "ms")],
-            grade=Grade.indicated if graphs_off else Grade.possible,
-            detail=f"{count:g} kernels a step take at least {issue_ms:.3g} ms to launch at {MIN_LAUNCH_US:g} us each, "
-            f"{issue_ms / step:.0%} of the {step:.4g} ms step.",
-        )
+        finding.evidence.append(ev("budget.unattributed_ms", idle, "ms"))
+        finding.removable_ms, finding.grade = idle, None
+        return finding
 
     @rule(SPECS["launch-gaps"], *ablation("gpu_scheduling"))
     def os_scheduled_submissions_slower(self, d):
