@@ -236,6 +236,7 @@ ABLATIONS = {
     "cpu_affinity": wider_affinity,  # cpu-oversubscribed: threads on slower cores (E-cores, SMT siblings) hold the others at each barrier
     "proxy": through_a_proxy,  # proxy-buffering: the proxy's hold (or its own queue) is the delta
     "gpu_layers": fewer,  # cpu-offload: the layers left off the device are read from host memory every step
+    "max_num_seqs": fewer,  # admission-queueing: under the lower cap, requests wait for a slot
     "device_memory": less_memory,  # cpu-offload: what no longer fits the smaller memory is read from host memory or paged
     "penalties": switched_on,  # default-penalties when the server's default turns them on, else penalty-over-history
     "structured_output": switched_on,  # structured-output-overhead

@@ -190,22 +190,27 @@ def named_devices(runs: list[Run], hardware: str | None) -> list[Run]:
             else run for run in runs]
 
 
-def run_deltas(runs: list[Run], observed_ms: float | None = None) -> list[RunDelta]:
-    """Every run against the baseline run, on the first figure both measured; and the observed run (the one whose time
-    per token is the observation's) against the fastest run, where that is another than the baseline and differs
+def run_deltas(runs: list[Run], observed: Observed | None = None) -> list[RunDelta]:
+    """Every run against the baseline run, on the first figure both measured; and the observed run (the one whose
+    figures are the observation's) against the fastest run, where that is another than the baseline and differs
     from it in one change: the baseline is where the comparison started, the fastest run what the same setup reached,
     and a slowdown it shows is the observation's own (an NVFP4 checkpoint a few per cent behind the FP8 baseline and
-    well behind the other NVFP4 kernel)."""
+    well behind the other NVFP4 kernel). Where the observed run is the baseline itself and another run, one change
+    away, is faster, that run is what the observed setup reaches with the change: the observation's slowdown is
+    located in the value it keeps (a stock setting a tuned run changed)."""
     base = baseline(runs)
     if base is None:
         return []
     deltas = [d for other in runs if other is not base and (d := _delta(base, other)) is not None]
-    observed = [r for r in runs if observed_ms is not None and _matches(r, observed_ms)]
+    seen = [r for r in runs if observed is not None and _matches(r, observed)]
     faster = [d for d in deltas if d.other_time < d.base_time]
-    if len(observed) != 1 or observed[0] is base or not faster:
+    if len(seen) != 1 or not faster:
         return deltas
+    if seen[0] is base:
+        by_name = {r.name: r for r in runs}
+        return deltas + [r for d in faster if len(d.values) == 1 and (r := _delta(by_name[d.other], base)) is not None]
     top = next(r for r in runs if r.name == min(faster, key=lambda d: d.other_time / d.base_time).other)
-    extra = _delta(top, observed[0]) if top is not observed[0] else None
+    extra = _delta(top, seen[0]) if top is not seen[0] else None
     if extra is not None and len(extra.values) == 1 and extra.other_time > extra.base_time:
         deltas.append(extra)
     return deltas
@@ -221,10 +226,23 @@ def same_run(ms: float, observed_ms: float) -> bool:
     return abs(ms - observed_ms) <= SAME_RUN * observed_ms
 
 
-def _matches(run: Run, observed_ms: float) -> bool:
+@dataclass(frozen=True)
+class Observed:
+    """The observation's own figures, to find the run that is the observation: its time per token, or the aggregate
+    rate or job time a run states where no per-token figure is given."""
+
+    per_token_ms: float | None = None
+    output_tokens_per_s: float | None = None
+    duration_s: float | None = None
+
+
+def _matches(run: Run, observed: Observed) -> bool:
     f = run.figures
     ms = f.per_token_ms or (1e3 / f.per_user_tokens_per_s if f.per_user_tokens_per_s else None)
-    return ms is not None and same_run(ms, observed_ms)
+    if ms is not None and observed.per_token_ms is not None:
+        return same_run(ms, observed.per_token_ms)
+    pairs = ((f.output_tokens_per_s, observed.output_tokens_per_s), (f.duration_s, observed.duration_s))
+    return any(mine is not None and theirs is not None and same_run(mine, theirs) for mine, theirs in pairs)
 
 
 def _delta(base: Run, other: Run) -> RunDelta | None:

@@ -20,7 +20,7 @@ from diagnoser.models.hardware import Hardware, hardware_preset
 from diagnoser.models.model_spec import ModelFeature, resolve_model
 from diagnoser.models.precision import DType, bytes_per_element
 from diagnoser.models.hypothesis import BoundSummary
-from diagnoser.engine.comparison import RunDelta, named_devices, repeat_decline, run_deltas, same_run, steadiest_peer, sweep_points
+from diagnoser.engine.comparison import Observed, RunDelta, named_devices, repeat_decline, run_deltas, same_run, steadiest_peer, sweep_points
 from diagnoser.models.observations import BoundaryTimings, CaptureUnit, ContextPoint, GraphReplayObs, GemmPoint, KernelClassObs, StepBudget
 from diagnoser.models.runtime import HostCost, RoutingObs
 from diagnoser.models.serving import Percentiles, ServingMetrics
@@ -584,7 +584,8 @@ def _confounded(d: RunDelta) -> list[ConfoundedChange]:
 def _run_diffs(case: Case) -> list[Fact]:
     metrics = case.observations.metrics
     observed_ms = metrics.per_token_ms() if metrics is not None else None
-    deltas = run_deltas(named_devices(case.observations.runs, case.workload.hardware if case.workload is not None else None), observed_ms)
+    observed = Observed(observed_ms, metrics.output_tokens_per_s, metrics.duration_s) if metrics is not None else None
+    deltas = run_deltas(named_devices(case.observations.runs, case.workload.hardware if case.workload is not None else None), observed)
     return [_run_diff(d, observed_ms) for d in deltas] + [c for d in deltas for c in _confounded(d)]
 
 
