@@ -39,7 +39,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, larger, switched_on
+from diagnoser.rules.comparison import FORMAT_BITS, ablation, ablation_finding, beyond_its_bytes, larger, switched_on
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import DRAFT_STEP_SHARE, device_read_idle, host_without_profiler, notable, on_cpu
@@ -71,6 +71,9 @@ VERIFY_DEARER = 2.0
 VERIFY_ROWS = 16
 # Under 60 % of peak bandwidth a weight-streaming kernel is not bandwidth-limited.
 LOW_BW_FRACTION = 0.6
+# A narrower weight format that speeds one stream up by under half the ratio of the widths is short of its bytes: a step
+# that reads the weights once would follow their bytes.
+BYTES_SHORTFALL = 2.0
 # A backend is a slow path, not merely below par, when it reaches under 1/1.5 of that (40 % of peak).
 SLOW_PATH_MARGIN = 1.5
 # A served MoE kernel this many times slower than a plain GEMM at the same rows per expert is
@@ -163,6 +166,17 @@ def _slow_backend_finding(k, backend: str, frac: float, removable: float, at_mos
     reach = "reaches at most" if at_most else "reaches"
     return Finding(evidence=_kernel_evidence(k), removable_ms=removable, key=k["kernel_class"],
                    detail=f"{k['kernel_class']} on {backend} {reach} {frac:.0%} of peak bandwidth.")
+
+
+def format_bits(name: str) -> int | None:
+    found = FORMAT_BITS.search(name)
+    return int(found.group()) if found is not None and int(found.group()) > 0 else None
+
+
+def short_of_its_bytes(wide: str, narrow: str, speedup: float) -> bool:
+    """The narrower format's speed-up is under half the ratio of the widths its names state."""
+    a, b = format_bits(wide), format_bits(narrow)
+    return a is not None and b is not None and a > b and speedup < a / b / BYTES_SHORTFALL
 
 
 def few_verify_rows(s) -> bool:
@@ -519,6 +533,28 @@ class KernelRules(RuleSet):
             key="quantized",
             grade=Grade.possible,
             detail=QUANTIZED_CHECK,
+        )
+
+    @rule(
+        SPECS["slow-kernel-path"],
+        AS.d << RunDiff(setting="quantization", slower=MATCH.wide, faster=MATCH.narrow, slowdown=MATCH.speedup,
+                        faster_time=MATCH.observed, observed_time=MATCH.observed),
+        OR(Metrics(concurrency=1), Layout(batch=1)),
+        TEST(lambda wide, narrow, speedup: short_of_its_bytes(wide, narrow, speedup)),
+    )
+    def narrower_format_short_of_its_bytes(self, d, wide, narrow, speedup):
+        """One stream's step is the weights' read, so a format storing a fraction of the bits should take about that
+        fraction of the step. The observed narrower format is faster, but by under half what its bytes allow: its
+        kernels do not stream the fewer bytes at the wider format's pace (dequantising, an unoptimised matrix-vector
+        path), or a fixed cost outside the weights holds the step. Possible: the GEMM class's share of a trace tells
+        which."""
+        ratio = format_bits(wide) / format_bits(narrow)
+        return Finding(
+            evidence=[ev("runs.changed", "quantization"), ev("runs.wider", wide), ev("runs.narrower", narrow),
+                      ev("runs.speedup", speedup), ev("runs.bits_ratio", ratio)],
+            key="quantized",
+            grade=Grade.possible,
+            detail=f"{narrow} is {speedup:.2f}x as fast as {wide}, whose elements are {ratio:g}x as wide.",
         )
 
     @rule(
