@@ -33,9 +33,9 @@ from diagnoser.engine import (
     rule,
 )
 from diagnoser.engine.canonical import SHORT_PROMPT
-from diagnoser.engine.comparison import OFF, STREAM_COUNT_SETTINGS
+from diagnoser.engine.comparison import OFF, STREAM_COUNT_SETTINGS, same_run
 from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
-from diagnoser.rules.comparison import SLOWER, larger
+from diagnoser.rules.comparison import SLOWER, SPREAD_SETTINGS, larger
 
 
 SPECS = load_specs(__file__)
@@ -583,13 +583,17 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["expectation-beyond-bound"],
-        Expectation(kind=MATCH.kind),
+        AS.e << Expectation(kind=MATCH.kind),
         AS.b << Bound(fraction_of_ceiling=MATCH.fraction, ceiling_tokens_per_s=MATCH.ceiling),
         TEST(lambda b, fraction: fraction >= NEAR_BOUND and not precision_assumed(b)),
     )
-    def near_the_bound(self, b, kind, fraction, ceiling):
+    def near_the_bound(self, e, b, kind, fraction, ceiling):
         """Not on a floor that assumed bf16 for want of a stated precision: a quantized model's ceiling is higher, and
-        the observation is then further from it than it looks."""
+        the observation is then further from it than it looks. Nor where the expected figure is the faster side of
+        runs comparing weight formats or ways of spreading the model over its devices: the ceiling is the pinned
+        layout's and format's, and the other side of that A/B has its own."""
+        if self.another_layouts_figure(e):
+            return None
         return Finding(
             evidence=[ev("bound.fraction_of_ceiling", fraction), ev("bound.ceiling_tokens_per_s", ceiling), ev("expected.kind", kind)],
             detail=f"The observation already reaches {fraction:.0%} of the memory-only ceiling ({ceiling:.4g} tokens/s).",
@@ -629,8 +633,11 @@ class RateGuards(RuleSet):
         (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth). Only
         with one sequence pinned (or none): a floor of many sequences' KV is longer than one stream alone needs. Not
         on a floor that assumed bf16 for want of a stated precision: the expected figure may be the served format's.
-        Not where runs of two weight formats are compared: the other format's figure is then stated as such, and the
-        A/B measures what the format changes."""
+        Not where runs of two weight formats, or of two ways of spreading the model over its devices, are compared: the
+        other side's figure is then stated as such (a split that reads each device's share at once has a shorter floor
+        than the pinned layout's), and the A/B measures what the change does."""
+        if self.another_layouts_figure(e):
+            return None
         rate = per_stream_rate(e, expected_rate(e))
         return Finding(
             evidence=[ev("expected.per_stream_tokens_per_s", rate), ev("bound.floor_ms", floor, "ms"),
@@ -638,6 +645,14 @@ class RateGuards(RuleSet):
             detail=f"The expected {rate:.4g} tokens/s a stream is {rate / stream_ceiling(floor):.2f}x the one token per "
             f"{floor:.4g} ms floor this work allows a stream.",
         )
+
+    def another_layouts_figure(self, e) -> bool:
+        """The expected stream's time per token is the faster side's of runs that spread the model over its devices
+        another way (within a quoted figure's rounding): its floor is that layout's, not the pinned one's."""
+        rate = per_stream_rate(e, expected_rate(e))
+        return rate is not None and any(
+            isinstance(f, RunDiff) and f["setting"] in SPREAD_SETTINGS and f["figure"] in ("per_token_ms", "per_user_tokens_per_s")
+            and same_run(f["faster_time"], 1e3 / rate) for f in self.facts.values())
 
     @rule(
         SPECS["rate-kind-mismatch"],
