@@ -66,10 +66,6 @@ ENGINE_GAP = 2.0
 # An expected stream 10 % faster than one token per floor step is beyond the bound's own optimism (datasheet
 # bandwidth, bytes counted once), not a rounding of it.
 BEYOND_CEILING = 1.1
-# When a fifth of a stream's chunk gaps are too short to be a step, chunks are read together after
-# stalls: the median gap mixes near-zero gaps with stalls. A stream read as it is made, one token a
-# step, has almost none (a few per cent from scheduling jitter).
-NEAR_ZERO_SHARE = 0.2
 # The output's extra time at the observed rate within 15 % of the first token's time is that time: a first
 # token and a decode rate quoted from one run differ by more than that only if something else changed.
 FIRST_TOKEN_MATCH = 0.15
@@ -78,10 +74,6 @@ TIMING_AGREEMENT = 1.25
 # A mean of per-request rates runs faster than one over the mean TPOT wherever requests differ, by tens of per cent;
 # a TPOT twice the time a token the rate gives holds as much time again as decode took: the windows differ.
 WINDOW_APART = 2.0
-
-
-def bursty(s) -> bool:
-    return s.get("bursty") is True or s.get("near_zero_gap_fraction", 0) >= NEAR_ZERO_SHARE
 
 
 def disagree(client: float, served: float) -> bool:
@@ -803,10 +795,10 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["client-timing-bursty"],
-        AS.s << Stream(),
+        AS.s << Stream(bursty=True),
         Boundaries(client_token_ms=MATCH.client),
         Metrics(boundary=P(engine_side), per_token_ms=MATCH.served),
-        TEST(lambda s, client, served: bursty(s) and disagree(client, served)),
+        TEST(lambda client, served: disagree(client, served)),
     )
     def client_receipt_in_bursts(self, s, client, served):
         """The client's median inter-chunk interval per token, from a bursty stream, against the engine's per-token time."""
@@ -814,11 +806,11 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["client-timing-bursty"],
-        AS.s << Stream(),
+        AS.s << Stream(bursty=True),
         Boundaries(client_token_ms=MATCH.client),
         OR(Budget(step_ms=MATCH.served), Boundaries(device_step_ms=MATCH.served)),
         NOT(Server(speculative=P(speculating))),
-        TEST(lambda s, client, served: bursty(s) and disagree(client, served)),
+        TEST(lambda client, served: disagree(client, served)),
     )
     def client_receipt_in_bursts_against_the_step(self, s, client, served):
         """Against the traced step, which is a token's time when each step makes one token (no speculation)."""
@@ -826,11 +818,11 @@ class RateGuards(RuleSet):
 
     @rule(
         SPECS["client-timing-bursty"],
-        AS.s << Stream(),
+        AS.s << Stream(bursty=True),
         Metrics(boundary="client_receipt", itl_p50_ms=MATCH.client),
         OR(Budget(step_ms=MATCH.served), Boundaries(device_step_ms=MATCH.served)),
         NOT(Server(speculative=P(speculating))),
-        TEST(lambda s, client, served: bursty(s) and disagree(client, served)),
+        TEST(lambda client, served: disagree(client, served)),
     )
     def client_itl_in_bursts(self, s, client, served):
         """A client-side median ITL from a bursty stream against the traced step."""

@@ -119,6 +119,17 @@ def _spike_ratio(section: str, p99: str, p50: str) -> Read:
     return read
 
 
+# When a fifth of a stream's chunk gaps are too short to be a step, chunks are read together after stalls: the median
+# gap mixes near-zero gaps with stalls. A stream read as it is made, one token a step, has almost none (a few per cent
+# from scheduling jitter).
+NEAR_ZERO_SHARE = 0.2
+
+
+def _near_zero_gaps(data: dict) -> Any:
+    share = _at("observations.stream.near_zero_gap_fraction")(data)
+    return True if isinstance(share, (int, float)) and share >= NEAR_ZERO_SHARE else None
+
+
 # Chunks a burst must hold before its gaps say something held them. On the real vLLM lab a loaded reader
 # caught up 1.3-1.7 chunks at a time (faults without a proxy, 2 cores); nginx with gzip released 21.
 HELD_BURST_CHUNKS = 4
@@ -606,6 +617,10 @@ EQUIVALENCES: tuple[Equivalence, ...] = (
         same("observations.boundaries.client_p50_ms"),
         Alternative("observations.metrics", _client_step,
                     "a stream's TPOT (mean else median) read at the client, times the tokens per chunk, beside a device step"),
+    )),
+    Equivalence("observations.stream.bursty", "the client reads the stream in bursts", (
+        Alternative("observations.stream.near_zero_gap_fraction", _near_zero_gaps,
+                    "true when a fifth or more of the stream's chunk gaps are too short to be a step"),
     )),
     Equivalence("observations.metrics.tokens_per_chunk", "tokens each streamed chunk carries", (
         Alternative("observations.boundaries.tokens_per_chunk", _client_chunking,
