@@ -27,7 +27,7 @@ from typing import Any
 from diagnoser.errors import InputError
 from diagnoser.http import Client
 from diagnoser.models.observations import BoundaryTimings, HostObs
-from diagnoser.models.runtime import StreamObs
+from diagnoser.models.runtime import BURSTY_FRACTION, StreamObs
 from diagnoser.models.probe_results import ClientFacts, LatencyStats
 from diagnoser.probes import serving_metrics as sm
 from diagnoser.probes.base import ProbeContext, ProbeSkipped
@@ -132,11 +132,6 @@ def _positive(value: float | None) -> float | None:
 
 def _p50(stats: LatencyStats | None) -> float | None:
     return _positive(stats.p50) if stats else None
-
-
-# A fifth of the gaps too short to be a step is not jitter: the client read chunks that waited for it
-# (a loaded host delays the reader; a proxy holds chunks), so its gaps are not token times.
-BURSTY_FRACTION = 0.2
 
 
 def is_bursty(facts: ClientFacts) -> bool:

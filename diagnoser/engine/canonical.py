@@ -18,6 +18,7 @@ from typing import Any
 
 from diagnoser.errors import InputError
 from diagnoser.models.case import Case
+from diagnoser.models.runtime import BURSTY_FRACTION
 from diagnoser.models.serving import ENGINE_SIDE, SERVER_CLOCKS
 
 Read = Callable[[dict], Any]  # a stated value from the case (as a plain dict), or None
@@ -119,15 +120,9 @@ def _spike_ratio(section: str, p99: str, p50: str) -> Read:
     return read
 
 
-# When a fifth of a stream's chunk gaps are too short to be a step, chunks are read together after stalls: the median
-# gap mixes near-zero gaps with stalls. A stream read as it is made, one token a step, has almost none (a few per cent
-# from scheduling jitter).
-NEAR_ZERO_SHARE = 0.2
-
-
 def _near_zero_gaps(data: dict) -> Any:
     share = _at("observations.stream.near_zero_gap_fraction")(data)
-    return True if isinstance(share, (int, float)) and share >= NEAR_ZERO_SHARE else None
+    return True if isinstance(share, (int, float)) and share >= BURSTY_FRACTION else None
 
 
 # Chunks a burst must hold before its gaps say something held them. On the real vLLM lab a loaded reader

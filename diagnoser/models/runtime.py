@@ -139,6 +139,12 @@ class PlatformObs(_Obs):
     )
 
 
+# A fifth of a stream's gaps too short to be a step is not jitter: the client read chunks that waited for it (a loaded
+# host delays the reader; a proxy holds chunks), so its gaps are not token times. A stream read as it is made, one token
+# a step, has almost none. The client probe, the benchmark readers and the canonical step all draw this line.
+BURSTY_FRACTION = 0.2
+
+
 class StreamObs(_Obs):
     """How tokens reach the client, beyond the median interval."""
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from diagnoser.artifacts.artifact import Artifact
 from diagnoser.errors import InputError
-from diagnoser.probes.client import BURSTY_FRACTION
+from diagnoser.models.runtime import BURSTY_FRACTION
 from diagnoser.probes.serving_metrics import burst_sizes
 from diagnoser.readers.facts import SourcedFacts
 
