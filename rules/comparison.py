@@ -162,27 +162,33 @@ def unlike_devices_added(slower: str, faster: str) -> bool:
 FORMAT_BITS = re.compile(r"\d+")
 
 
+def format_bits(name: str) -> int | None:
+    """The width a format's name states, or None where it states none (auto: the model's own dtype)."""
+    found = FORMAT_BITS.search(name)
+    return int(found.group()) if found is not None else None
+
+
 def narrower(slower: str, faster: str) -> bool:
     """The slower run stores fewer bits per element: a format that moves fewer bytes yet runs slower is paid in its
     kernels. A name with no number (auto: the model's own dtype) says nothing of its width."""
-    a, b = (FORMAT_BITS.search(v) for v in (slower, faster))
-    return a is not None and b is not None and int(a.group()) < int(b.group())
+    a, b = format_bits(slower), format_bits(faster)
+    return a is not None and b is not None and a < b
 
 
 def beyond_its_bytes(d) -> bool:
     """A weight format's A/B is its kernels' when the slower format's extra bits do not account for the delta: it
     stores no more bits per element than the faster one (or a width its name does not state), or it is slower by more
     than the ratio of their widths (the most its extra bytes can cost a step that only reads them)."""
-    a, b = (FORMAT_BITS.search(v) for v in (d["slower"], d["faster"]))
-    if a is None or b is None or int(b.group()) == 0:
+    a, b = format_bits(d["slower"]), format_bits(d["faster"])
+    if a is None or not b:
         return True
-    return d["slowdown"] > int(a.group()) / int(b.group())
+    return d["slowdown"] > a / b
 
 
 def heavier_format(d) -> bool:
     """The slower side of a weight format's A/B stores more bits per element, as its name states."""
-    a, b = (FORMAT_BITS.search(v) for v in (d["slower"], d["faster"]))
-    return a is not None and b is not None and int(a.group()) > int(b.group())
+    a, b = format_bits(d["slower"]), format_bits(d["faster"])
+    return a is not None and b is not None and a > b
 
 
 # How a run without a tuned config is written: as a run with nothing in between, or as the engine's default.

@@ -39,7 +39,7 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import FORMAT_BITS, ablation, ablation_finding, beyond_its_bytes, larger, switched_on
+from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, format_bits, larger, switched_on
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import DRAFT_STEP_SHARE, device_read_idle, host_without_profiler, notable, on_cpu
@@ -168,15 +168,10 @@ def _slow_backend_finding(k, backend: str, frac: float, removable: float, at_mos
                    detail=f"{k['kernel_class']} on {backend} {reach} {frac:.0%} of peak bandwidth.")
 
 
-def format_bits(name: str) -> int | None:
-    found = FORMAT_BITS.search(name)
-    return int(found.group()) if found is not None and int(found.group()) > 0 else None
-
-
 def short_of_its_bytes(wide: str, narrow: str, speedup: float) -> bool:
     """The narrower format's speed-up is under half the ratio of the widths its names state."""
     a, b = format_bits(wide), format_bits(narrow)
-    return a is not None and b is not None and a > b and speedup < a / b / BYTES_SHORTFALL
+    return a is not None and bool(b) and a > b and speedup < a / b / BYTES_SHORTFALL
 
 
 def few_verify_rows(s) -> bool:

@@ -582,8 +582,8 @@ class RateGuards(RuleSet):
     def near_the_bound(self, e, b, kind, fraction, ceiling):
         """Not on a floor that assumed bf16 for want of a stated precision: a quantized model's ceiling is higher, and
         the observation is then further from it than it looks. Nor where the expected figure is the faster side of
-        runs comparing weight formats or ways of spreading the model over its devices: the ceiling is the pinned
-        layout's and format's, and the other side of that A/B has its own."""
+        runs that spread the model over its devices another way: the ceiling is the pinned layout's, and the other
+        side of that A/B has its own."""
         if self.another_layouts_figure(e):
             return None
         return Finding(
@@ -625,9 +625,10 @@ class RateGuards(RuleSet):
         (speculation's several tokens a step, a smaller or more quantized model, another machine's bandwidth). Only
         with one sequence pinned (or none): a floor of many sequences' KV is longer than one stream alone needs. Not
         on a floor that assumed bf16 for want of a stated precision: the expected figure may be the served format's.
-        Not where runs of two weight formats, or of two ways of spreading the model over its devices, are compared: the
-        other side's figure is then stated as such (a split that reads each device's share at once has a shorter floor
-        than the pinned layout's), and the A/B measures what the change does."""
+        Not where runs of two weight formats are compared, nor where the expected stream is the faster side of runs that
+        spread the model over its devices another way: the other side's figure is then stated as such (a split that
+        reads each device's share at once has a shorter floor than the pinned layout's), and the A/B measures what the
+        change does."""
         if self.another_layouts_figure(e):
             return None
         rate = per_stream_rate(e, expected_rate(e))
