@@ -39,7 +39,9 @@ from diagnoser.engine import (
     rule,
 )
 
-from diagnoser.rules.comparison import ablation, ablation_finding, beyond_its_bytes, format_bits, larger, switched_on
+from diagnoser.rules.comparison import (
+    ablation, ablation_finding, beyond_its_bytes, format_bits, larger, observed_on_the_faster_side, switched_on,
+)
 from diagnoser.rules.context import SPECS as CONTEXT_SPECS
 from diagnoser.rules.host_costs import timed_ms
 from diagnoser.rules.launch import DRAFT_STEP_SHARE, device_read_idle, host_without_profiler, notable, on_cpu
@@ -532,10 +534,9 @@ class KernelRules(RuleSet):
 
     @rule(
         SPECS["slow-kernel-path"],
-        AS.d << RunDiff(setting="quantization", slower=MATCH.wide, faster=MATCH.narrow, slowdown=MATCH.speedup,
-                        faster_time=MATCH.observed, observed_time=MATCH.observed),
+        AS.d << RunDiff(setting="quantization", slower=MATCH.wide, faster=MATCH.narrow, slowdown=MATCH.speedup),
         OR(Metrics(concurrency=1), Layout(batch=1)),
-        TEST(lambda wide, narrow, speedup: short_of_its_bytes(wide, narrow, speedup)),
+        TEST(lambda d, wide, narrow, speedup: observed_on_the_faster_side(d) and short_of_its_bytes(wide, narrow, speedup)),
     )
     def narrower_format_short_of_its_bytes(self, d, wide, narrow, speedup):
         """One stream's step is the weights' read, so a format storing a fraction of the bits should take about that

@@ -34,6 +34,7 @@ from diagnoser.engine import (
 )
 from diagnoser.engine.canonical import SHORT_PROMPT
 from diagnoser.engine.comparison import OFF, STREAM_COUNT_SETTINGS, same_run
+from diagnoser.engine.facts import PER_TOKEN_FIGURES
 from diagnoser.models.serving import ENGINE_SIDE, WORKLOAD_SETTINGS
 from diagnoser.rules.comparison import SLOWER, SPREAD_SETTINGS, larger
 
@@ -644,7 +645,7 @@ class RateGuards(RuleSet):
         another way (within a quoted figure's rounding): its floor is that layout's, not the pinned one's."""
         rate = per_stream_rate(e, expected_rate(e))
         return rate is not None and any(
-            isinstance(f, RunDiff) and f["setting"] in SPREAD_SETTINGS and f["figure"] in ("per_token_ms", "per_user_tokens_per_s")
+            isinstance(f, RunDiff) and f["setting"] in SPREAD_SETTINGS and f["figure"] in PER_TOKEN_FIGURES
             and same_run(f["faster_time"], 1e3 / rate) for f in self.facts.values())
 
     @rule(
