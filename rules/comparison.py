@@ -200,6 +200,15 @@ def untuned(slower: str, faster: str) -> bool:
     return slower in UNTUNED and faster not in UNTUNED
 
 
+# How a placement in host memory is written, against the device's own memory.
+HOST_MEMORY = frozenset({"host", "cpu", "host_memory", "system_memory", "cpu_memory", "ram", "dram", "pinned"})
+
+
+def held_on_the_host(slower: str, faster: str) -> bool:
+    """The slower run held it in host memory, the faster one on the device."""
+    return slower in HOST_MEMORY and faster not in HOST_MEMORY
+
+
 def fewer(slower: str, faster: str) -> bool:
     """The slower run has the smaller numeric value (fewer layers on the device)."""
     return larger(faster, slower)
@@ -241,6 +250,7 @@ ABLATIONS = {
     "threads": more_threads,  # cpu-oversubscribed
     "cpu_affinity": wider_affinity,  # cpu-oversubscribed: threads on slower cores (E-cores, SMT siblings) hold the others at each barrier
     "proxy": through_a_proxy,  # proxy-buffering: the proxy's hold (or its own queue) is the delta
+    "kv_cache_placement": held_on_the_host,  # kv-cache-on-host: every step reads the cache over the host path
     "gpu_layers": fewer,  # cpu-offload: the layers left off the device are read from host memory every step
     "max_num_seqs": fewer,  # admission-queueing: under the lower cap, requests wait for a slot
     "device_memory": less_memory,  # cpu-offload: what no longer fits the smaller memory is read from host memory or paged

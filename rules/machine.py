@@ -461,6 +461,18 @@ class MachineRules(RuleSet):
         left, or pages pushed, to host memory) cost, read at host speed every step."""
         return ablation_finding(d)
 
+    @rule(SPECS["kv-cache-on-host"], Memory(kv_cache_on_device=False), NOT(RunDiff(setting="kv_cache_placement")))
+    def kv_cache_on_host(self):
+        """Stated alone, the placement names the cause; what it costs waits for a budget or the A/B below."""
+        return Finding(evidence=[ev("memory.kv_cache_on_device", False)])
+
+    @rule(SPECS["kv-cache-on-host"], *ablation("kv_cache_placement"))
+    def kv_cache_on_host_slower(self, d):
+        """The same work with the KV cache held in host memory ran slower than with it on the device: the weights and
+        the math are where they were, so the delta is the cache read over the host path every step (and attention
+        run where it lies)."""
+        return ablation_finding(d)
+
     @rule(
         SPECS["cpu-offload"],
         *ablation(*SPREAD_SETTINGS),

@@ -640,6 +640,29 @@ class RateGuards(RuleSet):
             f"{floor:.4g} ms floor this work allows a stream.",
         )
 
+    @rule(
+        SPECS["expectation-beyond-bound"],
+        AS.e << Expectation(output_tokens_per_s=MATCH.rate, kind=P(lambda k: k != "other_hardware")),
+        AS.b << Bound(ceiling_tokens_per_s=MATCH.ceiling),
+        Layout(batch=MATCH.batch),
+        NOT(Server(speculative=W())),
+        NOT(RunDiff(setting="quantization")),
+        TEST(lambda e, b, rate, ceiling, batch: expected_rate(e) == "aggregate" and not one_stream(e)
+             and (e.get("concurrency") or 0) <= batch and not precision_assumed(b) and rate >= BEYOND_CEILING * ceiling),
+    )
+    def expected_aggregate_beyond_the_batch(self, e, b, rate, ceiling, batch):
+        """Every step of the pinned batch reads the weights once for its sequences and gives each one token, so the
+        batch makes at most its ceiling in all: an aggregate figure past it, stated at no larger load, was measured
+        with more sequences a step (every extra one shares the same weight read), on a lighter model or format, or
+        on another machine. Not on a floor that assumed bf16 for want of a stated precision."""
+        return Finding(
+            evidence=[ev("expected.output_tokens_per_s", rate), ev("bound.ceiling_tokens_per_s", ceiling),
+                      ev("workload.batch", batch), ev("expected.concurrency", e.get("concurrency", "not stated")),
+                      ev("expected.kind", e["kind"])],
+            detail=f"The expected {rate:.4g} tokens/s in all is {rate / ceiling:.2f}x the {ceiling:.4g} tokens/s that "
+            f"{batch} sequences a step can make at the bound's floor.",
+        )
+
     def another_layouts_figure(self, e) -> bool:
         """The expected stream's time per token is the faster side's of runs that spread the model over its devices
         another way (within a quoted figure's rounding): its floor is that layout's, not the pinned one's."""

@@ -164,6 +164,8 @@ KNOWN_SETTINGS = {
     "threads": "CPU threads of the engine",
     "cpu_affinity": "the cores the engine's threads may run on (all cores, or a set: P-cores only, one socket, a core list)",
     "gpu_layers": "model layers placed on the device (the rest run from host memory)",
+    "kv_cache_placement": "where the KV cache is held: device (the accelerator's memory) or host (host memory, read by "
+    "the CPU or over the link)",
     "device_memory": "memory of the device the model runs on (16, 24 GB; a SoC's unified memory): a working set that no "
     "longer fits it is read from host memory or paged",
     "proxy": "a reverse proxy or gateway between the client and the server (none: direct)",
@@ -204,6 +206,9 @@ SETTING_ALIASES: dict[str, tuple[str, bool]] = {
     "unified_memory": ("device_memory", False),
     "unified_memory_gb": ("device_memory", False),
     "ngl": ("gpu_layers", False),
+    "kv_cache_location": ("kv_cache_placement", False),
+    "kv_location": ("kv_cache_placement", False),
+    "kv_placement": ("kv_cache_placement", False),
     "gateway": ("proxy", False),
     "attn_backend": ("attention_backend", False),
     "kv_dtype": ("kv_cache_dtype", False),
