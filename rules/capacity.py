@@ -425,8 +425,12 @@ class CapacityRules(RuleSet):
     def more_streams_than_admitted(self, m, streams, admitted):
         """Requests beyond the cap wait to start: their first token comes later, not the gaps between tokens. Where
         both sides of the comparison are times per token (a TPOT against an expected time per token), neither holds
-        that wait, so it cannot be what separates them."""
+        that wait, so it cannot be what separates them. Nor where the case's runs kept this load in flight under this
+        cap on both sides of their A/B: both queued alike, so the queue is not what one has and the other lacks."""
         if decode_timed(m) and any(isinstance(f, Expectation) and f.get("per_token_ms") for f in self.facts.values()):
+            return None
+        if any(isinstance(f, RunDiff) and f.get("in_flight") == streams and f.get("shared_cap") == admitted
+               for f in self.facts.values()):
             return None
         return Finding(
             evidence=[ev("metrics.concurrency", streams), ev("server.max_num_seqs", admitted)],

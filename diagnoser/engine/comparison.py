@@ -25,6 +25,7 @@ class RunDelta:
     base_time: float  # time per unit of work: ms per token, or s for a fixed job
     other_time: float
     in_flight: float | None = None  # the load both runs kept in flight (their shared concurrency or batch), when stated
+    shared_cap: float | None = None  # the sequences both runs ran at once at most (max_num_seqs, else batch), when stated alike
     repeat_spread: float | None = None  # the wider of the two runs' stated repeat spreads, when either states one
 
     @property
@@ -262,6 +263,7 @@ def _delta(base: Run, other: Run) -> RunDelta | None:
         base_time=shared[1],
         other_time=shared[2],
         in_flight=_shared_load(base, other),
+        shared_cap=_shared_setting(base, other, ("max_num_seqs", "batch")),
         repeat_spread=_repeat_spread(base, other),
     )
 
@@ -275,7 +277,12 @@ def _repeat_spread(a: Run, b: Run) -> float | None:
 
 def _shared_load(a: Run, b: Run) -> float | None:
     """The requests both runs kept in flight, when both state the same count: what a cap is held against."""
-    for name in ("concurrency", "batch"):
+    return _shared_setting(a, b, ("concurrency", "batch"))
+
+
+def _shared_setting(a: Run, b: Run, names: tuple[str, ...]) -> float | None:
+    """The first of ``names`` both runs state as the same number."""
+    for name in names:
         x, y = a.settings.get(name), b.settings.get(name)
         if isinstance(x, (int, float)) and not isinstance(x, bool) and x == y:
             return float(x)

@@ -130,6 +130,7 @@ def _run_diff_fields() -> dict[str, FieldInfo]:
         slower_time=("", "time per unit of the slower run"), faster_time=("", "time per unit of the faster run"),
         slowdown=("x", "slower_time / faster_time (>= 1)"),
         in_flight=("count", "requests both runs kept in flight (their shared concurrency or batch), when stated"),
+        shared_cap=("count", "sequences both runs ran at once at most (their shared max_num_seqs, else batch), when stated"),
         repeat_spread=("fraction", "how far either run's figure moved between its own repeats (the wider), when stated"),
         observed_time=("ms", "the observation's time per token, where the A/B compares a time per token too"),
         includes_observed=("true/false", "one side is the run the observation's time per token comes from (None: not known)"),

@@ -127,9 +127,9 @@ class RunDiff(Fact):
     """One run against the baseline: ``setting`` (or ``several``), ``ratio`` of time per unit (above 1 is slower),
     ``base_time``/``other_time`` and the ``figure`` they come from; ``slower``/``faster`` are the setting's values
     in the slower and faster run, ``slowdown`` (>= 1) and ``slower_time``/``faster_time`` read it either way round;
-    ``in_flight`` is the load both runs kept in flight, when they state the same; ``observed_time`` the observation's
-    time per token where the A/B compares one, and ``includes_observed`` whether one side is the run it comes from
-    (None: not known)."""
+    ``in_flight`` is the load both runs kept in flight, when they state the same, and ``shared_cap`` the sequences both
+    ran at once at most; ``observed_time`` the observation's time per token where the A/B compares one, and
+    ``includes_observed`` whether one side is the run it comes from (None: not known)."""
 
 
 class RepeatDecline(Fact):
@@ -564,6 +564,7 @@ def _run_diff(d: RunDelta, observed_ms: float | None = None) -> RunDiff:
         includes_observed=_includes_observed(d, observed),
         **({"observed_time": observed} if observed is not None else {}),
         **({"in_flight": d.in_flight} if d.in_flight is not None else {}),
+        **({"shared_cap": d.shared_cap} if d.shared_cap is not None else {}),
         **({"repeat_spread": d.repeat_spread} if d.repeat_spread is not None else {}),
     )
 
