@@ -341,6 +341,26 @@ class KernelRules(RuleSet):
 
     @rule(
         SPECS["small-expert-kernels"],
+        AS.k << KernelClass(kernel_class="moe"),
+        NOT(Budget(device_ms=W())),
+        NOT(Reference(step_ms=W())),
+        TEST(lambda k: small_expert_work(k) and (k.get("share_of_step", 0.0) >= MIN_SHARE or class_time_ms(k, None) is not None)),
+    )
+    def small_expert_kernels_without_a_step(self, k):
+        """The expert GEMMs' shape and the bandwidth they reached are measured, but no step time is: where the kernel
+        summary gives their launches and one launch's median time, those are the class's time, and what full bandwidth
+        would leave of it is the gain; where it gives only their share, the cause is named and its size waits for the
+        step's time."""
+        class_ms = class_time_ms(k, None)
+        if class_ms is None:
+            return Finding(evidence=_kernel_evidence(k), grade=Grade.indicated, missing=["metrics.tpot_ms"],
+                           detail=f"The expert GEMMs take {k['share_of_step']:.0%} of the step; a step time sizes them.")
+        return Finding(evidence=_kernel_evidence(k), removable_ms=headroom_ms(class_ms, 1.0, k.get("achieved_bw_fraction")),
+                       detail=f"The expert GEMMs take {class_ms:.4g} ms a step ({k['count_per_step']:g} launches of "
+                       f"{k['median_us']:.4g} us).")
+
+    @rule(
+        SPECS["small-expert-kernels"],
         Layout(routed_experts=True, batch=W()),
         Bound(source="compute_bound", rows_per_touched_expert=MATCH.rows, floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
         NOT(KernelClass(kernel_class="moe")),
