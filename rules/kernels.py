@@ -729,13 +729,15 @@ class KernelRules(RuleSet):
         Platform(fallback_logged=MATCH.line),
         NOT(Platform(fallback_read_as=P(lambda read_as: bool(read_as)))),
         NOT(Memory(layers_on_device=W())),
+        NOT(Memory(weights_on_host_fraction=P(lambda share: share > 0))),
         NOT(KernelClass(share_of_step=W())),
         TEST(lambda line: OTHER_PART.search(line) is None),
     )
     def quantized_fallback_logged(self, scheme, line):
         """The engine logged a slower path while serving quantized weights, and the line is not the layers it
-        placed, nor another fact the canonical step read from it (a graph mode, a default MoE config), nor does it name
-        another part of the step (OTHER_PART: the KV cache, attention, sampling, communication, pipeline stages): the
+        placed (nor beside a share of the model stated to be in host memory, which is what such a line reports), nor
+        another fact the canonical step read from it (a graph mode, a default MoE config), nor does it name another
+        part of the step (OTHER_PART: the KV cache, attention, sampling, communication, pipeline stages): the
         quantized GEMMs (their kernel, or the dtype they compute in) are what a weight format changes on the decode
         path, so the logged fallback is theirs before it is the build's."""
         return Finding(
