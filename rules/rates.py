@@ -291,9 +291,15 @@ def beyond_batching(e, m) -> bool:
     return r_hi * TIMING_AGREEMENT < r_lo * c_lo / c_hi or r_lo * TIMING_AGREEMENT < r_hi
 
 
+# Figures of all the streams' work together: the tokens a second in all, or the wall time of one fixed job (the same
+# requests, whatever the streams it was run over).
+AGGREGATE_FIGURES = ("output_tokens_per_s", "duration_s")
+
+
 def aggregate_fell(d) -> bool:
-    """Runs that differ in the streams in flight, the one with more making fewer tokens a second in all."""
-    return (d["setting"] in STREAM_COUNT_SETTINGS and d["figure"] == "output_tokens_per_s" and d["slowdown"] >= SLOWER
+    """Runs that differ in the streams in flight, the one with more making fewer tokens a second in all (or taking
+    longer over the same job)."""
+    return (d["setting"] in STREAM_COUNT_SETTINGS and d["figure"] in AGGREGATE_FIGURES and d["slowdown"] >= SLOWER
             and larger(d["slower"], d["faster"]))
 
 
