@@ -156,8 +156,8 @@ def test_an_alias_may_not_take_a_live_id(tmp_path):
 
 
 def test_rules_moved_to_yaml_give_the_same_hypotheses_as_their_python_forms():
-    """rules/one_fact.yaml replaced three Python rules; every bundled fixture gives the same
-    hypotheses (ids, order, gains, evidence) through either form."""
+    """rules/one_fact.yaml replaced Python rules (kv-cache-on-host has since gone back to Python, for the A/B that
+    measures it); every bundled fixture gives the same hypotheses (ids, order, gains, evidence) through either form."""
     from diagnoser.engine.fixtures import bundled_fixtures, fixture_files, load_fixtures
     from diagnoser.engine.loader import _bundled_modules, _import_file, _rulesets_in, build_rulebook
 
@@ -173,5 +173,5 @@ def test_rules_moved_to_yaml_give_the_same_hypotheses_as_their_python_forms():
         for fixture in load_fixtures(file):
             a, b = diagnose(fixture.case, python_form), diagnose(fixture.case, yaml_form)
             assert [h.model_dump() for h in a.hypotheses] == [h.model_dump() for h in b.hypotheses], fixture.name
-            checked += any(h.rule in {"graph-partial", "gil-contention", "kv-cache-on-host"} for h in a.hypotheses)
+            checked += any(h.rule in {"graph-partial", "gil-contention"} for h in a.hypotheses)
     assert checked >= 3  # the moved rules do fire in some fixtures

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from diagnoser.engine import MATCH, TEST, Finding, Graph, Host, Memory, RuleSet, RuleSpec, ev, rule
+from diagnoser.engine import MATCH, TEST, Finding, Graph, Host, RuleSet, RuleSpec, ev, rule
 from diagnoser.engine.declarative import DECLARATIVE_KEYS
 
 _YAML = Path(__file__).resolve().parents[3] / "rules" / "one_fact.yaml"
@@ -26,7 +26,3 @@ class LegacyOneFactRules(RuleSet):
     @rule(SPECS["gil-contention"], Host(python_gil_busy_fraction=MATCH.busy), TEST(lambda busy: busy >= GIL_BUSY))
     def legacy_gil_contention(self, busy, parent_cap_ms):
         return Finding(evidence=[ev("host.python_gil_busy_fraction", busy)], removable_ms=parent_cap_ms)
-
-    @rule(SPECS["kv-cache-on-host"], Memory(kv_cache_on_device=False))
-    def legacy_kv_cache_on_host(self):
-        return Finding(evidence=[ev("memory.kv_cache_on_device", False)])
