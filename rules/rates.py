@@ -652,7 +652,7 @@ class RateGuards(RuleSet):
         AS.b << Bound(ceiling_tokens_per_s=MATCH.ceiling),
         Layout(batch=MATCH.batch),
         NOT(Server(speculative=W())),
-        NOT(RunDiff(setting="quantization")),
+        NOT(RunDiff(setting=P(lambda s: s == "quantization" or s in SPREAD_SETTINGS))),
         TEST(lambda e, b, rate, ceiling, batch: expected_rate(e) == "aggregate" and not one_stream(e)
              and (e.get("concurrency") or 0) <= batch and not precision_assumed(b) and rate >= BEYOND_CEILING * ceiling),
     )
@@ -660,7 +660,8 @@ class RateGuards(RuleSet):
         """Every step of the pinned batch reads the weights once for its sequences and gives each one token, so the
         batch makes at most its ceiling in all: an aggregate figure past it, stated at no larger load, was measured
         with more sequences a step (every extra one shares the same weight read), on a lighter model or format, or
-        on another machine. Not on a floor that assumed bf16 for want of a stated precision."""
+        on another machine. Not on a floor that assumed bf16 for want of a stated precision, nor beside runs of two
+        weight formats or two ways of spreading the model over its devices: their A/B states the other side's figure."""
         return Finding(
             evidence=[ev("expected.output_tokens_per_s", rate), ev("bound.ceiling_tokens_per_s", ceiling),
                       ev("workload.batch", batch), ev("expected.concurrency", e.get("concurrency", "not stated")),
