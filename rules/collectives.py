@@ -36,7 +36,7 @@ from diagnoser.rules.launch import device_read_idle, share_finding
 SPECS = load_specs(__file__)
 
 # References taken on the same machine under other software: whatever links its devices linked them there too.
-LINK_ON_BOTH_SIDES = frozenset({"older_version", "other_engine"})
+LINK_ON_BOTH_SIDES = frozenset({"older_version", "earlier_in_run", "other_engine"})
 
 # Exposed communication above a tenth of the step is worth its own hypothesis.
 COMM_SHARE = 0.1

@@ -83,9 +83,9 @@ OFF_DEVICE_GAP = 20.0
 # elsewhere leave it waiting for them (an idle device reads 0-2 %, a few offloaded layers leave it visibly short).
 DEVICE_BUSY = 0.9
 # References taken on this device: another release, setting or engine, or a published row for it.
-SAME_DEVICE_KINDS = frozenset({"older_version", "other_config", "other_engine", "vendor_claim"})
+SAME_DEVICE_KINDS = frozenset({"older_version", "earlier_in_run", "other_config", "other_engine", "vendor_claim"})
 # References that are this very engine on this device: an earlier version, or another configuration of it.
-SAME_SETUP_KINDS = frozenset({"older_version", "other_config"})
+SAME_SETUP_KINDS = frozenset({"older_version", "earlier_in_run", "other_config"})
 # Several times slower than the same setup on the same device: more than one setting of a working device path costs.
 HOST_READ_GAP = 5.0
 # The two readings of a token past the device's sweep, as (grade, the fact that settles it): bytes placed off the device
@@ -357,6 +357,26 @@ class MachineRules(RuleSet):
                       ev(f"runs[{run}].decline", r["decline"], "x")],
             detail=f"Run {run!r}: its first repeat ran {r['decline']:.3g}x faster than any of the {r['repeats'] - 1} after it.",
         )
+
+    @rule(
+        SPECS["clock-throttle"],
+        AS.e << Expectation(kind="earlier_in_run"),
+        AS.m << Metrics(),
+        NOT(Probe(sm_clock_mhz=W())),
+        NOT(RunDiff()),
+        TEST(lambda m, e: (engine_gap(m, e) or 0) >= SUSTAINED_DECLINE),
+    )
+    def slower_later_in_the_run(self, m, e):
+        """The same setup, with nothing changed, made the same work at least a quarter faster earlier in the same session
+        or uptime: no setting, build or load separates the two, so what changed is the machine's state, and the state
+        that builds with time under load is heat (or a power or licence cap that sets in) stepping the clocks down.
+        Indicated: memory the process grew into (caches, swap) slows it the same way, and clocks and throttle reasons
+        read during a slow stretch decide between them. Not where clocks were read (the clock rules weigh them), nor
+        beside runs, whose A/B says what differs."""
+        gap = engine_gap(m, e)
+        return Finding(evidence=[ev("expected.kind", e["kind"]), *gap_evidence(m, e), ev("engine_gap", gap, "x")],
+                       grade=Grade.indicated,
+                       detail=f"The same setup made this work {gap:.3g}x faster earlier in the same run.")
 
     @rule(
         SPECS["cpu-offload"],

@@ -122,7 +122,7 @@ def expected_rate(e) -> str:
 
 # References that time the same job the same way on another build, configuration or machine: a rate that
 # includes prefill is compared with one that includes the same prefill.
-SAME_JOB_KINDS = frozenset({"older_version", "other_config", "other_hardware"})
+SAME_JOB_KINDS = frozenset({"older_version", "earlier_in_run", "other_config", "other_hardware"})
 
 
 def decode_timed(m) -> bool:

@@ -104,6 +104,7 @@ class ExpectedKind(str, Enum):
 
     analytic_bound = "analytic_bound"  # bytes over bandwidth, a spreadsheet
     older_version = "older_version"  # the same setup on an earlier release or commit
+    earlier_in_run = "earlier_in_run"  # the same setup, nothing changed, earlier in the same session or uptime
     other_engine = "other_engine"
     other_config = "other_config"  # the same engine with another setting (not the fix)
     other_hardware = "other_hardware"
