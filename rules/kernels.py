@@ -100,9 +100,10 @@ TILE_PADDING = 4.0
 # Sampling kernels above 3 % of the device time are worth their own hypothesis (a full-vocabulary
 # sort per sequence is far more than that; a sort-free sampler well under it).
 SAMPLING_SHARE = 0.03
-# The one reference that served the same weights in the same format on the same machine: the setup itself on an
-# earlier build. (Another configuration may be another format; another machine may lack the format's fast kernel.)
-SAME_SETUP_EARLIER = "older_version"
+# The references that served the same weights in the same format on the same machine: the setup itself on an earlier
+# build, or earlier in the same run. (Another configuration may be another format; another machine may lack the
+# format's fast kernel.)
+SAME_SETUP_EARLIER = frozenset({"older_version", "earlier_in_run"})
 # Run settings that put more sequences into one decode step: the batch itself, or the requests in flight.
 BATCH_SETTINGS = frozenset({"batch", "concurrency"})
 # A logged line that names another part of the step than the weights' GEMMs is that part's: the KV cache (or a
@@ -365,7 +366,7 @@ class KernelRules(RuleSet):
         Bound(source="compute_bound", rows_per_touched_expert=MATCH.rows, floor_ms=MATCH.floor, observed_step_ms=MATCH.observed),
         NOT(KernelClass(kernel_class="moe")),
         NOT(Budget()),
-        NOT(Expectation(kind=SAME_SETUP_EARLIER)),
+        NOT(Expectation(kind=P(lambda kind: kind in SAME_SETUP_EARLIER))),
         TEST(lambda rows, floor, observed: rows < SMALL_ROWS_PER_EXPERT and observed >= FAR_FROM_FLOOR * floor),
     )
     def small_expert_shape_untraced(self, rows, floor, observed):
@@ -374,7 +375,8 @@ class KernelRules(RuleSet):
         floor. Possible: the MoE kernels' share of a trace, or their achieved bandwidth, decides it. Only on the floor
         recomputed from the pinned model, at a batch the case states: a quoted byte count may leave bytes out, and the
         calculator's default batch of one is no evidence of the rows. Not when the expected figure is the same setup on
-        an earlier build: the same rows per expert reached it there, so the shape is not what the builds differ in."""
+        an earlier build or earlier in the run: the same rows per expert reached it there, so the shape is not what
+        the two differ in."""
         return Finding(
             evidence=[ev("bound.rows_per_touched_expert", rows), ev("bound.floor_ms", floor, "ms"),
                       ev("bound.observed_step_ms", observed, "ms")],
@@ -532,7 +534,7 @@ class KernelRules(RuleSet):
         SPECS["slow-kernel-path"],
         Server(quantization=MATCH.scheme),
         Expectation(kind=MATCH.kind),
-        TEST(lambda kind: kind != SAME_SETUP_EARLIER),
+        TEST(lambda kind: kind not in SAME_SETUP_EARLIER),
         NOT(KernelClass(share_of_step=W())),
         NOT(RunDiff(setting="quantization")),
         NOT(device_read_idle()),
@@ -540,9 +542,9 @@ class KernelRules(RuleSet):
     def quantized_path_possible(self, scheme, kind):
         """Quantized weights move fewer bytes only if their kernels keep up; a run short of what was
         expected with nothing measured yet makes the quantized GEMMs a candidate, not a finding. Not
-        when the expected figure is the same setup's on an earlier build: the same weights in the same
-        format reached it on the same machine, so the format has a kernel that keeps up there, and the
-        shortfall is what changed between the builds (the runs locate it), not the format. Nor on a device
+        when the expected figure is the same setup's on an earlier build or earlier in the run: the same
+        weights in the same format reached it on the same machine, so the format has a kernel that keeps up
+        there, and the shortfall is what changed between the two, not the format. Nor on a device
         read idle while decoding: a slow GEMM keeps its device busy, and one that ran no kernels ran its
         GEMMs elsewhere."""
         return Finding(

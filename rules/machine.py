@@ -481,9 +481,9 @@ class MachineRules(RuleSet):
         left, or pages pushed, to host memory) cost, read at host speed every step."""
         return ablation_finding(d)
 
-    @rule(SPECS["kv-cache-on-host"], Memory(kv_cache_on_device=False), NOT(RunDiff(setting="kv_cache_placement")))
+    @rule(SPECS["kv-cache-on-host"], Memory(kv_cache_on_device=False))
     def kv_cache_on_host(self):
-        """Stated alone, the placement names the cause; what it costs waits for a budget or the A/B below."""
+        """The placement names the cause; what it costs waits for a budget or the A/B below."""
         return Finding(evidence=[ev("memory.kv_cache_on_device", False)])
 
     @rule(SPECS["kv-cache-on-host"], *ablation("kv_cache_placement"))

@@ -262,8 +262,8 @@ def _delta(base: Run, other: Run) -> RunDelta | None:
         figure=shared[0],
         base_time=shared[1],
         other_time=shared[2],
-        in_flight=_shared_load(base, other),
-        shared_cap=_shared_setting(base, other, ("max_num_seqs", "batch")),
+        in_flight=_shared_setting(base, other, LOAD_SETTINGS),
+        shared_cap=_shared_setting(base, other, CAP_SETTINGS),
         repeat_spread=_repeat_spread(base, other),
     )
 
@@ -275,9 +275,10 @@ def _repeat_spread(a: Run, b: Run) -> float | None:
     return max(stated) if stated else None
 
 
-def _shared_load(a: Run, b: Run) -> float | None:
-    """The requests both runs kept in flight, when both state the same count: what a cap is held against."""
-    return _shared_setting(a, b, ("concurrency", "batch"))
+# The requests a run kept in flight (what a cap is held against), and the most it ran at once (the cap itself), each
+# as the first of these settings it states.
+LOAD_SETTINGS = ("concurrency", "batch")
+CAP_SETTINGS = ("max_num_seqs", "batch")
 
 
 def _shared_setting(a: Run, b: Run, names: tuple[str, ...]) -> float | None:
